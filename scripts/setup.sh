@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what Loom needs to build, test and run, and nothing that is already there.
+# Safe to run any number of times (make demo and make test call it first).
+#   scripts/setup.sh            system packages + Python packages
+#   LOOM_SETUP_SKIP=1           skip everything (an offline machine that already has it all)
+set -euo pipefail
+[[ "${LOOM_SETUP_SKIP:-0}" == 1 ]] && exit 0
+
+APT_PACKAGES=(
+  build-essential cmake pkg-config
+  libopenblas-dev                         # BLAS for dot_general / convolution
+  libprotobuf-c-dev protobuf-c-compiler   # wire schema
+  libuv1-dev                              # control-plane event loops
+  libucx-dev ucx-utils                    # data plane
+  libcjson-dev                            # JSON output
+  libcmocka-dev                           # C unit tests
+  openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
+  procps psmisc                           # pgrep/pkill/fuser used by tests
+)
+PY_PACKAGES=(numpy pytest jax)
+
+sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+  echo "setup: need root to run: $*" >&2; return 1; fi; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  sudo_ apt-get update -q >/dev/null
+  sudo_ apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+pymissing=()
+for p in "${PY_PACKAGES[@]}"; do
+  "$PY" -c "import $p" 2>/dev/null || pymissing+=("$p")
+done
+if ((${#pymissing[@]})); then
+  echo "setup: pip installing ${pymissing[*]}"
+  "$PY" -m pip install -q --disable-pip-version-check "${pymissing[@]}"
+fi
+echo "setup: all dependencies present"

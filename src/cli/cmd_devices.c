@@ -1,0 +1,9 @@
+/* `loom devices` (placeholder until its issue lands: it says so and fails). */
+#include <stdio.h>
+#include "cli/cli.h"
+
+int cmd_devices(int argc, char **argv) {
+  (void)argc; (void)argv;
+  fprintf(stderr, "loom devices: not available in this build yet\n");
+  return 2;
+}
