@@ -349,7 +349,9 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
   if (p->role == ROLE_WORKER && p->registered) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, p->worker_id);
     char why[LM_REG_REASON_MAX];
-    snprintf(why, sizeof why, "%s", c->stopping ? "controller stopped" : reason);
+    if (c->stopping) snprintf(why, sizeof why, "controller stopped");
+    else if (code == LOOM_CLOSED) snprintf(why, sizeof why, "connection closed");
+    else snprintf(why, sizeof why, "%s", reason);
     if (lm_registry_mark_lost(c->reg, p->worker_id, why))
       lm_warn("worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy", w->id, w->host, w->pid, why,
               w->device_ids[0], w->device_ids[w->ndevices - 1]);
