@@ -144,7 +144,7 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   size_t n = m->n_devices;
   if (n > LM_REG_MAX_DEVICES_PER_WORKER) {
     lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_INVALID_ARGUMENT,
-                             "%zu devices on one worker is more than the limit of %d", n,
+                             "cannot register worker: %zu devices on one worker is more than the limit of %d", n,
                              LM_REG_MAX_DEVICES_PER_WORKER);
     return;
   }

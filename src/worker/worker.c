@@ -136,7 +136,8 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   lm_err err;
   if (f->h.type == LM_MSG_ERROR) {
     lm_msg_error_status(f, &err);
-    finish(w, err.code, "the controller refused this worker: %s", err.msg);
+    if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
+    else finish(w, err.code, "the controller refused this worker: %s", err.msg);
     return;
   }
   int rc = lm_msg_decode(f, &m, &err);
