@@ -17,7 +17,7 @@ int main(int argc, char **argv) {
   loom_client *client;
   loom_status st = loom_connect(&opts, &client);
   if (st != LOOM_OK) {
-    fprintf(stderr, "cannot connect: %s: %s\n", loom_strerror(st), loom_errmsg(NULL));
+    fprintf(stderr, "list_devices: %s (%s)\n", loom_errmsg(NULL), loom_status_name(st));
     return 1;
   }
 

@@ -65,7 +65,7 @@ int cmd_down(int argc, char **argv) {
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
 
-  char dir[4096], addr[LM_ADDR_MAX] = "?", v[2048];
+  char dir[4096], addr[LM_ADDR_MAX] = "?", v[8192];
   lm_err err;
   if (lm_state_dir(dir, sizeof dir, &err) < 0) return cli_fail(cmd, "%s", err.msg);
   if (lm_state_get(dir, "supervisor_pid", v, sizeof v, &err) < 0)

@@ -318,7 +318,7 @@ static int supervise(sup *s) {
   char text[8192];
   int rc = startup(s, &err);
   if (rc == 0) {
-    char state[8192], mem[32], pids[1024] = "";
+    char state[16384], mem[32], pids[8192] = ""; /* up to 256 workers */
     size_t off = 0;
     for (size_t i = 1; i < s->nkids; i++) {
       int k = snprintf(pids + off, sizeof pids - off, "%s%d:%llu", i > 1 ? "," : "", (int)s->kids[i].pid,

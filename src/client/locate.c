@@ -23,7 +23,7 @@ int lm_state_get(const char *dir, const char *key, char *val, size_t cap, lm_err
   snprintf(path, sizeof path, "%s/%s", dir, LM_STATE_FILE);
   FILE *f = fopen(path, "r");
   if (!f) return lm_errf(err, LOOM_NOT_FOUND, "no local cluster state in %s", dir);
-  char line[1024];
+  char line[16384];
   size_t klen = strlen(key);
   int rc = lm_errf(err, LOOM_NOT_FOUND, "%s has no '%s'", path, key);
   while (fgets(line, sizeof line, f)) {

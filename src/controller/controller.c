@@ -353,8 +353,9 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     else if (code == LOOM_CLOSED) snprintf(why, sizeof why, "connection closed");
     else snprintf(why, sizeof why, "%s", reason);
     if (lm_registry_mark_lost(c->reg, p->worker_id, why))
-      lm_warn("worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy", w->id, w->host, w->pid, why,
-              w->device_ids[0], w->device_ids[w->ndevices - 1]);
+      lm_log(c->stopping ? LM_LOG_INFO : LM_LOG_WARN, "worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy",
+             w->id, w->host, w->pid, code == LOOM_CLOSED ? reason : why, w->device_ids[0],
+             w->device_ids[w->ndevices - 1]);
     else
       lm_info("worker %u disconnected (%s)", w->id, reason);
     c->worker_peer[p->worker_id] = NULL;

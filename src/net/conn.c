@@ -398,7 +398,8 @@ void lm_conn_close_with_error(lm_conn *c, uint64_t request_id, int code, const c
   if (c->state != ST_OPEN) return; /* the send itself failed and closed */
   c->state = ST_DRAINING;
   c->drain_start_ms = uv_now(c->loop);
-  lm_frame_reader_free(&c->reader); /* a partial frame is of no use any more */
+  /* The reader may be delivering the very frame that led here: it is freed with the connection,
+   * and while draining nothing is fed to it. */
   c->shutdown_req.data = c;
   if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, shutdown_cb) < 0) {
     hard_close(c);
