@@ -4,6 +4,7 @@
 #ifndef LOOM_TEST_OPS_BUILD_H
 #define LOOM_TEST_OPS_BUILD_H
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -318,6 +319,89 @@ static inline uint64_t tb_rand(uint64_t *s) {
   *s ^= *s >> 7;
   *s ^= *s << 17;
   return *s;
+}
+
+/* ---- stand-in elementwise kernels ----
+ * Bodies and comparators of the ops under test use add, compare, ... whose kernels belong to the
+ * elementwise family. Where that family has not registered one (a branch without it), these
+ * simple stand-ins are registered so programs can be created; the real kernels win when present.
+ * They handle same-shaped f32, f64, s32, s64, u32, u8 and i1 operands. */
+static int tb_stub_binop(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  int64_t n = lm_type_numel(&out[0]->type);
+  lm_dtype dt = in[0]->type.dtype;
+  for (int64_t i = 0; i < n; i++) {
+    double a, b, r = 0;
+    int64_t ia, ib, ir = 0;
+    bool fl = lm_dtype_is_float(dt);
+    size_t es = lm_dtype_size(dt);
+    const char *pa = (const char *)in[0]->data + i * es, *pb = (const char *)in[1]->data + i * es;
+    a = lm_load_f64(pa, dt);
+    b = lm_load_f64(pb, dt);
+    ia = lm_load_index(pa, dt, 0);
+    ib = lm_load_index(pb, dt, 0);
+    switch (k->op->code) {
+      case LM_OP_ADD: r = a + b; ir = (int64_t)((uint64_t)ia + (uint64_t)ib); break;
+      case LM_OP_SUBTRACT: r = a - b; ir = (int64_t)((uint64_t)ia - (uint64_t)ib); break;
+      case LM_OP_MULTIPLY: r = a * b; ir = (int64_t)((uint64_t)ia * (uint64_t)ib); break;
+      case LM_OP_MAXIMUM: r = (a != a || b != b) ? NAN : a > b ? a : b; ir = ia > ib ? ia : ib; break;
+      case LM_OP_MINIMUM: r = (a != a || b != b) ? NAN : a < b ? a : b; ir = ia < ib ? ia : ib; break;
+      case LM_OP_AND: ir = ia & ib; break;
+      case LM_OP_OR: ir = ia | ib; break;
+      default: return lm_kerr(k, LOOM_UNSUPPORTED, "test stand-in does not do this op");
+    }
+    void *po = (char *)out[0]->data + i * es;
+    if (fl) lm_store_f64(po, dt, r);
+    else lm_store_i64(po, dt, dt == LOOM_DTYPE_PRED ? (ir != 0) : ir);
+  }
+  return 0;
+}
+
+static int tb_stub_compare(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_attr *d = lm_op_attr(k->op, "comparison_direction");
+  const char *dir = d && d->s ? d->s : "EQ";
+  int64_t n = lm_type_numel(&out[0]->type);
+  lm_dtype dt = in[0]->type.dtype;
+  size_t es = lm_dtype_size(dt);
+  for (int64_t i = 0; i < n; i++) {
+    const char *pa = (const char *)in[0]->data + i * es, *pb = (const char *)in[1]->data + i * es;
+    int c; /* -1, 0, 1, or 2 when unordered */
+    if (lm_dtype_is_float(dt)) {
+      double a = lm_load_f64(pa, dt), b = lm_load_f64(pb, dt);
+      c = (a != a || b != b) ? 2 : a < b ? -1 : a > b ? 1 : 0;
+    } else if (lm_dtype_is_uint(dt)) {
+      uint64_t a = 0, b = 0;
+      memcpy(&a, pa, es);
+      memcpy(&b, pb, es);
+      c = a < b ? -1 : a > b ? 1 : 0;
+    } else {
+      int64_t a = lm_load_index(pa, dt, 0), b = lm_load_index(pb, dt, 0);
+      c = a < b ? -1 : a > b ? 1 : 0;
+    }
+    bool r = !strcmp(dir, "EQ") ? c == 0 : !strcmp(dir, "NE") ? c != 0 : !strcmp(dir, "LT") ? c == -1
+           : !strcmp(dir, "LE") ? (c == -1 || c == 0) : !strcmp(dir, "GT") ? c == 1 : (c == 1 || c == 0);
+    ((uint8_t *)out[0]->data)[i] = r;
+  }
+  return 0;
+}
+
+static int tb_stub_select(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  int64_t n = lm_type_numel(&out[0]->type);
+  size_t es = lm_dtype_size(out[0]->type.dtype);
+  bool scalar = in[0]->type.rank == 0;
+  for (int64_t i = 0; i < n; i++) {
+    bool p = ((uint8_t *)in[0]->data)[scalar ? 0 : i];
+    memcpy((char *)out[0]->data + i * es, (char *)in[p ? 1 : 2]->data + i * es, es);
+  }
+  return 0;
+}
+
+static inline void tb_ensure_stub_kernels(void) {
+  lm_kernels_init();
+  lm_opcode bin[] = {LM_OP_ADD, LM_OP_SUBTRACT, LM_OP_MULTIPLY, LM_OP_MAXIMUM, LM_OP_MINIMUM, LM_OP_AND, LM_OP_OR};
+  for (size_t i = 0; i < sizeof bin / sizeof *bin; i++)
+    if (!lm_kernel_get(bin[i])) lm_kernel_register(bin[i], tb_stub_binop, NULL, 0);
+  if (!lm_kernel_get(LM_OP_COMPARE)) lm_kernel_register(LM_OP_COMPARE, tb_stub_compare, NULL, 0);
+  if (!lm_kernel_get(LM_OP_SELECT)) lm_kernel_register(LM_OP_SELECT, tb_stub_select, NULL, 0);
 }
 
 #endif
