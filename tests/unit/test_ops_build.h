@@ -17,6 +17,7 @@
 #include "exec/exec.h"
 #include "exec/kernel.h"
 #include "exec/ops_util.h"
+#include "exec/scalar_eval.h"
 #include "hlo/ir.h"
 
 #define TB_MAX_VALUES 512
@@ -357,29 +358,15 @@ static int tb_stub_binop(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 }
 
 static int tb_stub_compare(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  const lm_attr *d = lm_op_attr(k->op, "comparison_direction");
-  const char *dir = d && d->s ? d->s : "EQ";
+  const lm_attr *d = lm_op_attr(k->op, "comparison_direction"), *t = lm_op_attr(k->op, "compare_type");
   int64_t n = lm_type_numel(&out[0]->type);
   lm_dtype dt = in[0]->type.dtype;
   size_t es = lm_dtype_size(dt);
   for (int64_t i = 0; i < n; i++) {
-    const char *pa = (const char *)in[0]->data + i * es, *pb = (const char *)in[1]->data + i * es;
-    int c; /* -1, 0, 1, or 2 when unordered */
-    if (lm_dtype_is_float(dt)) {
-      double a = lm_load_f64(pa, dt), b = lm_load_f64(pb, dt);
-      c = (a != a || b != b) ? 2 : a < b ? -1 : a > b ? 1 : 0;
-    } else if (lm_dtype_is_uint(dt)) {
-      uint64_t a = 0, b = 0;
-      memcpy(&a, pa, es);
-      memcpy(&b, pb, es);
-      c = a < b ? -1 : a > b ? 1 : 0;
-    } else {
-      int64_t a = lm_load_index(pa, dt, 0), b = lm_load_index(pb, dt, 0);
-      c = a < b ? -1 : a > b ? 1 : 0;
-    }
-    bool r = !strcmp(dir, "EQ") ? c == 0 : !strcmp(dir, "NE") ? c != 0 : !strcmp(dir, "LT") ? c == -1
-           : !strcmp(dir, "LE") ? (c == -1 || c == 0) : !strcmp(dir, "GT") ? c == 1 : (c == 1 || c == 0);
-    ((uint8_t *)out[0]->data)[i] = r;
+    int r = lm_compare_elems(d ? d->s : "EQ", t ? t->s : NULL, dt, (const char *)in[0]->data + i * es,
+                             (const char *)in[1]->data + i * es);
+    if (r < 0) return lm_kerr(k, LOOM_UNSUPPORTED, "test stand-in cannot compare this");
+    ((uint8_t *)out[0]->data)[i] = (uint8_t)r;
   }
   return 0;
 }
@@ -395,12 +382,20 @@ static int tb_stub_select(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   return 0;
 }
 
+static int tb_stub_constant(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_attr *v = lm_op_attr(k->op, "value");
+  if (!v || v->kind != LM_ATTR_DENSE || v->nbytes != out[0]->nbytes) return lm_kerr(k, LOOM_VERIFY, "bad constant");
+  memcpy(out[0]->data, v->data, v->nbytes);
+  return 0;
+}
+
 static inline void tb_ensure_stub_kernels(void) {
   lm_kernels_init();
   lm_opcode bin[] = {LM_OP_ADD, LM_OP_SUBTRACT, LM_OP_MULTIPLY, LM_OP_MAXIMUM, LM_OP_MINIMUM, LM_OP_AND, LM_OP_OR};
   for (size_t i = 0; i < sizeof bin / sizeof *bin; i++)
     if (!lm_kernel_get(bin[i])) lm_kernel_register(bin[i], tb_stub_binop, NULL, 0);
   if (!lm_kernel_get(LM_OP_COMPARE)) lm_kernel_register(LM_OP_COMPARE, tb_stub_compare, NULL, 0);
+  if (!lm_kernel_get(LM_OP_CONSTANT)) lm_kernel_register(LM_OP_CONSTANT, tb_stub_constant, NULL, 0);
   if (!lm_kernel_get(LM_OP_SELECT)) lm_kernel_register(LM_OP_SELECT, tb_stub_select, NULL, 0);
 }
 
