@@ -98,6 +98,11 @@ int lm_body_init(lm_body *b, lm_kctx *k, uint32_t region, uint32_t nres);
 int lm_body_call(lm_body *b, const void *const *args, void *const *res, const size_t *res_size);
 void lm_body_free(lm_body *b);
 
+/* ---- families in files of their own, registered from lm_register_misc_kernels() ---- */
+void lm_register_rng_kernels(void);    /* rng.c: rng_bit_generator */
+void lm_register_fft_kernels(void);    /* fft.c: fft */
+void lm_register_linalg_kernels(void); /* linalg.c: triangular_solve, cholesky */
+
 /* ---- verifier helpers ---- */
 
 /* Type of value v of fn. */
