@@ -345,4 +345,5 @@ void lm_register_misc_kernels(void) {
   lm_kernel_register(LM_OP_BATCH_NORM_GRAD, k_bn_grad, v_bn_grad, 0);
   lm_register_rng_kernels();
   lm_register_fft_kernels();
+  lm_register_linalg_kernels();
 }
