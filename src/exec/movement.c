@@ -65,8 +65,10 @@ static int v_reshape(const lm_op *op, const lm_func *fn, lm_err *err) {
   return 0;
 }
 
+/* The result is a view of the operand's data (row-major order is unchanged): no copy. */
 static int k_reshape(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  if (out[0]->nbytes) memcpy(out[0]->data, in[0]->data, out[0]->nbytes);
+  int rc = lm_buffer_view(&k->fn->value_types[k->op->out[0]], in[0], &out[0], k->err);
+  if (rc < 0) return lm_kerr(k, rc, "%s", k->err ? k->err->msg : "cannot view the operand");
   return 0;
 }
 
@@ -562,7 +564,7 @@ static int v_dynamic_reshape(const lm_op *op, const lm_func *fn, lm_err *err) {
 }
 
 static int k_dynamic_reshape(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  LM_TRY(check_shape_operand(k, in[1], &out[0]->type, "output_shape"));
+  LM_TRY(check_shape_operand(k, in[1], &k->fn->value_types[k->op->out[0]], "output_shape"));
   return k_reshape(k, in, out);
 }
 
@@ -680,7 +682,7 @@ static int k_torch_index_select(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
 }
 
 void lm_register_movement_kernels(void) {
-  lm_kernel_register(LM_OP_RESHAPE, k_reshape, v_reshape, 0);
+  lm_kernel_register(LM_OP_RESHAPE, k_reshape, v_reshape, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_TRANSPOSE, k_transpose, v_transpose, 0);
   lm_kernel_register(LM_OP_SLICE, k_slice, v_slice, 0);
   lm_kernel_register(LM_OP_DYNAMIC_SLICE, k_dynamic_slice, v_dynamic_slice, 0);
@@ -693,7 +695,7 @@ void lm_register_movement_kernels(void) {
   lm_kernel_register(LM_OP_GET_DIMENSION_SIZE, k_get_dimension_size, v_get_dimension_size, 0);
   lm_kernel_register(LM_OP_DYNAMIC_BROADCAST_IN_DIM, k_dynamic_broadcast_in_dim, v_dynamic_broadcast_in_dim, 0);
   lm_kernel_register(LM_OP_DYNAMIC_IOTA, k_dynamic_iota, v_dynamic_iota, 0);
-  lm_kernel_register(LM_OP_DYNAMIC_RESHAPE, k_dynamic_reshape, v_dynamic_reshape, 0);
+  lm_kernel_register(LM_OP_DYNAMIC_RESHAPE, k_dynamic_reshape, v_dynamic_reshape, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_DYNAMIC_PAD, k_dynamic_pad, v_dynamic_pad, 0);
   lm_kernel_register(LM_OP_REAL_DYNAMIC_SLICE, k_real_dynamic_slice, v_real_dynamic_slice, 0);
   lm_kernel_register(LM_OP_TORCH_INDEX_SELECT, k_torch_index_select, v_torch_index_select, 0);

@@ -251,7 +251,7 @@ static inline tb_run_result tb_run_opts(tb *b, lm_buffer *const *args, uint32_t 
   /* Results stay valid after the device is gone: detach them from its accounting. */
   for (uint32_t i = 0; i < nres && r.rc == 0; i++)
     if (r.out[i]) {
-      if (r.out[i]->dev) {
+      if (r.out[i]->dev || r.out[i]->base) {
         lm_buffer *c = NULL;
         assert_int_equal(lm_buffer_from_data(NULL, &r.out[i]->type, r.out[i]->data, r.out[i]->nbytes, &c, NULL), 0);
         lm_buffer_release(r.out[i]);

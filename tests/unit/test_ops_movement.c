@@ -101,6 +101,27 @@ static void test_reshape(void **state) {
   assert_buf_eq_bytes(y, v, sizeof v);
   lm_buffer_release(y);
 
+  /* the result is a view: no new device memory; a view of a view shares the owner */
+  {
+    lm_device *dev = lm_device_create(1 << 20);
+    lm_buffer *own = NULL, *v1 = NULL, *v2 = NULL;
+    assert_int_equal(lm_buffer_alloc(dev, &ti, &own, NULL), 0);
+    size_t used = lm_device_used(dev);
+    assert_int_equal(lm_buffer_view(&to, own, &v1, NULL), 0);
+    lm_type flat6 = T1(LOOM_DTYPE_S32, 6), bad = T1(LOOM_DTYPE_S32, 5);
+    assert_int_equal(lm_buffer_view(&flat6, v1, &v2, NULL), 0);
+    assert_int_equal(lm_buffer_view(&bad, own, &(lm_buffer *){NULL}, NULL), LOOM_SHAPE_MISMATCH);
+    assert_ptr_equal(v2->base, own);
+    assert_ptr_equal(v2->data, own->data);
+    assert_int_equal(lm_device_used(dev), used);
+    lm_buffer_release(own);
+    lm_buffer_release(v1);
+    assert_int_equal(lm_device_used(dev), used); /* v2 still holds the storage */
+    lm_buffer_release(v2);
+    assert_int_equal(lm_device_used(dev), 0);
+    lm_device_destroy(dev);
+  }
+
   tb_init(&b);
   a = tb_arg(&b, ti);
   lm_type bad = T2(LOOM_DTYPE_S32, 4, 2);
