@@ -346,4 +346,5 @@ void lm_register_misc_kernels(void) {
   lm_register_rng_kernels();
   lm_register_fft_kernels();
   lm_register_linalg_kernels();
+  lm_register_einsum_kernels();
 }

@@ -102,6 +102,7 @@ void lm_body_free(lm_body *b);
 void lm_register_rng_kernels(void);    /* rng.c: rng_bit_generator */
 void lm_register_fft_kernels(void);    /* fft.c: fft */
 void lm_register_linalg_kernels(void); /* linalg.c: triangular_solve, cholesky */
+void lm_register_einsum_kernels(void); /* einsum.c: einsum, unary_einsum */
 
 /* ---- verifier helpers ---- */
 

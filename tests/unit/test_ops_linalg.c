@@ -1,7 +1,7 @@
 /* Unit tests for triangular_solve and cholesky (src/exec/linalg.c): the interpreter suite's
  * example, every combination of left_side / lower / transpose_a / unit_diagonal checked by
  * substituting the solution back, batches, complex ADJOINT, cholesky reconstruction in both
- * triangles and NaN for a matrix that is not positive-definite. */
+ * triangles and NaN for a matrix that is not positive-definite; einsum / unary_einsum. */
 #include <complex.h>
 #include <math.h>
 #include "test_ops_build.h"
@@ -145,11 +145,56 @@ static void test_cholesky(void **state) {
   lm_buffer_release(y);
 }
 
+/* einsum / unary_einsum against direct loops */
+static void test_einsum(void **state) {
+  tb b;
+  tb_init(&b);
+  lm_type at = T3(LOOM_DTYPE_F32, 2, 3, 4), bt = T3(LOOM_DTYPE_F32, 2, 4, 5), rt = T3(LOOM_DTYPE_F32, 2, 3, 5);
+  uint32_t ins[2] = {tb_arg(&b, at), tb_arg(&b, bt)};
+  lm_op *op = tb_op(&b, b.body, LM_OP_EINSUM, 2, ins, 1, &rt);
+  tb_string(&b, op, "einsum_config", "bij,bjk->bik");
+  tb_finish(&b, 1, op->out);
+  lm_buffer *args[2] = {tb_buf_iota(at, 0.5, -3), tb_buf_iota(bt, -0.25, 2)};
+  lm_buffer *y = tb_run1(&b, args, 2);
+  const float *x0 = args[0]->data, *x1 = args[1]->data, *r = y->data;
+  for (int bb = 0; bb < 2; bb++)
+    for (int i = 0; i < 3; i++)
+      for (int k = 0; k < 5; k++) {
+        double s = 0;
+        for (int j = 0; j < 4; j++) s += (double)x0[(bb * 3 + i) * 4 + j] * x1[(bb * 4 + j) * 5 + k];
+        assert_true(fabs(r[(bb * 3 + i) * 5 + k] - s) < 1e-4);
+      }
+  lm_buffer_release(y);
+  lm_buffer_release(args[0]);
+  lm_buffer_release(args[1]);
+  /* unary: trace of the diagonal and a transpose of the rest: "iij->ji" */
+  tb_init(&b);
+  lm_type ut = T3(LOOM_DTYPE_S32, 3, 3, 2), ot = T2(LOOM_DTYPE_S32, 2, 3);
+  uint32_t u = tb_arg(&b, ut);
+  op = tb_op(&b, b.body, LM_OP_UNARY_EINSUM, 1, &u, 1, &ot);
+  tb_string(&b, op, "einsum_config", "iij->ji");
+  tb_finish(&b, 1, op->out);
+  lm_buffer *x = tb_buf_iota(ut, 1, 0);
+  y = tb_run1(&b, &x, 1);
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < 3; i++) assert_int_equal(((int32_t *)y->data)[j * 3 + i], (i * 3 + i) * 2 + j);
+  lm_buffer_release(y);
+  /* an ellipsis is refused by name */
+  tb_init(&b);
+  u = tb_arg(&b, ut);
+  op = tb_op(&b, b.body, LM_OP_UNARY_EINSUM, 1, &u, 1, &ut);
+  tb_string(&b, op, "einsum_config", "...->...");
+  tb_finish(&b, 1, op->out);
+  tb_expect_error(&b, &x, 1, LOOM_UNSUPPORTED, "ellipsis");
+  lm_buffer_release(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_triangular_solve_example),
       cmocka_unit_test(test_triangular_solve_all),
       cmocka_unit_test(test_cholesky),
+      cmocka_unit_test(test_einsum),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
