@@ -49,10 +49,8 @@ static void check_dot(lm_type lt, lm_type rt, lm_type ot, int nb, const int64_t 
   lm_buffer *ref = NULL;
   assert_int_equal(lm_buffer_alloc(NULL, &ot, &ref, NULL), 0);
   lm_dot_dims d = {.nb = nb, .nc = nc};
-  memcpy(d.lb, lb, nb * sizeof(int64_t));
-  memcpy(d.rb, rb, nb * sizeof(int64_t));
-  memcpy(d.lc, lc, nc * sizeof(int64_t));
-  memcpy(d.rc, rc, nc * sizeof(int64_t));
+  for (int i = 0; i < nb; i++) { d.lb[i] = lb[i]; d.rb[i] = rb[i]; }
+  for (int i = 0; i < nc; i++) { d.lc[i] = lc[i]; d.rc[i] = rc[i]; }
   lm_dot_general_ref(args[0], args[1], &d, ref);
   size_t es = lm_dtype_size(ot.dtype);
   for (int64_t i = 0; i < lm_type_numel(&ot); i++) {
