@@ -259,7 +259,8 @@ static void run_case(run_cfg *c, const char *file, const char *text, size_t len,
   for (int i = 0; i < nnames; i++) {
     const lm_func *fn = lm_module_func(pm, names[i]);
     if (fn->nargs && !c->ninputs) {
-      report(c, file, line, fn->name, ST_ERROR, "the entry function takes arguments; pass them with --input");
+      report(c, file, line, fn->name, ST_UNSUPPORTED,
+             "the entry function takes arguments and the file gives none (run it with --input FILE.npy ...)");
       continue;
     }
     rc = run_function(c, prog, fn, &err);

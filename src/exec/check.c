@@ -88,7 +88,8 @@ static void fmt_elem(char *buf, size_t cap, const unsigned char *p, lm_dtype d, 
   else if (lm_dtype_is_uint(d)) { load_int(p, d, i, &u); snprintf(buf, cap, "%llu", (unsigned long long)u); }
   else if (lm_dtype_is_complex(d)) {
     double re = load_part(p, d, i, 0, &bits, &w), im = load_part(p, d, i, 1, &bits, &w);
-    snprintf(buf, cap, "(%.9g, %.9g)", re, im);
+    int dg = d == LOOM_DTYPE_C128 ? 17 : 9;
+    snprintf(buf, cap, "(%.*g, %.*g)", dg, re, dg, im);
   } else {
     double v = load_part(p, d, i, 0, &bits, &w);
     snprintf(buf, cap, "%.*g (0x%0*llx)", d == LOOM_DTYPE_F64 ? 17 : 9, v, w / 4, (unsigned long long)bits);

@@ -484,7 +484,7 @@ int lm_p_attr(lm_parser *p, lm_attr *out) {
       break;
     case LM_T_STR:
       rc = str_attr(p, out);
-      if (rc == 0 && lm_p_is(p, LM_T_COLON)) { /* a typed string: the type is dropped */
+      if (rc == 0 && !p->bare_literals && lm_p_is(p, LM_T_COLON)) { /* a typed string: the type is dropped */
         lm_pmark mk = lm_p_mark(p);
         lm_p_next(p);
         lm_type ty;
@@ -569,6 +569,14 @@ int lm_p_attr(lm_parser *p, lm_attr *out) {
         rc = parse_array_attr(p, out);
       } else if (lm_p_is_id(p, "inf") || lm_p_is_id(p, "nan")) {
         rc = lm_p_number_attr(p, out);
+      } else if (lm_p_at_type(p) && !lm_p_is_id(p, "tensor") && !lm_p_is_id(p, "tuple") && !lm_p_is_id(p, "complex") &&
+                 lm_dtype_from_mlir(t.s, t.n) == LOOM_DTYPE_INVALID) {
+        /* a type name Loom has no element type for (tf32, f8E4M3FN, index) used as a value, e.g.
+         * in #stablehlo.dot_algorithm<lhs_precision_type = tf32>: kept as its name */
+        out->kind = LM_ATTR_ENUM;
+        out->s = lm_p_strndup(p, t.s, t.n);
+        if (!out->s) rc = p->err->code;
+        else lm_p_next(p);
       } else if (lm_p_at_type(p)) {
         out->kind = LM_ATTR_TYPE;
         out->type = lm_p_alloc(p, sizeof(lm_type));
@@ -582,5 +590,13 @@ int lm_p_attr(lm_parser *p, lm_attr *out) {
       rc = lm_p_expected(p, "an attribute value");
   }
   lm_p_leave(p);
+  return rc;
+}
+
+int lm_p_attr_bare(lm_parser *p, lm_attr *out) {
+  bool saved = p->bare_literals;
+  p->bare_literals = true;
+  int rc = lm_p_attr(p, out);
+  p->bare_literals = saved;
   return rc;
 }

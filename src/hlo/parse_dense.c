@@ -314,7 +314,7 @@ int lm_p_number_attr(lm_parser *p, lm_attr *out) {
   memset(out, 0, sizeof *out);
   LM_TRY(read_num(p, &L));
   lm_type *ty = NULL;
-  if (lm_p_is(p, LM_T_COLON)) {
+  if (!p->bare_literals && lm_p_is(p, LM_T_COLON)) {
     lm_pmark mk = lm_p_mark(p);
     lm_p_next(p);
     if (lm_p_at_type(p)) {

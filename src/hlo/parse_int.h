@@ -52,6 +52,7 @@ typedef struct lm_parser {
   lm_err *err;
   int depth;              /* current nesting, capped at LM_PARSE_MAX_DEPTH */
   bool index_ok;          /* `index` reads as i64 (inside dense<...> attribute types only) */
+  bool bare_literals;     /* numbers and strings take no `: type` suffix (keyword values of pretty forms) */
   size_t max_const;       /* cap on one dense constant's bytes */
   size_t max_total;       /* cap on the arena */
   /* the function being parsed */
@@ -127,6 +128,9 @@ int lm_p_elem_type(lm_parser *p, lm_dtype *out);
 
 /* ---- parse_attrs.c ---- */
 int lm_p_attr(lm_parser *p, lm_attr *out);
+/* An attribute value in a pretty form's `key = value`: a number or string there has no `: type`
+ * suffix (what follows the colon is the op's type). */
+int lm_p_attr_bare(lm_parser *p, lm_attr *out);
 /* `{name = value, unit_name, ...}` (the current token is '{'). Appends to *attrs. */
 int lm_p_attr_dict(lm_parser *p, lm_named_attr **attrs, uint32_t *n, uint32_t *cap);
 /* `dense<...>` elements for a known tensor type (current token is the identifier `dense`),

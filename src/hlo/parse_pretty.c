@@ -233,7 +233,7 @@ static int run_form(lm_parser *p, lm_opb *b, const char *fmt) {
         LM_TRY(enum_step(p, b, arg));
       } else if (step[0] == 'S') {
         if (!lm_p_is(p, LM_T_STR)) return lm_p_expected(p, "a string");
-        LM_TRY(lm_p_attr(p, &a));
+        LM_TRY(lm_p_attr_bare(p, &a));
         LM_TRY(lm_p_opb_attr(p, b, arg, &a));
       }
     } else {

@@ -421,7 +421,7 @@ static int pretty_test_op(lm_parser *p, lm_opb *b) {
     lm_p_next(p);
     LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
     lm_attr v;
-    LM_TRY(lm_p_attr(p, &v));
+    LM_TRY(lm_p_attr_bare(p, &v));
     LM_TRY(lm_p_opb_attr(p, b, key, &v));
   }
   LM_TRY(opt_dict(p, b));
@@ -483,7 +483,7 @@ static int pretty_chlo(lm_parser *p, lm_opb *b) {
     lm_p_next(p);
     LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
     lm_attr v;
-    LM_TRY(lm_p_attr(p, &v));
+    LM_TRY(lm_p_attr_bare(p, &v));
     LM_TRY(lm_p_opb_attr(p, b, key, &v));
   }
   if (paren) LM_TRY(lm_p_expect(p, LM_T_RPAREN, "')'"));
