@@ -581,9 +581,15 @@ int lm_p_attr(lm_parser *p, lm_attr *out) {
         out->kind = LM_ATTR_TYPE;
         out->type = lm_p_alloc(p, sizeof(lm_type));
         rc = out->type ? lm_p_type(p, out->type) : p->err->code;
-      } else {
+      } else if (lm_p_is_id(p, "affine_map") || lm_p_is_id(p, "dense_resource") || lm_p_is_id(p, "sparse") ||
+                 lm_p_is_id(p, "strided") || lm_p_is_id(p, "distinct")) {
         char buf[96];
         rc = lm_p_errf(p, NULL, LOOM_UNSUPPORTED, "unsupported attribute %s", lm_tok_describe(&t, buf, sizeof buf));
+      } else { /* any other bare word (e.g. tf32 in a dot algorithm): kept as its name */
+        out->kind = LM_ATTR_ENUM;
+        out->s = lm_p_strndup(p, t.s, t.n);
+        if (!out->s) rc = p->err->code;
+        else lm_p_next(p);
       }
       break;
     default:
