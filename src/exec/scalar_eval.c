@@ -89,7 +89,8 @@ static int cmp_elems(int dir, int ct, lm_dtype dt, const void *a, const void *b)
     bool eq = ar == br && ai == bi;
     return dir == DIR_EQ ? eq : !eq;
   }
-  if (ct == CT_TOTAL && lm_dtype_is_float(dt)) {
+  if (ct == CT_TOTAL && !lm_dtype_is_float(dt)) ct = lm_dtype_is_sint(dt) ? CT_SIGNED : CT_UNSIGNED;
+  if (ct == CT_TOTAL) {
     int64_t x = total_key(dt, a), y = total_key(dt, b);
     c = x < y ? -1 : x > y ? 1 : 0;
   } else if (ct == CT_FLOAT || lm_dtype_is_float(dt)) {

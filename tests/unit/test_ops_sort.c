@@ -215,6 +215,7 @@ static void test_compare_elems(void **state) {
   assert_int_equal(lm_compare_elems("EQ", NULL, LOOM_DTYPE_F32, &qn, &qn), 0);
   int8_t m = -1, p = 1;
   assert_int_equal(lm_compare_elems("LT", NULL, LOOM_DTYPE_S8, &m, &p), 1);
+  assert_int_equal(lm_compare_elems("LT", "TOTALORDER", LOOM_DTYPE_S8, &m, &p), 1);
   assert_int_equal(lm_compare_elems("LT", "UNSIGNED", LOOM_DTYPE_S8, &m, &p), 0);
   uint16_t h1 = 0xbc00 /* -1 */, h2 = 0x3c00 /* 1 */;
   assert_int_equal(lm_compare_elems("LT", "TOTALORDER", LOOM_DTYPE_BF16, &h2, &h1), 0);
@@ -265,6 +266,12 @@ static void test_top_k(void **state) {
   run_top_k(T1(LOOM_DTYPE_PRED, 5), 4, bo, &v, &ix);
   int32_t wb[4] = {1, 3, 4, 0};
   assert_memory_equal(ix->data, wb, sizeof wb);
+  lm_buffer_release(v);
+  lm_buffer_release(ix);
+  int8_t i8[3] = {1, -3, -4}; /* signed order (a conformance case) */
+  run_top_k(T1(LOOM_DTYPE_S8, 3), 2, i8, &v, &ix);
+  assert_int_equal(((int8_t *)v->data)[0], 1);
+  assert_int_equal(((int8_t *)v->data)[1], -3);
   lm_buffer_release(v);
   lm_buffer_release(ix);
   uint64_t u[4] = {UINT64_MAX, 3, 1ull << 63, 3};
