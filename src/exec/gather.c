@@ -305,7 +305,10 @@ static int v_scatter(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "update_computation argument %u must be tensor<%s>", i,
                        lm_dtype_name(lm_vtype(fn, op->in[i % n])->dtype));
   }
-  return 0;
+  lm_dtype dts[LM_MAX_RANK];
+  if (n > LM_MAX_RANK) return lm_op_err(err, op, LOOM_VERIFY, "more than %d inputs", LM_MAX_RANK);
+  for (uint32_t i = 0; i < n; i++) dts[i] = lm_vtype(fn, op->in[i])->dtype;
+  return lm_check_region_results(op, 0, fn, n, dts, "update_computation", err);
 }
 
 /* Applies fn over the box sizes[rank] of acc (strides as) with x (strides xs). */

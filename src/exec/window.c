@@ -126,7 +126,10 @@ static int v_reduce_window(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "body argument %u must be tensor<%s>", i,
                        lm_dtype_name(lm_vtype(fn, op->in[i % n])->dtype));
   }
-  return 0;
+  lm_dtype dts[LM_MAX_RANK];
+  if (n > LM_MAX_RANK) return lm_op_err(err, op, LOOM_VERIFY, "more than %d inputs", LM_MAX_RANK);
+  for (uint32_t i = 0; i < n; i++) dts[i] = lm_vtype(fn, op->in[i])->dtype;
+  return lm_check_region_results(op, 0, fn, n, dts, "body", err);
 }
 
 /* Vectorized one-operand binop path. */
@@ -197,7 +200,7 @@ static int k_reduce_window(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   }
   /* general path: per result element, fold the window */
   int rc = 0;
-  lm_sprog *sp = lm_sprog_compile(op, 0, k->fn);
+  lm_sprog *sp = lm_sprog_compile(op, 0, k->fn, n);
   lm_body body;
   bool have_body = false;
   const void **args = calloc(2 * n, sizeof *args);
@@ -279,7 +282,9 @@ static int v_select_and_scatter(const lm_op *op, const lm_func *fn, lm_err *err)
                          lm_dtype_name(a->dtype));
     }
   }
-  return 0;
+  lm_dtype pred = LOOM_DTYPE_PRED, e = a->dtype;
+  LM_TRY(lm_check_region_results(op, 0, fn, 1, &pred, "select", err));
+  return lm_check_region_results(op, 1, fn, 1, &e, "scatter", err);
 }
 
 static int k_select_and_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
@@ -294,11 +299,11 @@ static int k_select_and_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
   int64_t ns = lm_type_numel(&src->type);
   if (ns == 0) return 0;
   int rc = 0;
-  lm_sprog *ssel = lm_sprog_compile(op, 0, k->fn), *ssct = NULL;
+  lm_sprog *ssel = lm_sprog_compile(op, 0, k->fn, 1), *ssct = NULL;
   lm_binop_fn sf = NULL;
   lm_opcode bop = lm_region_simple_binop(op, 1, k->fn);
   if (bop != LM_OP_UNKNOWN) sf = lm_binop_lookup(bop, at->dtype);
-  if (!sf) ssct = lm_sprog_compile(op, 1, k->fn);
+  if (!sf) ssct = lm_sprog_compile(op, 1, k->fn, 1);
   lm_body bsel, bsct;
   bool hsel = false, hsct = false;
   if (!ssel) {

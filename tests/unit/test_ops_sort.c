@@ -201,6 +201,16 @@ static void test_sort_verify(void **state) {
   tb b = build_sort(1, &t, 2, 0, NULL, "LT");
   lm_buffer *x = tb_buf_iota(t, 1, 0);
   tb_expect_error(&b, &x, 1, LOOM_VERIFY, "dimension 2 is outside");
+  /* a comparator that does not return i1 is refused before anything runs */
+  tb_init(&b);
+  uint32_t a = tb_arg(&b, t);
+  lm_op *op = tb_op(&b, b.body, LM_OP_SORT, 1, &a, 1, &t);
+  tb_int(&b, op, "dimension", 0);
+  lm_type at[2] = {T0(LOOM_DTYPE_F32), T0(LOOM_DTYPE_F32)};
+  lm_block *blk = tb_region(&b, op, 2, at);
+  tb_return(&b, blk, 1, &blk->args[0]);
+  tb_finish(&b, 1, op->out);
+  tb_expect_error(&b, &x, 1, LOOM_VERIFY, "comparator result 0 must be tensor<i1>");
   lm_buffer_release(x);
 }
 
