@@ -393,7 +393,10 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       uoff += si[j] * us[sdims[j]];
     }
     for (int d = 0; d < rt->rank; d++) base[d] = 0;
-    for (int q = 0; q < g.n_map; q++) base[g.map[q]] = lm_load_index(ix->data, it->dtype, ioff + q * vstride);
+    /* indices far outside any dimension clamp to +-2^62: still out of bounds, and adding window
+     * offsets cannot overflow */
+    for (int q = 0; q < g.n_map; q++)
+      base[g.map[q]] = lm_clamp64(lm_load_index(ix->data, it->dtype, ioff + q * vstride), -(INT64_C(1) << 62), INT64_C(1) << 62);
     for (int i = 0; i < g.n_obat; i++) {
       int64_t ds = g.ibat[i];
       base[g.obat[i]] = si[ds - (ds < g.ivd ? 0 : 1)];
