@@ -244,7 +244,9 @@ static int prep_side(lm_kctx *k, const lm_buffer *x, bool is_lhs, const int64_t 
   s->bstride = F * K;
   size_t ces = lm_dtype_size(ct);
   bool convert = t->dtype != ct;
-  if ((fk || kf) && !convert) {
+  /* the integer loop only takes untransposed matrices */
+  bool direct = !convert && (ct == LOOM_DTYPE_S64 ? (is_lhs ? fk : kf) : (fk || kf));
+  if (direct) {
     s->data = x->data;
     /* lhs [M,K] is no-trans; rhs [K,N] (contract first) is no-trans */
     s->trans = is_lhs ? !fk : !kf;

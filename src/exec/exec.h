@@ -29,7 +29,8 @@ size_t lm_device_peak(const lm_device *d);   /* high-water mark */
 typedef struct lm_buffer {
   _Atomic int refcount;         /* lm_buffer_retain / lm_buffer_release */
   lm_type type;                 /* tensor, token or tuple */
-  void *data;                   /* 64-byte aligned element data (tensors), NULL when empty */
+  void *data;                   /* 64-byte aligned element data (tensors), NULL when empty; owned by the
+                                   buffer (big blocks are recycled by the device): never replace it */
   size_t nbytes;                /* bytes of data */
   lm_device *dev;               /* budget it is charged to; NULL = uncharged host memory */
   uint32_t nelems;              /* tuples: element count */

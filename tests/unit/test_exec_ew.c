@@ -368,7 +368,7 @@ static void test_convert(void **state) {
   /* wrap between integers; bool conversions */
   int32_t wide[] = {300, -1, 0};
   int8_t nar[3];
-  uint8_t pr[3];
+  uint8_t pr[4];
   lm_convert_array(nar, LOOM_DTYPE_S8, wide, LOOM_DTYPE_S32, 3);
   lm_convert_array(pr, LOOM_DTYPE_PRED, wide, LOOM_DTYPE_S32, 3);
   assert_true(nar[0] == 44 && nar[1] == -1 && nar[2] == 0);
