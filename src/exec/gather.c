@@ -305,7 +305,10 @@ static int v_scatter(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "update_computation argument %u must be tensor<%s>", i,
                        lm_dtype_name(lm_vtype(fn, op->in[i % n])->dtype));
   }
-  return 0;
+  lm_dtype dts[LM_MAX_RANK];
+  if (n > LM_MAX_RANK) return lm_op_err(err, op, LOOM_VERIFY, "more than %d inputs", LM_MAX_RANK);
+  for (uint32_t i = 0; i < n; i++) dts[i] = lm_vtype(fn, op->in[i])->dtype;
+  return lm_check_region_results(op, 0, fn, n, dts, "update_computation", err);
 }
 
 /* Applies fn over the box sizes[rank] of acc (strides as) with x (strides xs). */
@@ -390,7 +393,10 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       uoff += si[j] * us[sdims[j]];
     }
     for (int d = 0; d < rt->rank; d++) base[d] = 0;
-    for (int q = 0; q < g.n_map; q++) base[g.map[q]] = lm_load_index(ix->data, it->dtype, ioff + q * vstride);
+    /* indices far outside any dimension clamp to +-2^62: still out of bounds, and adding window
+     * offsets cannot overflow */
+    for (int q = 0; q < g.n_map; q++)
+      base[g.map[q]] = lm_clamp64(lm_load_index(ix->data, it->dtype, ioff + q * vstride), -(INT64_C(1) << 62), INT64_C(1) << 62);
     for (int i = 0; i < g.n_obat; i++) {
       int64_t ds = g.ibat[i];
       base[g.obat[i]] = si[ds - (ds < g.ivd ? 0 : 1)];

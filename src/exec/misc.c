@@ -3,8 +3,8 @@
  * (the target registry of kernel.h and the targets this file implements), and the batch_norm ops
  * (spec 'batch_norm_inference', 'batch_norm_training', 'batch_norm_grad', computed per element in
  * double from the spec's decompositions, epsilon first rounded to the element type as the
- * decomposition's constant is). Also registers the families with files of their own (rng.c,
- * fft.c, linalg.c). */
+ * decomposition's constant is), dynamic_conv (through the convolution kernel). Also registers the
+ * families with files of their own (rng.c, fft.c, linalg.c, einsum.c). */
 #include <math.h>
 #include <string.h>
 #include "exec/ops_util.h"
@@ -326,6 +326,45 @@ static int k_bn_grad(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   return 0;
 }
 
+/* ---- dynamic_conv: convolution whose padding is operand 2 ([spatial dims, 2] integers) ----
+ * Runs the convolution kernel on a copy of the op carrying that padding as its attribute; the
+ * convolution kernel checks the shapes against it at run time. */
+
+static int v_dynamic_conv(const lm_op *op, const lm_func *fn, lm_err *err) {
+  LM_TRY(arity(op, 3, 1, err));
+  for (uint32_t i = 0; i < 3; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
+  LM_TRY(lm_check_tensor(op, fn, true, 0, err));
+  const lm_type *l = lm_vtype(fn, op->in[0]), *p = lm_vtype(fn, op->in[2]);
+  if (p->rank != 2 || p->dims[1] != 2 || p->dims[0] != l->rank - 2 || !lm_dtype_is_int(p->dtype))
+    return lm_op_err(err, op, LOOM_VERIFY, "padding operand must be a %dx2 integer tensor", l->rank - 2);
+  if (lm_op_attr(op, "padding")) return lm_op_err(err, op, LOOM_VERIFY, "padding must be given as an operand, not an attribute");
+  const lm_kernel_info *ck = lm_kernel_get(LM_OP_CONVOLUTION);
+  if (!ck) return lm_op_err(err, op, LOOM_UNSUPPORTED, "convolution is not available");
+  return 0;
+}
+
+static int k_dynamic_conv(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_kernel_info *ck = lm_kernel_get(LM_OP_CONVOLUTION);
+  if (!ck) return lm_kerr(k, LOOM_UNSUPPORTED, "convolution is not available");
+  const lm_op *op = k->op;
+  if (op->nattrs > 62) return lm_kerr(k, LOOM_UNSUPPORTED, "too many attributes");
+  int64_t n = lm_type_numel(&in[2]->type), pad[2 * LM_MAX_RANK];
+  for (int64_t i = 0; i < n && i < 2 * LM_MAX_RANK; i++) pad[i] = lm_load_index(in[2]->data, in[2]->type.dtype, i);
+  lm_named_attr attrs[64];
+  memcpy(attrs, op->attrs, op->nattrs * sizeof *attrs);
+  attrs[op->nattrs] = (lm_named_attr){"padding", {.kind = LM_ATTR_INTS, .n = (uint32_t)n, .ints = pad}};
+  lm_op conv = *op;
+  conv.code = LM_OP_CONVOLUTION;
+  conv.nin = 2;
+  conv.attrs = attrs;
+  conv.nattrs = op->nattrs + 1;
+  lm_kctx ck2 = *k;
+  ck2.op = &conv;
+  LM_TRY(ck->verify ? ck->verify(&conv, k->fn, k->err) : 0);
+  if (!(ck->flags & LM_KF_OWN_OUTPUTS)) return ck->fn(&ck2, in, out);
+  return lm_kerr(k, LOOM_INTERNAL, "unexpected convolution kernel flags");
+}
+
 void lm_register_misc_kernels(void) {
   lm_kernel_register(LM_OP_TUPLE, k_tuple, v_tuple, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_GET_TUPLE_ELEMENT, k_get_tuple_element, v_get_tuple_element, LM_KF_OWN_OUTPUTS);
@@ -343,6 +382,7 @@ void lm_register_misc_kernels(void) {
   lm_kernel_register(LM_OP_BATCH_NORM_INFERENCE, k_bn_inference, v_bn_inference, 0);
   lm_kernel_register(LM_OP_BATCH_NORM_TRAINING, k_bn_training, v_bn_training, 0);
   lm_kernel_register(LM_OP_BATCH_NORM_GRAD, k_bn_grad, v_bn_grad, 0);
+  lm_kernel_register(LM_OP_DYNAMIC_CONV, k_dynamic_conv, v_dynamic_conv, 0);
   lm_register_rng_kernels();
   lm_register_fft_kernels();
   lm_register_linalg_kernels();

@@ -125,7 +125,7 @@ static int v_slice(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "dimension %d: need 0 <= start (%lld) <= limit (%lld) <= size (%lld)", d,
                        (long long)start[d], (long long)limit[d], (long long)a->dims[d]);
     if (step[d] <= 0) return lm_op_err(err, op, LOOM_VERIFY, "dimension %d: stride %lld must be positive", d, (long long)step[d]);
-    want[d] = (limit[d] - start[d] + step[d] - 1) / step[d];
+    want[d] = limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / step[d] + 1;
   }
   return expect_shape(op, r, want, a->rank, err);
 }
@@ -292,9 +292,11 @@ static int k_concatenate(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* Result dims of pad; false if a dim would be negative. */
 static bool pad_dims(const lm_type *a, const int64_t *lo, const int64_t *hi, const int64_t *in, int64_t *want) {
   for (int d = 0; d < a->rank; d++) {
-    int64_t n = a->dims[d];
-    want[d] = n + (n > 0 ? (n - 1) * in[d] : 0) + lo[d] + hi[d];
-    if (want[d] < 0) return false;
+    int64_t n = a->dims[d], v;
+    if (__builtin_mul_overflow(n > 0 ? n - 1 : 0, in[d], &v) || __builtin_add_overflow(v, n, &v) ||
+        __builtin_add_overflow(v, lo[d], &v) || __builtin_add_overflow(v, hi[d], &v) || v < 0)
+      return false;
+    want[d] = v;
   }
   return true;
 }
@@ -322,7 +324,7 @@ static int v_pad(const lm_op *op, const lm_func *fn, lm_err *err) {
         hi[d] > (INT64_C(1) << 40) || inner[d] > (INT64_C(1) << 40))
       return lm_op_err(err, op, LOOM_VERIFY, "padding in dimension %d is out of range", d);
   }
-  if (!pad_dims(a, lo, hi, inner, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative dimension size");
+  if (!pad_dims(a, lo, hi, inner, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative or too large dimension size");
   return expect_shape(op, r, want, a->rank, err);
 }
 
@@ -625,7 +627,7 @@ static int k_real_dynamic_slice(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
     if (start[d] < 0 || start[d] > limit || limit > in[0]->type.dims[d] || step[d] <= 0)
       return lm_kerr(k, LOOM_INVALID_ARGUMENT, "dimension %d: start %lld, limit %lld, stride %lld are out of range", d,
                      (long long)start[d], (long long)limit, (long long)step[d]);
-    if ((limit - start[d] + step[d] - 1) / step[d] != out[0]->type.dims[d])
+    if ((limit == start[d] ? 0 : (limit - start[d] - 1) / step[d] + 1) != out[0]->type.dims[d])
       return lm_kerr(k, LOOM_SHAPE_MISMATCH, "dimension %d: the slice does not give the static result size %lld", d,
                      (long long)out[0]->type.dims[d]);
   }

@@ -544,6 +544,21 @@ int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i,
   return 0;
 }
 
+int lm_check_region_results(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t n, const lm_dtype *dts,
+                            const char *what, lm_err *err) {
+  if (r >= op->nregions || op->regions[r].nblocks != 1 || op->regions[r].blocks[0].nops == 0)
+    return lm_op_err(err, op, LOOM_VERIFY, "missing %s region", what);
+  const lm_block *b = &op->regions[r].blocks[0];
+  const lm_op *ret = &b->ops[b->nops - 1];
+  if (ret->nin != n) return lm_op_err(err, op, LOOM_VERIFY, "%s must return %u value(s), returns %u", what, n, ret->nin);
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_type *t = &fn->value_types[ret->in[i]];
+    if (t->kind != LM_TYPE_TENSOR || t->rank != 0 || t->dtype != dts[i])
+      return lm_op_err(err, op, LOOM_VERIFY, "%s result %u must be tensor<%s>", what, i, lm_dtype_name(dts[i]));
+  }
+  return 0;
+}
+
 bool lm_dims_valid(const int64_t *v, int n, int64_t bound) {
   for (int i = 0; i < n; i++) {
     if (v[i] < 0 || v[i] >= bound) return false;

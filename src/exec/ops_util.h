@@ -118,6 +118,11 @@ int lm_struct_ints(const lm_op *op, const lm_attr *s, const char *field, int64_t
 /* Checks that op's operand i (or result i) is a tensor with a static shape; names it in the error. */
 int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i, lm_err *err);
 
+/* Checks that region r of op (one block) ends in a return of n rank-0 tensors of types dts[n];
+ * `what` names the region in the error ("comparator", "body", ...). */
+int lm_check_region_results(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t n, const lm_dtype *dts,
+                            const char *what, lm_err *err);
+
 /* True if every value of v[n] is in [0, bound) and no value repeats. */
 bool lm_dims_valid(const int64_t *v, int n, int64_t bound);
 bool lm_dims_sorted(const int64_t *v, int n);

@@ -89,7 +89,8 @@ static int cmp_elems(int dir, int ct, lm_dtype dt, const void *a, const void *b)
     bool eq = ar == br && ai == bi;
     return dir == DIR_EQ ? eq : !eq;
   }
-  if (ct == CT_TOTAL && lm_dtype_is_float(dt)) {
+  if (ct == CT_TOTAL && !lm_dtype_is_float(dt)) ct = lm_dtype_is_sint(dt) ? CT_SIGNED : CT_UNSIGNED;
+  if (ct == CT_TOTAL) {
     int64_t x = total_key(dt, a), y = total_key(dt, b);
     c = x < y ? -1 : x > y ? 1 : 0;
   } else if (ct == CT_FLOAT || lm_dtype_is_float(dt)) {
@@ -130,12 +131,12 @@ static bool scalar_type(const lm_type *t) {
   return t->kind == LM_TYPE_TENSOR && t->rank == 0 && lm_dtype_valid(t->dtype);
 }
 
-lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn) {
+lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t nres) {
   if (lm_ops_generic_only || r >= op->nregions || op->regions[r].nblocks != 1) return NULL;
   const lm_block *b = &op->regions[r].blocks[0];
   if (b->nops == 0 || b->nops > 4096) return NULL;
   const lm_op *ret = &b->ops[b->nops - 1];
-  if (ret->code != LM_OP_RETURN) return NULL;
+  if (ret->code != LM_OP_RETURN || ret->nin != nres) return NULL;
   lm_sprog *p = calloc(1, sizeof *p);
   /* value id -> slot (+1; 0 = not defined in this region) */
   uint16_t *slot = calloc(fn->nvalues ? fn->nvalues : 1, sizeof *slot);

@@ -13,8 +13,9 @@
 typedef struct lm_sprog lm_sprog;
 
 /* Compiles region r of op (its block arguments and results rank-0 tensors). Returns NULL when the
- * region uses an unsupported op or type, or when lm_ops_generic_only is set. */
-lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn);
+ * region uses an unsupported op or type, does not return exactly nres values, or when
+ * lm_ops_generic_only is set. */
+lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t nres);
 /* Evaluates: args[i] points at block argument i's element bytes, res[i] receives result i's. */
 void lm_sprog_run(const lm_sprog *p, const void *const *args, void *const *res);
 void lm_sprog_free(lm_sprog *p);

@@ -124,7 +124,8 @@ static int v_sort(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "comparator argument %u must be tensor<%s>", i,
                        lm_dtype_name(lm_vtype(fn, op->in[i / 2])->dtype));
   }
-  return 0;
+  lm_dtype pred = LOOM_DTYPE_PRED;
+  return lm_check_region_results(op, 0, fn, 1, &pred, "comparator", err);
 }
 
 static int k_sort(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
@@ -149,7 +150,7 @@ static int k_sort(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   int64_t *perm = malloc((size_t)len * sizeof *perm), *tmp = malloc((size_t)len * sizeof *tmp);
   if (!c.es || !c.args || !perm || !tmp) { rc = lm_kerr(k, LOOM_NO_MEMORY, "out of host memory"); goto done; }
   for (uint32_t i = 0; i < n; i++) c.es[i] = lm_dtype_size(in[i]->type.dtype);
-  c.sp = lm_sprog_compile(op, 0, k->fn);
+  c.sp = lm_sprog_compile(op, 0, k->fn, 1);
   if (!c.sp) {
     rc = lm_body_init(&body, k, 0, 1);
     if (rc < 0) goto done;

@@ -67,10 +67,13 @@ static int read_window(const lm_op *op, int rank, bool dilations, wparams *w, lm
 /* Number of windows per dimension (spec 'reduce_window' C15); false if a padded size < 0. */
 static bool num_windows(const wparams *w, const int64_t *dims, int64_t *out) {
   for (int d = 0; d < w->rank; d++) {
-    int64_t dil = dims[d] == 0 ? 0 : (dims[d] - 1) * w->bdil[d] + 1;
-    int64_t padded = w->lo[d] + dil + w->hi[d];
-    int64_t dw = w->wdim[d] == 0 ? 0 : (w->wdim[d] - 1) * w->wdil[d] + 1;
-    if (padded < 0) return false;
+    int64_t dil = 0, padded, dw = 0;
+    if (dims[d] > 0 && (__builtin_mul_overflow(dims[d] - 1, w->bdil[d], &dil) || __builtin_add_overflow(dil, 1, &dil)))
+      return false;
+    if (__builtin_add_overflow(dil, w->lo[d], &padded) || __builtin_add_overflow(padded, w->hi[d], &padded)) return false;
+    if (w->wdim[d] > 0 && (__builtin_mul_overflow(w->wdim[d] - 1, w->wdil[d], &dw) || __builtin_add_overflow(dw, 1, &dw)))
+      return false;
+    if (padded < 0 || padded > (INT64_C(1) << 50) || dw > (INT64_C(1) << 50)) return false;
     out[d] = (padded == 0 || dw > padded) ? 0 : (padded - dw) / w->stride[d] + 1;
   }
   return true;
@@ -100,7 +103,7 @@ static int v_reduce_window(const lm_op *op, const lm_func *fn, lm_err *err) {
   wparams w;
   LM_TRY(read_window(op, a->rank, true, &w, err));
   int64_t want[LM_MAX_RANK];
-  if (!num_windows(&w, a->dims, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative size");
+  if (!num_windows(&w, a->dims, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative or too large size");
   for (uint32_t i = 0; i < n; i++) {
     const lm_type *t = lm_vtype(fn, op->in[i]), *iv = lm_vtype(fn, op->in[n + i]), *r = lm_vtype(fn, op->out[i]);
     if (t->rank != a->rank || memcmp(t->dims, a->dims, (size_t)a->rank * sizeof(int64_t)) != 0)
@@ -126,7 +129,10 @@ static int v_reduce_window(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "body argument %u must be tensor<%s>", i,
                        lm_dtype_name(lm_vtype(fn, op->in[i % n])->dtype));
   }
-  return 0;
+  lm_dtype dts[LM_MAX_RANK];
+  if (n > LM_MAX_RANK) return lm_op_err(err, op, LOOM_VERIFY, "more than %d inputs", LM_MAX_RANK);
+  for (uint32_t i = 0; i < n; i++) dts[i] = lm_vtype(fn, op->in[i])->dtype;
+  return lm_check_region_results(op, 0, fn, n, dts, "body", err);
 }
 
 /* Vectorized one-operand binop path. */
@@ -197,7 +203,7 @@ static int k_reduce_window(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   }
   /* general path: per result element, fold the window */
   int rc = 0;
-  lm_sprog *sp = lm_sprog_compile(op, 0, k->fn);
+  lm_sprog *sp = lm_sprog_compile(op, 0, k->fn, n);
   lm_body body;
   bool have_body = false;
   const void **args = calloc(2 * n, sizeof *args);
@@ -260,7 +266,7 @@ static int v_select_and_scatter(const lm_op *op, const lm_func *fn, lm_err *err)
   wparams w;
   LM_TRY(read_window(op, a->rank, false, &w, err));
   int64_t want[LM_MAX_RANK];
-  if (!num_windows(&w, a->dims, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative size");
+  if (!num_windows(&w, a->dims, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative or too large size");
   if (s->dtype != a->dtype || iv->dtype != a->dtype || iv->rank != 0)
     return lm_op_err(err, op, LOOM_VERIFY, "source and init_value must have the operand's element type (init 0-d)");
   bool ok = s->rank == a->rank;
@@ -279,7 +285,9 @@ static int v_select_and_scatter(const lm_op *op, const lm_func *fn, lm_err *err)
                          lm_dtype_name(a->dtype));
     }
   }
-  return 0;
+  lm_dtype pred = LOOM_DTYPE_PRED, e = a->dtype;
+  LM_TRY(lm_check_region_results(op, 0, fn, 1, &pred, "select", err));
+  return lm_check_region_results(op, 1, fn, 1, &e, "scatter", err);
 }
 
 static int k_select_and_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
@@ -294,11 +302,11 @@ static int k_select_and_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
   int64_t ns = lm_type_numel(&src->type);
   if (ns == 0) return 0;
   int rc = 0;
-  lm_sprog *ssel = lm_sprog_compile(op, 0, k->fn), *ssct = NULL;
+  lm_sprog *ssel = lm_sprog_compile(op, 0, k->fn, 1), *ssct = NULL;
   lm_binop_fn sf = NULL;
   lm_opcode bop = lm_region_simple_binop(op, 1, k->fn);
   if (bop != LM_OP_UNKNOWN) sf = lm_binop_lookup(bop, at->dtype);
-  if (!sf) ssct = lm_sprog_compile(op, 1, k->fn);
+  if (!sf) ssct = lm_sprog_compile(op, 1, k->fn, 1);
   lm_body bsel, bsct;
   bool hsel = false, hsct = false;
   if (!ssel) {

@@ -237,8 +237,7 @@ static void scatter_ref(const cfg *c, bodyk k, lm_dtype dt, const lm_type *rt, d
     for (int d = 0; d < rt->rank; d++) fw[d] = (has(c->coll, c->n_coll, d) || has(c->obat, c->n_obat, d)) ? 0 : widx[p++];
     bool inb = true;
     for (int d = 0; d < rt->rank; d++) {
-      ri[d] = fs[d] + fb[d] + fw[d];
-      if (ri[d] < 0 || ri[d] >= rt->dims[d]) inb = false;
+      if (__builtin_add_overflow(fs[d], fb[d] + fw[d], &ri[d]) || ri[d] < 0 || ri[d] >= rt->dims[d]) inb = false;
     }
     if (!inb) continue;
     int64_t f = flat(rt, ri);
@@ -348,7 +347,7 @@ static void test_scatter_random(void **state) {
   /* scalar indices (ivd = rank), duplicates: embedding-gradient style */
   cfg c2 = {.n_off = 1, .off = {1}, .n_coll = 1, .coll = {0}, .n_map = 1, .map = {0}, .ivd = 1};
   lm_type rt2 = T2(LOOM_DTYPE_F32, 8, 3), it2 = T1(LOOM_DTYPE_S64, 10), ut2 = T2(LOOM_DTYPE_F32, 10, 3);
-  int64_t idx2[10] = {1, 7, 1, 3, 8, -1, 0, 7, 7, 2};
+  int64_t idx2[10] = {1, 7, 1, 3, 8, INT64_MIN, 0, 7, INT64_MAX, 2}; /* hostile extremes are out of bounds */
   /* batching dims with index_vector_dim in the middle */
   cfg c3 = {.n_off = 1, .off = {2}, .n_coll = 1, .coll = {1}, .n_obat = 1, .obat = {0}, .n_ibat = 1, .ibat = {2},
             .n_map = 1, .map = {1}, .ivd = 1};

@@ -249,12 +249,48 @@ static void test_batch_norm(void **state) {
   }
 }
 
+/* dynamic_conv: a 1-D convolution [b, 0, f] x [0, i, o] whose padding comes from an operand */
+static void test_dynamic_conv(void **state) {
+  for (int bad = 0; bad < 2; bad++) {
+    tb b;
+    tb_init(&b);
+    lm_type lt = T3(LOOM_DTYPE_F32, 1, 4, 1), kt = T3(LOOM_DTYPE_F32, 3, 1, 1), pt = T2(LOOM_DTYPE_S64, 1, 2),
+            rt = T3(LOOM_DTYPE_F32, 1, 4, 1);
+    uint32_t ins[3] = {tb_arg(&b, lt), tb_arg(&b, kt), tb_arg(&b, pt)};
+    lm_op *op = tb_op(&b, b.body, LM_OP_DYNAMIC_CONV, 3, ins, 1, &rt);
+    lm_attr *dn = tb_struct(&b, op, "dimension_numbers", "stablehlo.conv");
+    tb_field_int(&b, dn, "input_batch_dimension", 0);
+    tb_field_int(&b, dn, "input_feature_dimension", 2);
+    tb_field_ints(&b, dn, "input_spatial_dimensions", 1, (int64_t[]){1});
+    tb_field_int(&b, dn, "kernel_input_feature_dimension", 1);
+    tb_field_int(&b, dn, "kernel_output_feature_dimension", 2);
+    tb_field_ints(&b, dn, "kernel_spatial_dimensions", 1, (int64_t[]){0});
+    tb_field_int(&b, dn, "output_batch_dimension", 0);
+    tb_field_int(&b, dn, "output_feature_dimension", 2);
+    tb_field_ints(&b, dn, "output_spatial_dimensions", 1, (int64_t[]){1});
+    tb_finish(&b, 1, op->out);
+    float x[4] = {1, 2, 3, 4}, w[3] = {1, 10, 100};
+    int64_t pad[2] = {1, bad ? 2 : 1};
+    lm_buffer *args[3] = {tb_buf(lt, x), tb_buf(kt, w), tb_buf(pt, pad)};
+    if (bad) {
+      tb_expect_error(&b, args, 3, LOOM_VERIFY, "");
+    } else {
+      lm_buffer *y = tb_run1(&b, args, 3);
+      float want[4] = {0 * 1 + 1 * 10 + 2 * 100, 1 + 20 + 300, 2 + 30 + 400, 3 + 40 + 0};
+      assert_buf_eq_bytes(y, want, sizeof want);
+      lm_buffer_release(y);
+    }
+    for (int i = 0; i < 3; i++) lm_buffer_release(args[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tuple_roundtrip),
       cmocka_unit_test(test_tokens_and_ids),
       cmocka_unit_test(test_custom_call),
       cmocka_unit_test(test_batch_norm),
+      cmocka_unit_test(test_dynamic_conv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -201,6 +201,16 @@ static void test_sort_verify(void **state) {
   tb b = build_sort(1, &t, 2, 0, NULL, "LT");
   lm_buffer *x = tb_buf_iota(t, 1, 0);
   tb_expect_error(&b, &x, 1, LOOM_VERIFY, "dimension 2 is outside");
+  /* a comparator that does not return i1 is refused before anything runs */
+  tb_init(&b);
+  uint32_t a = tb_arg(&b, t);
+  lm_op *op = tb_op(&b, b.body, LM_OP_SORT, 1, &a, 1, &t);
+  tb_int(&b, op, "dimension", 0);
+  lm_type at[2] = {T0(LOOM_DTYPE_F32), T0(LOOM_DTYPE_F32)};
+  lm_block *blk = tb_region(&b, op, 2, at);
+  tb_return(&b, blk, 1, &blk->args[0]);
+  tb_finish(&b, 1, op->out);
+  tb_expect_error(&b, &x, 1, LOOM_VERIFY, "comparator result 0 must be tensor<i1>");
   lm_buffer_release(x);
 }
 
@@ -215,6 +225,7 @@ static void test_compare_elems(void **state) {
   assert_int_equal(lm_compare_elems("EQ", NULL, LOOM_DTYPE_F32, &qn, &qn), 0);
   int8_t m = -1, p = 1;
   assert_int_equal(lm_compare_elems("LT", NULL, LOOM_DTYPE_S8, &m, &p), 1);
+  assert_int_equal(lm_compare_elems("LT", "TOTALORDER", LOOM_DTYPE_S8, &m, &p), 1);
   assert_int_equal(lm_compare_elems("LT", "UNSIGNED", LOOM_DTYPE_S8, &m, &p), 0);
   uint16_t h1 = 0xbc00 /* -1 */, h2 = 0x3c00 /* 1 */;
   assert_int_equal(lm_compare_elems("LT", "TOTALORDER", LOOM_DTYPE_BF16, &h2, &h1), 0);
@@ -265,6 +276,12 @@ static void test_top_k(void **state) {
   run_top_k(T1(LOOM_DTYPE_PRED, 5), 4, bo, &v, &ix);
   int32_t wb[4] = {1, 3, 4, 0};
   assert_memory_equal(ix->data, wb, sizeof wb);
+  lm_buffer_release(v);
+  lm_buffer_release(ix);
+  int8_t i8[3] = {1, -3, -4}; /* signed order (a conformance case) */
+  run_top_k(T1(LOOM_DTYPE_S8, 3), 2, i8, &v, &ix);
+  assert_int_equal(((int8_t *)v->data)[0], 1);
+  assert_int_equal(((int8_t *)v->data)[1], -3);
   lm_buffer_release(v);
   lm_buffer_release(ix);
   uint64_t u[4] = {UINT64_MAX, 3, 1ull << 63, 3};
