@@ -309,7 +309,7 @@ static int cc_wait(dp_cc *cc, dp_req **rs, size_t n) {
     for (size_t i = 0; i < n && w < sizeof who - 32; i++)
       if (!rs[i]->done && rs[i]->peer)
         w += (size_t)snprintf(who + w, sizeof who - w, "%s%" PRIu64, w ? ", " : "", rs[i]->peer->id);
-    return cc_fail(cc, rc, "timed out waiting for worker(s) %s", who[0] ? who : "?");
+    return cc_fail(cc, rc, "timed out waiting for %s %s", strchr(who, ',') ? "workers" : "worker", who[0] ? who : "?");
   }
   if (rc == LOOM_CANCELLED) return cc_fail(cc, rc, "cancelled");
   for (size_t i = 0; i < n; i++)
@@ -337,15 +337,7 @@ static int cc_finish(dp_cc *cc) {
       /* every request is done when a call succeeds; be safe anyway */
       dp_wait_locked(dp, cc->reqs, cc->nreq, cc->deadline, NULL);
     }
-    for (size_t i = 0; i < cc->nreq; i++) {
-      dp_req *r = cc->reqs[i];
-      if (r->done) free(r);
-      else {
-        r->autofree = true;
-        r->all_next = dp->loose;
-        dp->loose = r;
-      }
-    }
+    for (size_t i = 0; i < cc->nreq; i++) dp_req_release_locked(dp, cc->reqs[i]);
     pthread_mutex_unlock(&dp->mu);
   }
   free(cc->reqs);
@@ -1048,6 +1040,16 @@ int lm_dp_reduce_scatter(lm_dp_group *g, uint32_t rank, uint64_t tag, const void
   if (!send || !recv) return lm_errf(err, LOOM_INVALID_ARGUMENT, "data plane: reduce_scatter: NULL buffer");
   if ((const uint8_t *)send < (uint8_t *)recv + blk && (uint8_t *)recv < (const uint8_t *)send + total)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "data plane: reduce_scatter: send and receive buffers overlap");
+  if (red->op == LM_DP_CUSTOM && !g->contiguous) {
+    /* a custom body over interleaved workers: the in-order all_reduce of everything, then
+     * this member's block (costlier, but the order is the spec's) */
+    uint8_t *all = malloc(total);
+    if (!all) return lm_errf(err, LOOM_NO_MEMORY, "data plane: reduce_scatter: out of memory");
+    int rc = lm_dp_all_reduce(g, rank, tag, send, all, count * g->n, red, call, err);
+    if (rc == 0) memcpy(recv, all + (size_t)rank * blk, blk);
+    free(all);
+    return rc;
+  }
   dp_ctx c;
   const void *s1;
   void *r1;

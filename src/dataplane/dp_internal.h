@@ -108,7 +108,7 @@ typedef struct dp_req {
   int type;                   /* DP_REQ_* */
   bool done;
   bool posted;                /* in the posted map */
-  bool autofree;              /* fire-and-forget (aborts): freed on completion */
+  bool autofree;              /* nobody waits for it any more: freed once UCX lets go of it */
   int status;                 /* 0 or a negative loom status once done */
   char why[256];              /* detail when status != 0 */
   dp_peer *peer;
@@ -116,7 +116,7 @@ typedef struct dp_req {
   void *buf;
   size_t len;
   void *ucx;                  /* UCX request in flight, or NULL */
-  struct dp_req *all_next;    /* in the owner's list (a call context, lm_dp.loose) */
+  struct dp_req *fl_prev, *fl_next; /* in lm_dp.inflight while ucx != NULL */
   uint8_t hdr[DP_HDR_SIZE];   /* sends: the header; lives until completion */
   uint8_t payload[];          /* autofree sends: a copy of the payload */
 } dp_req;
@@ -188,7 +188,7 @@ struct lm_dp {
   size_t ux_bytes;             /* copied bytes held */
   dp_map retired;              /* dp_retired by (tag, key2) */
   dp_retired *ret_old, *ret_new;
-  dp_req *loose;               /* autofree requests in flight */
+  dp_req *inflight;            /* requests UCX holds (ucx != NULL) */
   ucp_ep_h *closing;           /* eps being closed */
   void **closing_req;
   size_t nclosing, capclosing;
@@ -214,8 +214,11 @@ void dp_peer_fail_locked(lm_dp *dp, dp_peer *p, const char *fmt, ...) __attribut
 
 /* Requests (mu held for post/complete). */
 dp_req *dp_req_new(int type, size_t payload);
+/* Marks r done (once); an abandoned (autofree) request UCX no longer holds is freed. */
 void dp_req_complete_locked(lm_dp *dp, dp_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The owner is done with r: freed now, or when UCX lets go of it. */
+void dp_req_release_locked(lm_dp *dp, dp_req *r);
 void dp_send_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t tag, uint64_t key2, uint32_t slot,
                     uint64_t sig, const void *buf, size_t len);
 void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t tag, uint64_t key2, uint32_t slot,

@@ -420,8 +420,14 @@ void dp_peer_fail_locked(lm_dp *dp, dp_peer *p, const char *fmt, ...) {
   ucp_ep_h ep = p->ep;
   p->ep = NULL;
   dp_fail_posted_locked(dp, dp_match_src, &p->id, LOOM_WORKER_LOST, p->why);
-  /* closing the endpoint completes its pending operations with an error */
-  dp_close_ep_locked(dp, ep);
+  /* transfers in flight with it fail now; UCX may keep their request objects (never their
+   * buffers: nothing reaches a dead peer) until it lets go of them */
+  for (dp_req *r = dp->inflight, *next; r; r = next) {
+    next = r->fl_next;
+    if (r->peer == p && !r->done) dp_req_complete_locked(dp, r, LOOM_WORKER_LOST, "%s", p->why);
+  }
+  /* a forced close completes UCX's own pending operations (endpoints with error handling) */
+  if (p->err_peer) dp_close_ep_locked(dp, ep);
   dp->ncompl++;
   pthread_cond_broadcast(&dp->cv);
 }
@@ -539,12 +545,25 @@ dp_req *dp_req_new(int type, size_t payload) {
   return r;
 }
 
-static void dp_loose_unlink(lm_dp *dp, dp_req *r) {
-  for (dp_req **pp = &dp->loose; *pp; pp = &(*pp)->all_next)
-    if (*pp == r) {
-      *pp = r->all_next;
-      return;
-    }
+static void dp_inflight_add(lm_dp *dp, dp_req *r, void *ucx) {
+  r->ucx = ucx;
+  r->fl_prev = NULL;
+  r->fl_next = dp->inflight;
+  if (dp->inflight) dp->inflight->fl_prev = r;
+  dp->inflight = r;
+}
+
+static void dp_inflight_del(lm_dp *dp, dp_req *r) {
+  if (r->fl_prev) r->fl_prev->fl_next = r->fl_next;
+  else if (dp->inflight == r) dp->inflight = r->fl_next;
+  if (r->fl_next) r->fl_next->fl_prev = r->fl_prev;
+  r->fl_prev = r->fl_next = NULL;
+  r->ucx = NULL;
+}
+
+void dp_req_release_locked(lm_dp *dp, dp_req *r) {
+  if (r->ucx) r->autofree = true;
+  else free(r);
 }
 
 void dp_req_complete_locked(lm_dp *dp, dp_req *r, int status, const char *fmt, ...) {
@@ -558,10 +577,7 @@ void dp_req_complete_locked(lm_dp *dp, dp_req *r, int status, const char *fmt, .
     va_end(ap);
   }
   dp->ncompl++;
-  if (r->autofree) {
-    dp_loose_unlink(dp, r);
-    free(r);
-  }
+  if (r->autofree && !r->ucx) free(r);
 }
 
 static int dp_ucs_code(ucs_status_t st) {
@@ -577,7 +593,11 @@ static int dp_ucs_code(ucs_status_t st) {
 }
 
 static void dp_req_ucx_done_locked(lm_dp *dp, dp_req *r, ucs_status_t st) {
-  r->ucx = NULL;
+  dp_inflight_del(dp, r);
+  if (r->done) { /* failed already (its peer died): nobody waits any more */
+    if (r->autofree) free(r);
+    return;
+  }
   if (st == UCS_OK) dp_req_complete_locked(dp, r, 0, NULL);
   else
     dp_req_complete_locked(dp, r, dp_ucs_code(st), "worker %" PRIu64 ": transfer failed (%s)",
@@ -589,7 +609,7 @@ void dp_req_track_locked(lm_dp *dp, dp_req *r, void *st, const char *what) {
   else if (UCS_PTR_IS_ERR(st))
     dp_req_complete_locked(dp, r, dp_ucs_code(UCS_PTR_STATUS(st)), "worker %" PRIu64 ": %s failed (%s)",
                            r->peer ? r->peer->id : 0, what, ucs_status_string(UCS_PTR_STATUS(st)));
-  else r->ucx = st;
+  else dp_inflight_add(dp, r, st);
   if (dp->in_poll) ucp_worker_signal(dp->w);
 }
 
@@ -645,7 +665,7 @@ void dp_send_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
   else if (UCS_PTR_IS_ERR(st))
     dp_req_complete_locked(dp, r, dp_ucs_code(UCS_PTR_STATUS(st)), "worker %" PRIu64 ": send failed (%s)", p->id,
                            ucs_status_string(UCS_PTR_STATUS(st)));
-  else r->ucx = st;
+  else dp_inflight_add(dp, r, st);
   if (dp->in_poll) ucp_worker_signal(dp->w);
 }
 
@@ -696,7 +716,7 @@ static ucs_status_t dp_deliver_locked(lm_dp *dp, dp_req *r, void *data, size_t l
     else if (UCS_PTR_IS_ERR(st))
       dp_req_complete_locked(dp, r, dp_ucs_code(UCS_PTR_STATUS(st)), "worker %" PRIu64 ": receive failed (%s)", src,
                              ucs_status_string(UCS_PTR_STATUS(st)));
-    else r->ucx = st;
+    else dp_inflight_add(dp, r, st);
     return UCS_INPROGRESS;
   }
   if (len) memcpy(r->buf, data, len);
@@ -808,8 +828,6 @@ void dp_send_abort_locked(lm_dp *dp, dp_peer *p, uint64_t tag, uint64_t key2, co
   if (!r) return;
   memcpy(r->payload, why, n);
   r->autofree = true;
-  r->all_next = dp->loose;
-  dp->loose = r;
   dp_send_locked(dp, p, r, DP_KIND_ABORT, tag, key2, 0, 0, r->payload, n);
 }
 
@@ -1150,7 +1168,7 @@ void lm_dp_destroy(lm_dp *dp) {
       dp_close_ep_mode_locked(dp, ep, false);
     }
     int64_t until = dp_now_ns() + DP_DRAIN_GRACE_NS;
-    while ((dp->nclosing || dp->loose) && dp_now_ns() < until) {
+    while (dp->nclosing && dp_now_ns() < until) {
       ucp_worker_progress(dp->w);
       dp_reap_closing_locked(dp);
     }
@@ -1160,11 +1178,6 @@ void lm_dp_destroy(lm_dp *dp) {
       dp_ux_drop(dp, u);
     }
     pthread_mutex_unlock(&dp->mu);
-  }
-  while (dp->loose) { /* requests UCX never completed: their memory, at least */
-    dp_req *r = dp->loose;
-    dp->loose = r->all_next;
-    free(r);
   }
   while (dp->ret_old) {
     dp_retired *o = dp->ret_old;
@@ -1179,6 +1192,11 @@ void lm_dp_destroy(lm_dp *dp) {
   for (int i = 0; i < DP_SCRATCH_SLOTS; i++) free(dp->scratch[i].p);
   if (dp->w) ucp_worker_destroy(dp->w);
   if (dp->ctx) ucp_cleanup(dp->ctx);
+  while (dp->inflight) { /* requests UCX never completed: their memory, at least */
+    dp_req *r = dp->inflight;
+    dp_inflight_del(dp, r);
+    free(r);
+  }
   while (dp->peers) {
     dp_peer *p = dp->peers;
     dp->peers = p->next;
@@ -1244,12 +1262,7 @@ int lm_dp_wait(lm_dp *dp, lm_dp_req *req, const lm_dp_call *call, lm_err *err) {
   } else if (r->status < 0) {
     rc = lm_errf(err, r->status, "data plane: %s worker %" PRIu64 " (tag %" PRIu64 "): %s", what, peer, tag, r->why);
   }
-  if (r->done) free(r);
-  else { /* UCX still holds it: freed when it completes */
-    r->autofree = true;
-    r->all_next = dp->loose;
-    dp->loose = r;
-  }
+  dp_req_release_locked(dp, r);
   pthread_mutex_unlock(&dp->mu);
   return rc;
 }

@@ -135,16 +135,8 @@ static int dp_rma(lm_dp *dp, bool is_put, uint64_t peer, const void *blob, size_
           rc = lm_errf(err, rs[i]->status, "data plane: %s of %zu bytes: %s", what, len, rs[i]->why);
     }
   }
-  bool all_done = true;
-  for (int i = 0; i < 2; i++) {
-    if (rs[i]->done || !rs[i]->ucx) free(rs[i]);
-    else {
-      all_done = false;
-      rs[i]->autofree = true;
-      rs[i]->all_next = dp->loose;
-      dp->loose = rs[i];
-    }
-  }
+  bool all_done = !rs[0]->ucx && !rs[1]->ucx;
+  for (int i = 0; i < 2; i++) dp_req_release_locked(dp, rs[i]);
   if (rkey && all_done) ucp_rkey_destroy(rkey); /* else UCX may still use it: leaked */
   pthread_mutex_unlock(&dp->mu);
   return rc;
