@@ -552,6 +552,16 @@ static void meet_free(dp_meet *m) {
   free(m);
 }
 
+void dp_meets_free(lm_dp *dp) {
+  /* meeting points some device never reached (their calls failed) */
+  for (size_t i = 0; i < dp->meets.nb; i++)
+    for (dp_link *e = dp->meets.b[i], *next; e; e = next) {
+      next = e->next;
+      meet_free((dp_meet *)e);
+    }
+  dp_map_free(&dp->meets);
+}
+
 /* Records a failure of the local call (first one wins) and wakes everyone. gmu held. */
 static void meet_fail_locked(dp_meet *m, int code, const char *why) {
   if (m->status == 0) {

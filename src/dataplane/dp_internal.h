@@ -249,6 +249,7 @@ void dp_scratch_put(lm_dp *dp, void *p);
 
 /* coll.c */
 void dp_groups_free(lm_dp *dp);
+void dp_meets_free(lm_dp *dp);
 
 /* Hashing for keys and signatures. */
 static inline uint64_t dp_mix(uint64_t h, uint64_t v) {

@@ -1188,7 +1188,7 @@ void lm_dp_destroy(lm_dp *dp) {
   dp_map_free(&dp->unexp);
   dp_map_free(&dp->posted);
   dp_groups_free(dp);
-  dp_map_free(&dp->meets);
+  dp_meets_free(dp);
   for (int i = 0; i < DP_SCRATCH_SLOTS; i++) free(dp->scratch[i].p);
   if (dp->w) ucp_worker_destroy(dp->w);
   if (dp->ctx) ucp_cleanup(dp->ctx);
