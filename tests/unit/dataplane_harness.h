@@ -21,6 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 #include "dataplane/dataplane.h"
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define H_LEAK_CHECK() __lsan_do_recoverable_leak_check() /* children leave by _exit */
+#else
+#define H_LEAK_CHECK() 0
+#endif
 
 #define H_MAXPROC 8
 #define H_ID(proc) ((uint64_t)(proc) + 10) /* worker ids are not process indices on purpose */
@@ -126,6 +132,10 @@ static inline void h_child(const h_opts *o, int proc, const char *dir) {
   int fails = o->body(&w);
   fails += atomic_load(&h_fails);
   lm_dp_destroy(w.dp);
+  if (H_LEAK_CHECK()) {
+    fprintf(stderr, "child %d: leaks\n", proc);
+    fails++;
+  }
   _exit(fails ? 1 : 0);
 }
 
