@@ -217,7 +217,12 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
     }
     rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), idx, used, k, &err);
   }
-  if (rc < 0) lm_conn_close_with_error(p->conn, f->h.request_id, rc, "bad heartbeat: %s", err.msg);
+  if (rc < 0) { /* the worker is dropped: its devices are unhealthy from now, not after the close */
+    char why[LM_REG_REASON_MAX];
+    snprintf(why, sizeof why, "bad heartbeat: %.140s", err.msg);
+    if (lm_registry_mark_lost(c->reg, p->worker_id, why)) lm_warn("worker %u lost: %s", p->worker_id, why);
+    lm_conn_close_with_error(p->conn, f->h.request_id, rc, "%s", why);
+  }
 }
 
 static void on_list_devices(peer *p, const lm_frame *f) {
