@@ -13,6 +13,7 @@
 
 #define DP_NONE UINT32_MAX
 #define DP_RD_MAX_BYTES (16u << 10) /* all_reduce: recursive doubling up to this size */
+#define DP_SEG_BYTES (128u << 10)   /* all_reduce: reduce-scatter segment */
 
 /* ---- groups ---- */
 
@@ -412,56 +413,83 @@ static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red)
 
 /* all_reduce among nodes by a direct reduce-scatter and all-gather: node c owns chunk c of the
  * elements, receives every node's chunk c and folds them left to right in node order, then
- * sends the result to all. src and dst may be the same buffer. */
+ * sends the result to all. The reduce-scatter moves chunks in segments of DP_SEG_BYTES, two
+ * in flight, so what is folded is still in cache. src and dst may be the same buffer. */
 static int ar_pairwise(dp_cc *cc, const void *src, void *dst, size_t count, const lm_dp_reduction *red) {
   lm_dp_group *g = cc->g;
   uint32_t P = g->nnodes, me = g->self_node;
   size_t esz = lm_dtype_size(red->dtype);
+  size_t seg = DP_SEG_BYTES / esz ? DP_SEG_BYTES / esz : 1;
   size_t moff, mlen;
   dp_chunk(count, P, me, &moff, &mlen);
-  size_t mbytes = mlen * esz;
+  size_t nseg = (mlen + seg - 1) / seg, sbytes = seg * esz;
   bool use_tmp = src == dst && me > 0;
-  size_t slots = P - 1 + (use_tmp ? 1 : 0);
-  uint8_t *scr = dp_scratch_get(cc->dp, slots * mbytes);
-  if (!scr) return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (%zu bytes of scratch)", slots * mbytes);
-  dp_req **rr = calloc(P, sizeof *rr), **ss = calloc(P, sizeof *ss);
-  if (!rr || !ss) {
+  /* two segment buffers per other node, and one accumulator segment */
+  uint8_t *scr = dp_scratch_get(cc->dp, (2 * (size_t)(P - 1) + 1) * sbytes);
+  dp_req **rr = calloc(2 * (size_t)P, sizeof *rr), **ss = NULL;
+  size_t nss = 0;
+  for (uint32_t c = 0; c < P; c++) {
+    size_t off, len;
+    dp_chunk(count, P, c, &off, &len);
+    if (c != me) nss += (len + seg - 1) / seg;
+  }
+  ss = calloc(nss + P, sizeof *ss);
+  if (!scr || !rr || !ss) {
     free(rr);
     free(ss);
     dp_scratch_put(cc->dp, scr);
-    return cc_fail(cc, LOOM_NO_MEMORY, "out of memory");
+    return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (all_reduce scratch)");
   }
   const uint8_t *s8 = src;
-  uint8_t *d8 = dst;
-  /* reduce-scatter */
-  for (uint32_t j = 0; j < P; j++)
-    if (j != me) rr[j] = cc_recv(cc, j, 1, scr + (j < me ? j : j - 1) * mbytes, mbytes);
-  for (uint32_t k = 1; k < P; k++) { /* start with the next node: spreads the load */
-    uint32_t c = (me + k) % P;
+  uint8_t *d8 = dst, *tmp = scr + 2 * (size_t)(P - 1) * sbytes;
+#define SEGBUF(s, j) (scr + (((s) & 1) * (size_t)(P - 1) + ((j) < me ? (j) : (j) - 1)) * sbytes)
+  /* reduce-scatter: everything we send, at once (large messages wait at the receiver) */
+  size_t k = 0;
+  for (uint32_t d = 1; d < P; d++) { /* start with the next node: spreads the load */
+    uint32_t c = (me + d) % P;
     size_t off, len;
     dp_chunk(count, P, c, &off, &len);
-    ss[c] = cc_send(cc, c, 1, s8 + off * esz, len * esz);
-  }
-  const void *acc = NULL;
-  uint8_t *out = d8 + moff * esz, *tmp = use_tmp ? scr + (P - 1) * mbytes : NULL;
-  for (uint32_t j = 0; j < P && !cc->rc; j++) {
-    const void *x;
-    if (j == me) x = s8 + moff * esz;
-    else {
-      if (cc_wait1(cc, rr[j])) break;
-      x = scr + (j < me ? j : j - 1) * mbytes;
+    for (size_t q = 0; q * seg < len; q++) {
+      size_t n = len - q * seg < seg ? len - q * seg : seg;
+      ss[k++] = cc_send(cc, c, 0x10000u + (uint32_t)q, s8 + (off + q * seg) * esz, n * esz);
     }
-    if (j == 0) {
-      acc = x;
-      continue;
-    }
-    void *o = (j == P - 1 || !use_tmp) ? (void *)out : (void *)tmp;
-    if (cc_reduce(cc, red, acc, x, o, mlen)) break;
-    acc = o;
   }
+  for (size_t q = 0; q < nseg && q < 2; q++)
+    for (uint32_t j = 0; j < P; j++)
+      if (j != me) {
+        size_t n = mlen - q * seg < seg ? mlen - q * seg : seg;
+        rr[(q & 1) * P + j] = cc_recv(cc, j, 0x10000u + (uint32_t)q, SEGBUF(q, j), n * esz);
+      }
+  for (size_t q = 0; q < nseg && !cc->rc; q++) {
+    size_t n = mlen - q * seg < seg ? mlen - q * seg : seg;
+    uint8_t *out = d8 + (moff + q * seg) * esz;
+    const uint8_t *own = s8 + (moff + q * seg) * esz;
+    const void *acc = NULL;
+    for (uint32_t j = 0; j < P && !cc->rc; j++) {
+      const void *x = own;
+      if (j != me) {
+        if (cc_wait1(cc, rr[(q & 1) * P + j])) break;
+        x = SEGBUF(q, j);
+      }
+      if (j == 0) {
+        acc = x;
+        continue;
+      }
+      void *o = (j == P - 1 || !use_tmp) ? (void *)out : (void *)tmp;
+      if (cc_reduce(cc, red, acc, x, o, n)) break;
+      acc = o;
+    }
+    /* this segment's buffers are free: receive segment q + 2 into them */
+    if (!cc->rc && q + 2 < nseg)
+      for (uint32_t j = 0; j < P; j++)
+        if (j != me) {
+          size_t n2 = mlen - (q + 2) * seg < seg ? mlen - (q + 2) * seg : seg;
+          rr[(q & 1) * P + j] = cc_recv(cc, j, 0x10000u + (uint32_t)(q + 2), SEGBUF(q, j), n2 * esz);
+        }
+  }
+#undef SEGBUF
   /* all-gather (the chunks sent above must be out before dst may be overwritten) */
-  for (uint32_t c = 0; c < P && !cc->rc; c++)
-    if (c != me) cc_wait1(cc, ss[c]);
+  cc_wait(cc, ss, k);
   if (!cc->rc) {
     for (uint32_t j = 0; j < P; j++) {
       if (j == me) continue;
@@ -469,15 +497,11 @@ static int ar_pairwise(dp_cc *cc, const void *src, void *dst, size_t count, cons
       dp_chunk(count, P, j, &off, &len);
       rr[j] = cc_recv(cc, j, 2, d8 + off * esz, len * esz);
     }
-    for (uint32_t k = 1; k < P; k++) {
-      uint32_t c = (me + k) % P;
-      ss[c] = cc_send(cc, c, 2, out, mbytes);
-    }
+    k = 0;
+    for (uint32_t d = 1; d < P; d++) ss[k++] = cc_send(cc, (me + d) % P, 2, d8 + moff * esz, mlen * esz);
     for (uint32_t j = 0; j < P && !cc->rc; j++)
-      if (j != me) {
-        cc_wait1(cc, rr[j]);
-        if (!cc->rc) cc_wait1(cc, ss[j]);
-      }
+      if (j != me) cc_wait1(cc, rr[j]);
+    cc_wait(cc, ss, k);
   }
   free(rr);
   free(ss);
