@@ -29,11 +29,14 @@ size_t lm_device_peak(const lm_device *d);   /* high-water mark */
 typedef struct lm_buffer {
   _Atomic int refcount;         /* lm_buffer_retain / lm_buffer_release */
   lm_type type;                 /* tensor, token or tuple */
-  void *data;                   /* 64-byte aligned element data (tensors), NULL when empty */
+  void *data;                   /* 64-byte aligned element data (tensors), NULL when empty; owned by the
+                                   buffer (big blocks are recycled by the device): never replace it */
   size_t nbytes;                /* bytes of data */
   lm_device *dev;               /* budget it is charged to; NULL = uncharged host memory */
   uint32_t nelems;              /* tuples: element count */
   struct lm_buffer **elems;     /* tuples: elements (each holds a reference) */
+  struct lm_buffer *base;       /* views (lm_buffer_view): the buffer whose storage data points
+                                   into; held by a reference. NULL when this buffer owns data. */
 } lm_buffer;
 
 /* Allocates a buffer of type t (tensor: uninitialized data; token: empty; tuple: elements NULL)
@@ -43,6 +46,12 @@ int lm_buffer_alloc(lm_device *dev, const lm_type *t, lm_buffer **out, lm_err *e
 /* A buffer of type t whose data is a copy of src (nbytes must equal lm_type_nbytes(t)). */
 int lm_buffer_from_data(lm_device *dev, const lm_type *t, const void *src, size_t nbytes, lm_buffer **out,
                         lm_err *err);
+/* A buffer of tensor type t that shares base's element data (same byte count), e.g. the result of
+ * a reshape: no copy and no new charge to the device. Buffers are immutable once a kernel has
+ * produced them, so sharing is safe; code that writes into an input in place must first check
+ * that it holds the only reference and that neither it nor anything it views is a view
+ * (refcount == 1 and base == NULL). */
+int lm_buffer_view(const lm_type *t, lm_buffer *base, lm_buffer **out, lm_err *err);
 lm_buffer *lm_buffer_retain(lm_buffer *b);
 void lm_buffer_release(lm_buffer *b); /* NULL is a no-op */
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "exec/fusion.h"
 #include "exec/interp.h"
 
 /* ---- errors ---- */
@@ -49,14 +50,14 @@ typedef struct plan_builder {
   lm_program *p;
   const lm_func *fn;
   const lm_plan_block **def_block; /* value id -> block that defines it */
-  int32_t *last;                   /* value id -> last using op index in its defining block */
+  int32_t *last;                   /* value id -> last using step index in its defining block */
   lm_err *err;
 } plan_builder;
 
 static int plan_block_init(plan_builder *pb, lm_plan_block *blk, const lm_block *b);
 
 /* Marks every value used by op (operands, and anything used inside its regions) as used at
- * index i of block blk, for values that blk defines. */
+ * step i of block blk, for values that blk defines. */
 static void mark_uses(plan_builder *pb, const lm_plan_block *blk, const lm_op *op, int32_t i) {
   for (uint32_t k = 0; k < op->nin; k++) {
     uint32_t v = op->in[k];
@@ -69,55 +70,94 @@ static void mark_uses(plan_builder *pb, const lm_plan_block *blk, const lm_op *o
     }
 }
 
+static void mark_step_uses(plan_builder *pb, const lm_plan_block *blk, const lm_plan_op *po, int32_t i) {
+  if (!po->fusion) { mark_uses(pb, blk, po->op, i); return; }
+  for (uint32_t k = 0; k < po->nin; k++) {
+    uint32_t v = po->in[k];
+    if (pb->def_block[v] == blk && pb->last[v] < i) pb->last[v] = i;
+  }
+}
+
 static int plan_block_init(plan_builder *pb, lm_plan_block *blk, const lm_block *b) {
   lm_arena *a = &pb->p->arena;
   blk->b = b;
-  blk->nops = b->nops;
-  blk->ops = lm_arena_array(a, b->nops ? b->nops : 1, sizeof *blk->ops);
-  if (!blk->ops) return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory");
   if (b->nops == 0 || !is_terminator(&b->ops[b->nops - 1]))
     return lm_errf(pb->err, LOOM_VERIFY, "block in function @%s does not end with a return", pb->fn->name);
+
+  /* Steps: ops outside groups, and each fused group at its last member. */
+  lm_fusion_plan fp;
+  LM_TRY(lm_fusion_plan_block(b, pb->fn, !pb->p->opts.no_fusion, a, &fp, pb->err));
+  uint32_t nsteps = 0;
+  for (uint32_t i = 0; i < b->nops; i++) {
+    int32_t g = fp.group_of[i];
+    if (g < 0) nsteps++;
+    else if (fp.groups[g].members[fp.groups[g].nmembers - 1] == &b->ops[i] && fp.groups[g].nout > 0) nsteps++;
+  }
+  blk->nops = nsteps;
+  blk->ops = lm_arena_array(a, nsteps, sizeof *blk->ops);
+  if (!blk->ops) return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory");
+  uint32_t s = 0;
+  for (uint32_t i = 0; i < b->nops; i++) {
+    const lm_op *op = &b->ops[i];
+    int32_t g = fp.group_of[i];
+    lm_plan_op *po = &blk->ops[s];
+    if (g < 0) {
+      po->op = op;
+      po->nin = op->nin;
+      po->in = op->in;
+      po->nout = op->nout;
+      po->out = op->out;
+      s++;
+    } else if (fp.groups[g].members[fp.groups[g].nmembers - 1] == op && fp.groups[g].nout > 0) {
+      const lm_fusion *f = &fp.groups[g];
+      po->op = op;
+      po->fusion = f;
+      po->nin = f->nin;
+      po->in = f->in;
+      po->nout = f->nout;
+      po->out = f->out;
+      s++;
+    }
+  }
 
   /* Definitions first, so uses can be attributed to this block. */
   for (uint32_t k = 0; k < b->nargs; k++) {
     pb->def_block[b->args[k]] = blk;
     pb->last[b->args[k]] = -1;
   }
-  for (uint32_t i = 0; i < b->nops; i++)
-    for (uint32_t k = 0; k < b->ops[i].nout; k++) {
-      pb->def_block[b->ops[i].out[k]] = blk;
-      pb->last[b->ops[i].out[k]] = (int32_t)i; /* unused results die right after their op */
+  for (uint32_t i = 0; i < nsteps; i++)
+    for (uint32_t k = 0; k < blk->ops[i].nout; k++) {
+      pb->def_block[blk->ops[i].out[k]] = blk;
+      pb->last[blk->ops[i].out[k]] = (int32_t)i; /* unused results die right after their step */
     }
   /* Nested regions (they may reuse pb->last for their own values; ours are unaffected). */
-  for (uint32_t i = 0; i < b->nops; i++) {
-    const lm_op *op = &b->ops[i];
+  for (uint32_t i = 0; i < nsteps; i++) {
     lm_plan_op *po = &blk->ops[i];
-    po->op = op;
-    if (op->nregions) {
-      po->regions = lm_arena_array(a, op->nregions, sizeof *po->regions);
-      if (!po->regions) return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory");
-      for (uint32_t r = 0; r < op->nregions; r++) {
-        if (op->regions[r].nblocks != 1)
-          return lm_op_err(pb->err, op, LOOM_VERIFY, "region %u has %u blocks; exactly one is supported", r,
-                           op->regions[r].nblocks);
-        LM_TRY(plan_block_init(pb, &po->regions[r], &op->regions[r].blocks[0]));
-      }
+    const lm_op *op = po->op;
+    if (po->fusion || !op->nregions) continue;
+    po->regions = lm_arena_array(a, op->nregions, sizeof *po->regions);
+    if (!po->regions) return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory");
+    for (uint32_t r = 0; r < op->nregions; r++) {
+      if (op->regions[r].nblocks != 1)
+        return lm_op_err(pb->err, op, LOOM_VERIFY, "region %u has %u blocks; exactly one is supported", r,
+                         op->regions[r].nblocks);
+      LM_TRY(plan_block_init(pb, &po->regions[r], &op->regions[r].blocks[0]));
     }
   }
-  for (uint32_t i = 0; i < b->nops; i++) mark_uses(pb, blk, &b->ops[i], (int32_t)i);
+  for (uint32_t i = 0; i < nsteps; i++) mark_step_uses(pb, blk, &blk->ops[i], (int32_t)i);
 
-  /* Release lists: values whose last use is op i (terminator uses: released at block end). */
-  uint32_t *count = calloc(b->nops, sizeof *count);
+  /* Release lists: values whose last use is step i (terminator uses: released at block end). */
+  uint32_t *count = calloc(nsteps, sizeof *count);
   if (!count) return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory");
   uint32_t nvals = pb->fn->nvalues;
   for (uint32_t v = 0; v < nvals; v++)
-    if (pb->def_block[v] == blk && pb->last[v] >= 0 && (uint32_t)pb->last[v] < b->nops - 1) count[pb->last[v]]++;
-  for (uint32_t i = 0; i < b->nops; i++) {
+    if (pb->def_block[v] == blk && pb->last[v] >= 0 && (uint32_t)pb->last[v] < nsteps - 1) count[pb->last[v]]++;
+  for (uint32_t i = 0; i < nsteps; i++) {
     blk->ops[i].release = lm_arena_array(a, count[i] ? count[i] : 1, sizeof(uint32_t));
     if (!blk->ops[i].release) { free(count); return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory"); }
   }
   for (uint32_t v = 0; v < nvals; v++)
-    if (pb->def_block[v] == blk && pb->last[v] >= 0 && (uint32_t)pb->last[v] < b->nops - 1) {
+    if (pb->def_block[v] == blk && pb->last[v] >= 0 && (uint32_t)pb->last[v] < nsteps - 1) {
       lm_plan_op *po = &blk->ops[pb->last[v]];
       po->release[po->nrelease++] = v;
     }
@@ -125,11 +165,21 @@ static int plan_block_init(plan_builder *pb, lm_plan_block *blk, const lm_block 
   return 0;
 }
 
-/* Resolves kernels and runs verifiers for every op of a block, recursively. */
+/* Resolves kernels and runs verifiers for every op of a block, recursively. Ops inside fused
+ * groups were checked when their program was built. */
 static int plan_resolve(plan_builder *pb, lm_plan_block *blk) {
   for (uint32_t i = 0; i < blk->nops; i++) {
     lm_plan_op *po = &blk->ops[i];
     const lm_op *op = po->op;
+    if (po->fusion) {
+      /* members were compiled into the group's program; still run their verifiers */
+      for (uint32_t m = 0; m < po->fusion->nmembers; m++) {
+        const lm_op *mo = po->fusion->members[m];
+        const lm_kernel_info *ki = lm_kernel_get((lm_opcode)mo->code);
+        if (ki && ki->verify) LM_TRY(ki->verify(mo, pb->fn, pb->err));
+      }
+      continue;
+    }
     if (i + 1 < blk->nops || !is_terminator(op)) {
       if (is_terminator(op)) return lm_op_err(pb->err, op, LOOM_VERIFY, "return in the middle of a block");
       po->k = lm_kernel_get((lm_opcode)op->code);
@@ -142,12 +192,13 @@ static int plan_resolve(plan_builder *pb, lm_plan_block *blk) {
   return 0;
 }
 
-int lm_program_create(lm_module *m, lm_program **out, lm_err *err) {
+int lm_program_create_opts(lm_module *m, const lm_program_opts *opts, lm_program **out, lm_err *err) {
   *out = NULL;
   lm_kernels_init();
   lm_program *p = calloc(1, sizeof *p);
   if (!p) { lm_module_free(m); return lm_errf(err, LOOM_NO_MEMORY, "out of host memory"); }
   p->m = m;
+  if (opts) p->opts = *opts;
   lm_arena_init(&p->arena, 0);
   p->nfuncs = m->nfuncs;
   p->funcs = lm_arena_array(&p->arena, m->nfuncs ? m->nfuncs : 1, sizeof *p->funcs);
@@ -168,6 +219,13 @@ int lm_program_create(lm_module *m, lm_program **out, lm_err *err) {
   if (rc < 0) { lm_program_destroy(p); return rc; }
   *out = p;
   return 0;
+}
+
+int lm_program_create(lm_module *m, lm_program **out, lm_err *err) {
+  lm_program_opts o = {0};
+  const char *nf = getenv("LOOM_NO_FUSION");
+  if (nf && *nf && strcmp(nf, "0") != 0) o.no_fusion = true;
+  return lm_program_create_opts(m, &o, out, err);
 }
 
 void lm_program_destroy(lm_program *p) {
@@ -204,35 +262,36 @@ static int run_block(lm_run_state *rs, const lm_plan_func *pf, const lm_plan_blo
   for (i = 0; i + 1 < blk->nops; i++) {
     const lm_plan_op *po = &blk->ops[i];
     const lm_op *op = po->op;
+    uint32_t nin = po->nin, nout = po->nout;
     if (rs->opts->cancel && *rs->opts->cancel) { rc = lm_op_err(rs->err, op, LOOM_CANCELLED, "run cancelled"); break; }
-    if (op->nin > 16 || op->nout > 16) {
+    if (nin > 16 || nout > 16) {
       if (in != inbuf) free(in);
       if (out != outbuf) free(out);
-      in = op->nin > 16 ? malloc(op->nin * sizeof *in) : inbuf;
-      out = op->nout > 16 ? malloc(op->nout * sizeof *out) : outbuf;
+      in = nin > 16 ? malloc(nin * sizeof *in) : inbuf;
+      out = nout > 16 ? malloc(nout * sizeof *out) : outbuf;
       if (!in || !out) { rc = lm_errf(rs->err, LOOM_NO_MEMORY, "out of host memory"); break; }
     }
-    for (uint32_t k = 0; k < op->nin; k++) {
-      in[k] = frame[op->in[k]];
+    for (uint32_t k = 0; k < nin; k++) {
+      in[k] = frame[po->in[k]];
       if (!in[k]) { rc = lm_op_err(rs->err, op, LOOM_INTERNAL, "operand %u has no value", k); break; }
     }
     if (rc) break;
-    memset(out, 0, op->nout * sizeof *out);
+    memset(out, 0, nout * sizeof *out);
     lm_kctx k = {.rs = rs, .prog = rs->prog, .fn = fn, .op = op, .opts = rs->opts, .err = rs->err, .pop = po,
                  .pf = pf, .frame = frame};
-    if (!(po->k->flags & LM_KF_OWN_OUTPUTS))
-      for (uint32_t j = 0; j < op->nout && rc == 0; j++) rc = lm_kalloc(&k, &fn->value_types[op->out[j]], &out[j]);
-    if (rc == 0) rc = po->k->fn(&k, in, out);
+    if (po->fusion || !(po->k->flags & LM_KF_OWN_OUTPUTS))
+      for (uint32_t j = 0; j < nout && rc == 0; j++) rc = lm_kalloc(&k, &fn->value_types[po->out[j]], &out[j]);
+    if (rc == 0) rc = po->fusion ? lm_fusion_run(&k, po->fusion, in, out) : po->k->fn(&k, in, out);
     if (rc == 0)
-      for (uint32_t j = 0; j < op->nout; j++)
+      for (uint32_t j = 0; j < nout; j++)
         if (!out[j]) { rc = lm_op_err(rs->err, op, LOOM_INTERNAL, "kernel produced no result %u", j); break; }
     if (rc < 0) {
-      for (uint32_t j = 0; j < op->nout; j++) lm_buffer_release(out[j]);
+      for (uint32_t j = 0; j < nout; j++) lm_buffer_release(out[j]);
       break;
     }
-    for (uint32_t j = 0; j < op->nout; j++) {
-      lm_buffer_release(frame[op->out[j]]); /* a region run again overwrites its previous values */
-      frame[op->out[j]] = out[j];
+    for (uint32_t j = 0; j < nout; j++) {
+      lm_buffer_release(frame[po->out[j]]); /* a region run again overwrites its previous values */
+      frame[po->out[j]] = out[j];
     }
     for (uint32_t r = 0; r < po->nrelease; r++) {
       lm_buffer_release(frame[po->release[r]]);

@@ -7,18 +7,25 @@
 
 typedef struct lm_plan_block lm_plan_block;
 
+struct lm_fusion;
+
+/* One step of a block: a single op, or a fused group of elementwise ops (fusion.h) that runs at
+ * the position of its last member. */
 typedef struct lm_plan_op {
-  const lm_op *op;
-  const lm_kernel_info *k;     /* NULL for the block's terminator */
+  const lm_op *op;             /* the op; for a fused group its last member (error locations) */
+  const lm_kernel_info *k;     /* NULL for the block's terminator and for fused groups */
+  const struct lm_fusion *fusion; /* the fused group, or NULL */
+  uint32_t nin, nout;
+  const uint32_t *in, *out;    /* value ids read and defined (a group's inputs and outputs) */
   uint32_t nrelease;
-  uint32_t *release;           /* value ids to release after this op */
-  lm_plan_block *regions;      /* [op->nregions] */
+  uint32_t *release;           /* value ids to release after this step */
+  lm_plan_block *regions;      /* [op->nregions]; NULL for groups */
 } lm_plan_op;
 
 struct lm_plan_block {
   const lm_block *b;
   uint32_t nops;
-  lm_plan_op *ops;
+  lm_plan_op *ops;             /* steps; the last one is the block's terminator */
 };
 
 typedef struct lm_plan_func {
@@ -26,8 +33,18 @@ typedef struct lm_plan_func {
   lm_plan_block body;
 } lm_plan_func;
 
+/* Options of lm_program_create_opts. */
+typedef struct lm_program_opts {
+  bool no_fusion;              /* every elementwise op runs alone (same kernels); for tests */
+} lm_program_opts;
+
+/* lm_program_create with options; lm_program_create uses the defaults, except that the
+ * environment variable LOOM_NO_FUSION=1 turns fusion off (for debugging). */
+int lm_program_create_opts(lm_module *m, const lm_program_opts *opts, lm_program **out, lm_err *err);
+
 struct lm_program {
   lm_module *m;                /* owned */
+  lm_program_opts opts;
   lm_plan_func *funcs;         /* [nfuncs], parallel to m->funcs */
   uint32_t nfuncs;
   lm_arena arena;              /* owns the plan */

@@ -1,4 +1,254 @@
-/* Op family: sort. Kernels registered in lm_register_sort_kernels(). */
-#include "exec/kernel.h"
+/* Op family: sort (StableHLO spec 'sort') and chlo.top_k.
+ *
+ * sort: every 1-D slice along `dimension` of the operands is sorted together by a stable merge
+ * sort of positions, using the comparator region on (lhs, rhs) pairs of every operand. The
+ * comparator runs compiled (scalar_eval.c) when all its ops are simple ones, else through
+ * lm_exec_region; both give the same permutation because the algorithm is the same and the
+ * comparator is evaluated exactly. Stable sorting satisfies both is_stable values.
+ *
+ * chlo.top_k(operand, k): the k largest elements of each last-dimension row, in descending order,
+ * and their indices (i32); equal elements keep ascending index order. Elements are ordered as
+ * `compare GT, TOTALORDER` orders them (the comparator chlo's own lowering to sort uses): floats
+ * by IEEE totalOrder (NaN above +inf, -0 below +0), integers by value, i1 true above false. */
+#include <stdlib.h>
+#include <string.h>
+#include "exec/ops_util.h"
+#include "exec/scalar_eval.h"
 
-void lm_register_sort_kernels(void) {}
+/* ---- stable merge sort of positions with a fallible comparator ---- */
+
+typedef struct sorter {
+  /* less(ctx, a, b): 1 if a sorts before b, 0 if not, negative status on error */
+  int (*less)(void *ctx, int64_t a, int64_t b);
+  void *ctx;
+} sorter;
+
+/* Sorts perm[n] stably; tmp[n] is scratch. Returns 0 or the comparator's error. */
+static int merge_sort(const sorter *s, int64_t *perm, int64_t *tmp, int64_t n) {
+  enum { RUN = 8 };
+  /* insertion-sort runs */
+  for (int64_t lo = 0; lo < n; lo += RUN) {
+    int64_t hi = lo + RUN < n ? lo + RUN : n;
+    for (int64_t i = lo + 1; i < hi; i++) {
+      int64_t x = perm[i], j = i;
+      while (j > lo) {
+        int c = s->less(s->ctx, x, perm[j - 1]);
+        if (c < 0) return c;
+        if (!c) break;
+        perm[j] = perm[j - 1];
+        j--;
+      }
+      perm[j] = x;
+    }
+  }
+  int64_t *src = perm, *dst = tmp;
+  for (int64_t w = RUN; w < n; w *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * w) {
+      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int64_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) {
+        int c = s->less(s->ctx, src[j], src[i]); /* take the right one only if strictly before */
+        if (c < 0) return c;
+        dst[k++] = c ? src[j++] : src[i++];
+      }
+      while (i < mid) dst[k++] = src[i++];
+      while (j < hi) dst[k++] = src[j++];
+    }
+    int64_t *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != perm) memcpy(perm, src, (size_t)n * sizeof *perm);
+  return 0;
+}
+
+/* ---- sort ---- */
+
+typedef struct sort_ctx {
+  uint32_t n;                 /* operands */
+  lm_buffer *const *in;
+  size_t *es;                 /* [n] element sizes */
+  int64_t base, stride;       /* element (base + pos * stride) of each operand is slice position pos */
+  const void **args;          /* [2n] */
+  lm_sprog *sp;
+  lm_body *body;
+} sort_ctx;
+
+static int sort_less(void *c_, int64_t a, int64_t b) {
+  sort_ctx *c = c_;
+  for (uint32_t k = 0; k < c->n; k++) {
+    const char *p = c->in[k]->data;
+    c->args[2 * k] = p + (c->base + a * c->stride) * (int64_t)c->es[k];
+    c->args[2 * k + 1] = p + (c->base + b * c->stride) * (int64_t)c->es[k];
+  }
+  unsigned char r = 0;
+  void *res[1] = {&r};
+  if (c->sp) {
+    lm_sprog_run(c->sp, c->args, res);
+  } else {
+    size_t one = 1;
+    LM_TRY(lm_body_call(c->body, c->args, res, &one));
+  }
+  return r != 0;
+}
+
+static int64_t sort_dim(const lm_op *op, int rank) {
+  int64_t d = lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
+  return d < 0 ? d + rank : d;
+}
+
+static int v_sort(const lm_op *op, const lm_func *fn, lm_err *err) {
+  if (op->nin < 1 || op->nout != op->nin) return lm_op_err(err, op, LOOM_VERIFY, "expects N >= 1 operands and N results");
+  for (uint32_t i = 0; i < op->nin; i++) {
+    LM_TRY(lm_check_tensor(op, fn, false, i, err));
+    LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  }
+  const lm_type *t0 = lm_vtype(fn, op->in[0]);
+  for (uint32_t i = 0; i < op->nin; i++) {
+    const lm_type *t = lm_vtype(fn, op->in[i]);
+    if (!lm_type_equal(t, lm_vtype(fn, op->out[i]))) return lm_op_err(err, op, LOOM_VERIFY, "result %u type differs from operand %u", i, i);
+    if (t->rank != t0->rank || memcmp(t->dims, t0->dims, (size_t)t0->rank * sizeof(int64_t)) != 0)
+      return lm_op_err(err, op, LOOM_VERIFY, "operands must have the same shape");
+  }
+  if (!lm_op_attr(op, "dimension") && t0->rank != 1) return lm_op_err(err, op, LOOM_VERIFY, "missing attribute 'dimension'");
+  int64_t d = lm_op_attr(op, "dimension") ? sort_dim(op, t0->rank) : 0;
+  if (d < 0 || d >= t0->rank)
+    return lm_op_err(err, op, LOOM_VERIFY, "dimension %lld is outside [-%d, %d)",
+                     (long long)lm_attr_int_or(lm_op_attr(op, "dimension"), 0), t0->rank, t0->rank);
+  if (op->nregions != 1 || op->regions[0].nblocks != 1) return lm_op_err(err, op, LOOM_VERIFY, "expects one comparator region");
+  const lm_block *b = &op->regions[0].blocks[0];
+  if (b->nargs != 2 * op->nin) return lm_op_err(err, op, LOOM_VERIFY, "comparator must take %u arguments", 2 * op->nin);
+  for (uint32_t i = 0; i < b->nargs; i++) {
+    const lm_type *t = lm_vtype(fn, b->args[i]);
+    if (t->kind != LM_TYPE_TENSOR || t->rank != 0 || t->dtype != lm_vtype(fn, op->in[i / 2])->dtype)
+      return lm_op_err(err, op, LOOM_VERIFY, "comparator argument %u must be tensor<%s>", i,
+                       lm_dtype_name(lm_vtype(fn, op->in[i / 2])->dtype));
+  }
+  lm_dtype pred = LOOM_DTYPE_PRED;
+  return lm_check_region_results(op, 0, fn, 1, &pred, "comparator", err);
+}
+
+static int k_sort(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_op *op = k->op;
+  uint32_t n = op->nin;
+  const lm_type *t = &in[0]->type;
+  int rank = t->rank;
+  int64_t dim = lm_op_attr(op, "dimension") ? sort_dim(op, rank) : 0;
+  int64_t len = t->dims[dim];
+  if (lm_type_numel(t) == 0) return 0;
+  int64_t strides[LM_MAX_RANK], outer[LM_MAX_RANK], idx[LM_MAX_RANK] = {0};
+  lm_row_strides(t, strides);
+  memcpy(outer, t->dims, sizeof outer);
+  outer[dim] = 1;
+
+  sort_ctx c = {.n = n, .in = in, .stride = strides[dim]};
+  lm_body body;
+  bool have_body = false;
+  int rc = 0;
+  c.es = calloc(n, sizeof *c.es);
+  c.args = calloc(2 * n, sizeof *c.args);
+  int64_t *perm = malloc((size_t)len * sizeof *perm), *tmp = malloc((size_t)len * sizeof *tmp);
+  if (!c.es || !c.args || !perm || !tmp) { rc = lm_kerr(k, LOOM_NO_MEMORY, "out of host memory"); goto done; }
+  for (uint32_t i = 0; i < n; i++) c.es[i] = lm_dtype_size(in[i]->type.dtype);
+  c.sp = lm_sprog_compile(op, 0, k->fn, 1);
+  if (!c.sp) {
+    rc = lm_body_init(&body, k, 0, 1);
+    if (rc < 0) goto done;
+    have_body = true;
+    c.body = &body;
+  }
+  sorter s = {sort_less, &c};
+  do {
+    c.base = 0;
+    for (int d = 0; d < rank; d++) c.base += idx[d] * strides[d];
+    for (int64_t i = 0; i < len; i++) perm[i] = i;
+    rc = merge_sort(&s, perm, tmp, len);
+    if (rc < 0) goto done;
+    for (uint32_t q = 0; q < n; q++) {
+      size_t es = c.es[q];
+      const char *src = in[q]->data;
+      char *dst = out[q]->data;
+      for (int64_t i = 0; i < len; i++)
+        memcpy(dst + (c.base + i * c.stride) * (int64_t)es, src + (c.base + perm[i] * c.stride) * (int64_t)es, es);
+    }
+  } while (lm_index_next(rank, outer, idx));
+done:
+  if (have_body) lm_body_free(&body);
+  lm_sprog_free(c.sp);
+  free(c.es);
+  free(c.args);
+  free(perm);
+  free(tmp);
+  return rc;
+}
+
+/* ---- chlo.top_k ---- */
+
+static int v_top_k(const lm_op *op, const lm_func *fn, lm_err *err) {
+  if (op->nin != 1 || op->nout != 2) return lm_op_err(err, op, LOOM_VERIFY, "expects 1 operand and 2 results");
+  LM_TRY(lm_check_tensor(op, fn, false, 0, err));
+  LM_TRY(lm_check_tensor(op, fn, true, 0, err));
+  LM_TRY(lm_check_tensor(op, fn, true, 1, err));
+  const lm_type *a = lm_vtype(fn, op->in[0]), *v = lm_vtype(fn, op->out[0]), *ix = lm_vtype(fn, op->out[1]);
+  const lm_attr *ka = lm_op_attr(op, "k");
+  if (!ka) return lm_op_err(err, op, LOOM_VERIFY, "missing attribute 'k'");
+  int64_t kk = lm_attr_int_or(ka, -1);
+  if (a->rank < 1) return lm_op_err(err, op, LOOM_VERIFY, "operand must have rank >= 1");
+  if (lm_dtype_is_complex(a->dtype)) return lm_op_err(err, op, LOOM_VERIFY, "complex operands cannot be ordered");
+  if (kk < 0 || kk > a->dims[a->rank - 1])
+    return lm_op_err(err, op, LOOM_VERIFY, "k = %lld is outside [0, %lld]", (long long)kk, (long long)a->dims[a->rank - 1]);
+  int64_t want[LM_MAX_RANK];
+  memcpy(want, a->dims, sizeof want);
+  want[a->rank - 1] = kk;
+  for (int r = 0; r < 2; r++) {
+    const lm_type *t = r ? ix : v;
+    bool ok = t->rank == a->rank && memcmp(t->dims, want, (size_t)a->rank * sizeof(int64_t)) == 0;
+    if (!ok) return lm_op_err(err, op, LOOM_VERIFY, "result %d must have the operand's shape with k in the last dimension", r);
+  }
+  if (v->dtype != a->dtype) return lm_op_err(err, op, LOOM_VERIFY, "values must have the operand's element type");
+  if (ix->dtype != LOOM_DTYPE_S32) return lm_op_err(err, op, LOOM_VERIFY, "indices must be i32");
+  return 0;
+}
+
+typedef struct topk_ctx {
+  const char *row;
+  size_t es;
+  lm_dtype dt;
+} topk_ctx;
+
+static int topk_before(void *c_, int64_t a, int64_t b) {
+  topk_ctx *c = c_;
+  return lm_compare_elems("GT", "TOTALORDER", c->dt, c->row + a * (int64_t)c->es, c->row + b * (int64_t)c->es);
+}
+
+static int k_top_k(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_type *t = &in[0]->type;
+  int64_t n = t->dims[t->rank - 1], kk = out[0]->type.dims[t->rank - 1];
+  int64_t rows = n ? lm_type_numel(t) / n : 0;
+  if (kk == 0 || rows == 0) return 0;
+  topk_ctx c = {.es = lm_dtype_size(t->dtype), .dt = t->dtype};
+  int64_t *perm = malloc((size_t)n * sizeof *perm), *tmp = malloc((size_t)n * sizeof *tmp);
+  if (!perm || !tmp) {
+    free(perm);
+    free(tmp);
+    return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
+  }
+  sorter s = {topk_before, &c};
+  for (int64_t r = 0; r < rows; r++) {
+    c.row = (const char *)in[0]->data + r * n * (int64_t)c.es;
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    merge_sort(&s, perm, tmp, n); /* cannot fail: the comparator is native */
+    for (int64_t i = 0; i < kk; i++) {
+      memcpy((char *)out[0]->data + (r * kk + i) * (int64_t)c.es, c.row + perm[i] * (int64_t)c.es, c.es);
+      ((int32_t *)out[1]->data)[r * kk + i] = (int32_t)perm[i];
+    }
+  }
+  free(perm);
+  free(tmp);
+  return 0;
+}
+
+void lm_register_sort_kernels(void) {
+  lm_kernel_register(LM_OP_SORT, k_sort, v_sort, 0);
+  lm_kernel_register(LM_OP_CHLO_TOP_K, k_top_k, v_top_k, 0);
+}
