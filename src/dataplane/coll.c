@@ -12,8 +12,6 @@
 #include "dataplane/dp_internal.h"
 
 #define DP_NONE UINT32_MAX
-#define DP_RD_MAX_BYTES (16u << 10) /* all_reduce: recursive doubling up to this size */
-#define DP_SEG_BYTES (128u << 10)   /* all_reduce: reduce-scatter segment */
 
 /* ---- groups ---- */
 
@@ -301,7 +299,16 @@ static int cc_wait(dp_cc *cc, dp_req **rs, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!rs[i]) return cc->rc ? cc->rc : cc_fail(cc, LOOM_NO_MEMORY, "out of memory");
   pthread_mutex_lock(&cc->dp->mu);
-  int rc = dp_wait_locked(cc->dp, rs, n, cc->deadline, cc->cancel);
+  /* watch every worker of the group: a call cannot finish if any of them died, even one this
+   * worker is not waiting on right now (it may be waiting on a worker that left the call) */
+  dp_peer *lost = NULL;
+  int rc = dp_wait_watch_locked(cc->dp, rs, n, cc->deadline, cc->cancel, cc->g->node_peer, cc->g->nnodes, &lost);
+  if (rc == LOOM_WORKER_LOST && lost) {
+    char why[sizeof lost->why];
+    snprintf(why, sizeof why, "%s", lost->why);
+    pthread_mutex_unlock(&cc->dp->mu);
+    return cc_fail(cc, rc, "%s", why);
+  }
   pthread_mutex_unlock(&cc->dp->mu);
   if (rc == LOOM_TIMEOUT) {
     /* name the workers still owing us something */
@@ -327,13 +334,14 @@ static int cc_finish(dp_cc *cc) {
   if (cc->rc || cc->nreq) {
     pthread_mutex_lock(&dp->mu);
     if (cc->rc) {
-      dp_drain_locked(dp, cc->reqs, cc->nreq);
+      /* tell the others first: dropping our messages lets our sends complete */
       char why[LM_ERR_MSG_MAX + 64];
       snprintf(why, sizeof why, "%s (tag %" PRIu64 ") failed on worker %" PRIu64 ": %s", cc->what, cc->tag,
                dp->cfg.self_id, cc->why);
       dp_retire_locked(dp, cc->tag, cc->g->key, why);
       for (uint32_t k = 0; k < cc->g->nnodes; k++)
         if (k != cc->g->self_node) dp_send_abort_locked(dp, cc->g->node_peer[k], cc->tag, cc->g->key, cc->why);
+      dp_drain_locked(dp, cc->reqs, cc->nreq);
     } else {
       /* every request is done when a call succeeds; be safe anyway */
       dp_wait_locked(dp, cc->reqs, cc->nreq, cc->deadline, NULL);
@@ -413,13 +421,13 @@ static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red)
 
 /* all_reduce among nodes by a direct reduce-scatter and all-gather: node c owns chunk c of the
  * elements, receives every node's chunk c and folds them left to right in node order, then
- * sends the result to all. The reduce-scatter moves chunks in segments of DP_SEG_BYTES, two
+ * sends the result to all. The reduce-scatter moves chunks in segments (dp->seg_bytes), two
  * in flight, so what is folded is still in cache. src and dst may be the same buffer. */
 static int ar_pairwise(dp_cc *cc, const void *src, void *dst, size_t count, const lm_dp_reduction *red) {
   lm_dp_group *g = cc->g;
   uint32_t P = g->nnodes, me = g->self_node;
   size_t esz = lm_dtype_size(red->dtype);
-  size_t seg = DP_SEG_BYTES / esz ? DP_SEG_BYTES / esz : 1;
+  size_t seg = cc->dp->seg_bytes / esz ? cc->dp->seg_bytes / esz : 1;
   size_t moff, mlen;
   dp_chunk(count, P, me, &moff, &mlen);
   size_t nseg = (mlen + seg - 1) / seg, sbytes = seg * esz;
@@ -515,7 +523,7 @@ static int ar_nodes(dp_cc *cc, const void *src, void *dst, size_t count, const l
     if (src != dst && count) memcpy(dst, src, count * esz);
     return 0;
   }
-  if (count * esz <= DP_RD_MAX_BYTES || count < cc->g->nnodes) {
+  if (count * esz <= cc->dp->rd_max || count < cc->g->nnodes) {
     if (src != dst && count) memcpy(dst, src, count * esz);
     return ar_rd(cc, dst, count, red);
   }
@@ -915,7 +923,8 @@ int lm_dp_all_reduce(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *se
   const void *s1;
   void *r1;
   int64_t x0, x1;
-  uint64_t sig = dp_sig(1, count, red->dtype, red->op);
+  /* the thresholds pick the algorithm: workers configured differently must not match */
+  uint64_t sig = dp_sig(1, count, red->dtype, dp_mix(dp_mix(red->op, g->dp->rd_max), g->dp->seg_bytes));
   int rc = dp_begin(&c, g, rank, tag, sig, "all_reduce", send, recv, 0, 0, call, err, &s1, &r1, &x0, &x1);
   if (rc) return dp_end(&c, rc);
   if (red->op == LM_DP_CUSTOM && !g->contiguous) return dp_end(&c, dp_ar_gather_fold(&c, count, red));
