@@ -321,7 +321,16 @@ static int cc_wait(dp_cc *cc, dp_req **rs, size_t n) {
   }
   if (rc == LOOM_CANCELLED) return cc_fail(cc, rc, "cancelled");
   for (size_t i = 0; i < n; i++)
-    if (rs[i]->status < 0) return cc_fail(cc, rs[i]->status, "%s", rs[i]->why);
+    if (rs[i]->status < 0) {
+      /* a peer that gave up on the call says why (its abort); that beats "request cancelled" */
+      pthread_mutex_lock(&cc->dp->mu);
+      const char *why = dp_retired_why_locked(cc->dp, cc->tag, cc->g->key);
+      int code = why ? LOOM_CANCELLED : rs[i]->status;
+      char buf[LM_ERR_MSG_MAX];
+      snprintf(buf, sizeof buf, "%s", why ? why : rs[i]->why);
+      pthread_mutex_unlock(&cc->dp->mu);
+      return cc_fail(cc, code, "%s", buf);
+    }
   return 0;
 }
 

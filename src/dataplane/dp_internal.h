@@ -248,6 +248,8 @@ void dp_drain_locked(lm_dp *dp, dp_req *const *reqs, size_t n);
 
 /* Retires (tag, key2): drops late messages, fails receives posted for it (mu held). */
 void dp_retire_locked(lm_dp *dp, uint64_t tag, uint64_t key2, const char *why);
+/* Why (tag, key2) was retired (a peer's abort or a local failure), or NULL. */
+const char *dp_retired_why_locked(lm_dp *dp, uint64_t tag, uint64_t key2);
 /* Sends an ABORT for (tag, key2) to peer p (fire and forget; mu held). */
 void dp_send_abort_locked(lm_dp *dp, dp_peer *p, uint64_t tag, uint64_t key2, const char *why);
 

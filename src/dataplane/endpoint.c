@@ -743,6 +743,11 @@ static dp_retired *dp_retired_find(lm_dp *dp, uint64_t tag, uint64_t key2) {
   return (dp_retired *)dp_map_find(&dp->retired, &k);
 }
 
+const char *dp_retired_why_locked(lm_dp *dp, uint64_t tag, uint64_t key2) {
+  dp_retired *t = dp_retired_find(dp, tag, key2);
+  return t ? t->why : NULL;
+}
+
 void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t tag, uint64_t key2, uint32_t slot,
                     uint64_t sig, void *buf, size_t len) {
   r->type = DP_REQ_RECV;
