@@ -12,10 +12,14 @@ enum { CT_FLOAT, CT_TOTAL, CT_SIGNED, CT_UNSIGNED };
 
 typedef enum { I_CONST, I_COMPARE, I_SELECT, I_BINOP, I_SUB, I_NOT, I_NEG, I_REAL, I_IMAG } ikind;
 
+/* Ordering of two elements: -1 <, 0 ==, 1 >, 2 unordered. */
+typedef int (*ord_fn)(const void *a, const void *b);
+
 typedef struct sinstr {
   uint8_t kind, dir, ctype, dtype; /* dtype: of the operands (compare) or of the result */
   uint16_t dst, a, b, c;
   lm_binop_fn f;
+  ord_fn ord;                      /* I_COMPARE on common types; NULL: the general path */
   unsigned char k[16];             /* I_CONST */
 } sinstr;
 
@@ -112,6 +116,47 @@ static int cmp_elems(int dir, int ct, lm_dtype dt, const void *a, const void *b)
   return test_dir(dir, c);
 }
 
+#define ORD(NAME, T, KEY)                                              \
+  static int NAME(const void *pa, const void *pb) {                   \
+    T x, y;                                                            \
+    memcpy(&x, pa, sizeof x);                                          \
+    memcpy(&y, pb, sizeof y);                                          \
+    KEY;                                                               \
+    return x < y ? -1 : x > y ? 1 : 0;                                 \
+  }
+ORD(ord_s32, int32_t, )
+ORD(ord_s64, int64_t, )
+ORD(ord_u32, uint32_t, )
+ORD(ord_u64, uint64_t, )
+ORD(ord_u8, uint8_t, )
+ORD(ord_f32_total, int32_t, x = x < 0 ? x ^ INT32_MAX : x; y = y < 0 ? y ^ INT32_MAX : y)
+ORD(ord_f64_total, int64_t, x = x < 0 ? x ^ INT64_MAX : x; y = y < 0 ? y ^ INT64_MAX : y)
+static int ord_f32(const void *pa, const void *pb) {
+  float x, y;
+  memcpy(&x, pa, 4);
+  memcpy(&y, pb, 4);
+  return x < y ? -1 : x > y ? 1 : x == y ? 0 : 2;
+}
+static int ord_f64(const void *pa, const void *pb) {
+  double x, y;
+  memcpy(&x, pa, 8);
+  memcpy(&y, pb, 8);
+  return x < y ? -1 : x > y ? 1 : x == y ? 0 : 2;
+}
+
+/* A specialized ordering for (dt, ct), or NULL. */
+static ord_fn pick_ord(lm_dtype dt, int ct) {
+  if (ct == CT_TOTAL && !lm_dtype_is_float(dt)) ct = lm_dtype_is_sint(dt) ? CT_SIGNED : CT_UNSIGNED;
+  switch (dt) {
+    case LOOM_DTYPE_F32: return ct == CT_TOTAL ? ord_f32_total : ct == CT_FLOAT ? ord_f32 : NULL;
+    case LOOM_DTYPE_F64: return ct == CT_TOTAL ? ord_f64_total : ct == CT_FLOAT ? ord_f64 : NULL;
+    case LOOM_DTYPE_S32: case LOOM_DTYPE_U32: return ct == CT_SIGNED ? ord_s32 : ct == CT_UNSIGNED ? ord_u32 : NULL;
+    case LOOM_DTYPE_S64: case LOOM_DTYPE_U64: return ct == CT_SIGNED ? ord_s64 : ct == CT_UNSIGNED ? ord_u64 : NULL;
+    case LOOM_DTYPE_PRED: case LOOM_DTYPE_U8: return ct == CT_UNSIGNED ? ord_u8 : NULL;
+    default: return NULL;
+  }
+}
+
 int lm_compare_elems(const char *dir, const char *type, lm_dtype dt, const void *a, const void *b) {
   int d = parse_dir(dir), ct = parse_ctype(type, dt);
   if (d < 0 || ct < 0) return -1;
@@ -192,6 +237,7 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
         in->dir = (uint8_t)dir;
         in->ctype = (uint8_t)ct;
         in->dtype = d0;
+        in->ord = pick_ord(d0, ct);
         break;
       }
       case LM_OP_SELECT:
@@ -305,7 +351,10 @@ void lm_sprog_run(const lm_sprog *p, const void *const *args, void *const *res) 
     const unsigned char *a = s[in->a].b, *b = s[in->b].b;
     switch ((ikind)in->kind) {
       case I_CONST: memcpy(d, in->k, 16); break;
-      case I_COMPARE: d[0] = (unsigned char)cmp_elems(in->dir, in->ctype, (lm_dtype)in->dtype, a, b); break;
+      case I_COMPARE:
+        d[0] = in->ord ? (unsigned char)test_dir(in->dir, in->ord(a, b))
+                       : (unsigned char)cmp_elems(in->dir, in->ctype, (lm_dtype)in->dtype, a, b);
+        break;
       case I_SELECT: memcpy(d, a[0] ? b : s[in->c].b, 16); break;
       case I_BINOP: memcpy(d, a, 16); in->f(d, b, 1, 1, 1); break;
       case I_SUB: run_sub((lm_dtype)in->dtype, d, a, b); break;
