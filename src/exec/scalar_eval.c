@@ -145,6 +145,28 @@ static int ord_f64(const void *pa, const void *pb) {
 }
 
 /* A specialized ordering for (dt, ct), or NULL. */
+static ord_fn pick_ord(lm_dtype dt, int ct);
+
+int lm_order_elems(int ct, lm_dtype dt, const void *a, const void *b) {
+  ord_fn f = pick_ord(dt, ct);
+  if (f) return f(a, b);
+  /* general: derive the ordering from two comparisons */
+  if (cmp_elems(DIR_EQ, ct, dt, a, b) == 1) return 0;
+  if (cmp_elems(DIR_LT, ct, dt, a, b) == 1) return -1;
+  if (cmp_elems(DIR_GT, ct, dt, a, b) == 1) return 1;
+  return 2;
+}
+
+bool lm_compare_test(int dir, int ordering) { return test_dir(dir, ordering); }
+
+lm_order_fn lm_order_get(int ct, lm_dtype dt) { return pick_ord(dt, ct); }
+
+int lm_compare_parse(const char *dir, const char *type, lm_dtype dt, int *d, int *ct) {
+  *d = parse_dir(dir);
+  *ct = parse_ctype(type, dt);
+  return *d < 0 || *ct < 0 ? -1 : 0;
+}
+
 static ord_fn pick_ord(lm_dtype dt, int ct) {
   if (ct == CT_TOTAL && !lm_dtype_is_float(dt)) ct = lm_dtype_is_sint(dt) ? CT_SIGNED : CT_UNSIGNED;
   switch (dt) {
@@ -176,18 +198,58 @@ static bool scalar_type(const lm_type *t) {
   return t->kind == LM_TYPE_TENSOR && t->rank == 0 && lm_dtype_valid(t->dtype);
 }
 
+/* Compiles the ops of block b that the values res_vals[nres] depend on (all ops when need is
+ * NULL), returning those values. */
+static lm_sprog *compile(const lm_block *b, const lm_func *fn, uint32_t nres, const uint32_t *res_vals, const bool *need);
+
 lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t nres) {
   if (lm_ops_generic_only || r >= op->nregions || op->regions[r].nblocks != 1) return NULL;
   const lm_block *b = &op->regions[r].blocks[0];
   if (b->nops == 0 || b->nops > 4096) return NULL;
   const lm_op *ret = &b->ops[b->nops - 1];
   if (ret->code != LM_OP_RETURN || ret->nin != nres) return NULL;
+  return compile(b, fn, nres, ret->in, NULL);
+}
+
+lm_sprog *lm_sprog_compile_value(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t value) {
+  if (lm_ops_generic_only || r >= op->nregions || op->regions[r].nblocks != 1) return NULL;
+  const lm_block *b = &op->regions[r].blocks[0];
+  if (b->nops == 0 || b->nops > 4096 || value >= fn->nvalues) return NULL;
+  bool *need = calloc(b->nops, sizeof *need);
+  uint32_t *def = malloc(fn->nvalues * sizeof *def); /* value -> defining op index + 1 */
+  uint32_t *stack = malloc((b->nops + 1) * sizeof *stack);
+  lm_sprog *p = NULL;
+  if (!need || !def || !stack) goto out;
+  for (uint32_t v = 0; v < fn->nvalues; v++) def[v] = 0;
+  for (uint32_t j = 0; j + 1 < b->nops; j++)
+    for (uint32_t q = 0; q < b->ops[j].nout; q++)
+      if (b->ops[j].out[q] < fn->nvalues) def[b->ops[j].out[q]] = j + 1;
+  uint32_t sp = 0;
+  if (def[value]) stack[sp++] = def[value] - 1;
+  while (sp) {
+    uint32_t j = stack[--sp];
+    if (need[j]) continue;
+    need[j] = true;
+    for (uint32_t q = 0; q < b->ops[j].nin; q++) {
+      uint32_t v = b->ops[j].in[q];
+      if (v < fn->nvalues && def[v] && !need[def[v] - 1]) stack[sp++] = def[v] - 1;
+    }
+  }
+  p = compile(b, fn, 1, &value, need);
+out:
+  free(need);
+  free(def);
+  free(stack);
+  return p;
+}
+
+static lm_sprog *compile(const lm_block *b, const lm_func *fn, uint32_t nres, const uint32_t *res_vals, const bool *need) {
   lm_sprog *p = calloc(1, sizeof *p);
   /* value id -> slot (+1; 0 = not defined in this region) */
   uint16_t *slot = calloc(fn->nvalues ? fn->nvalues : 1, sizeof *slot);
   if (!p || !slot) goto fail;
   p->nargs = b->nargs;
-  p->nres = ret->nin;
+  p->nres = nres;
   p->code = calloc(b->nops, sizeof *p->code);
   p->res = calloc(p->nres ? p->nres : 1, sizeof *p->res);
   p->res_size = calloc(p->nres ? p->nres : 1, 1);
@@ -202,6 +264,7 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
   }
   for (uint32_t j = 0; j + 1 < b->nops; j++) {
     const lm_op *x = &b->ops[j];
+    if (need && !need[j]) continue;
     if (x->nregions || x->nout != 1 || ns >= 60000) goto fail;
     const lm_type *rt = &fn->value_types[x->out[0]];
     if (!scalar_type(rt)) goto fail;
@@ -282,10 +345,11 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
     slot[x->out[0]] = (uint16_t)(++ns);
     p->ninstr++;
   }
-  for (uint32_t i = 0; i < ret->nin; i++) {
-    if (ret->in[i] >= fn->nvalues || !slot[ret->in[i]] || !scalar_type(&fn->value_types[ret->in[i]])) goto fail;
-    p->res[i] = (uint16_t)(slot[ret->in[i]] - 1);
-    p->res_size[i] = (uint8_t)lm_dtype_size(fn->value_types[ret->in[i]].dtype);
+  for (uint32_t i = 0; i < nres; i++) {
+    uint32_t v = res_vals[i];
+    if (v >= fn->nvalues || !slot[v] || !scalar_type(&fn->value_types[v])) goto fail;
+    p->res[i] = (uint16_t)(slot[v] - 1);
+    p->res_size[i] = (uint8_t)lm_dtype_size(fn->value_types[v].dtype);
   }
   p->nslots = ns;
   free(slot);
