@@ -195,7 +195,8 @@ static int k_cholesky(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 }
 
 /* ---- LAPACK custom calls as jax.numpy.linalg lowers them on CPU ----
- * @lapack_{s,d,c,z}{potrf,getrf,trsm}_ffi, with their options in the mhlo.backend_config
+ * @lapack_{s,d,c,z}{potrf,getrf,trsm,geqrf}_ffi and @lapack_{s,d}orgqr_ffi / @lapack_{c,z}ungqr_ffi,
+ * with their options in the mhlo.backend_config
  * dictionary as LAPACK characters (uplo 'L'/'U', side 'L'/'R', trans_x 'N'/'T'/'C', diag
  * 'U'/'N'); leading dimensions are batch dimensions. The operand_layouts ask XLA for
  * column-major data so that LAPACK sees the logical matrices; these handlers work on the logical
@@ -307,13 +308,113 @@ static int k_getrf(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   return 0;
 }
 
+/* geqrf: Householder QR, LAPACK's convention (dlarfg / zlarfg): for column j, beta =
+ * -sign(re(alpha)) * |(alpha, x)|, tau = (beta - alpha) / beta, v = [1, x / (alpha - beta)]; R
+ * above the diagonal, v below it, H(j)^H applied to the trailing columns. */
+static int v_geqrf(const lm_op *op, const lm_func *fn, lm_err *err) {
+  LM_TRY(v_lapack_common(op, fn, 1, 2, err));
+  const lm_type *a = lm_vtype(fn, op->in[0]), *tau = lm_vtype(fn, op->out[1]);
+  int R = a->rank;
+  int64_t mn = a->dims[R - 1] < a->dims[R - 2] ? a->dims[R - 1] : a->dims[R - 2];
+  if (!lm_type_equal(a, lm_vtype(fn, op->out[0])) || tau->dtype != a->dtype || tau->rank != R - 1 ||
+      memcmp(tau->dims, a->dims, (size_t)(R - 2) * 8) || tau->dims[R - 2] != mn)
+    return lm_op_err(err, op, LOOM_VERIFY, "geqrf returns the operand's type and taus [batch..., min(m, n)]");
+  return 0;
+}
+
+static int k_geqrf(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_type *at = &in[0]->type;
+  lm_dtype dt = at->dtype;
+  int R = at->rank;
+  int64_t m = at->dims[R - 2], n = at->dims[R - 1], mn = m < n ? m : n, batch = 1;
+  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
+  zc *A = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *A);
+  if (!A) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
+  for (int64_t bi = 0; bi < batch; bi++) {
+    for (int64_t i = 0; i < m * n; i++) A[i] = ld(in[0]->data, dt, bi * m * n + i);
+    for (int64_t j = 0; j < mn; j++) {
+      zc alpha = A[j * n + j], tau = 0;
+      double xn = 0;
+      for (int64_t i = j + 1; i < m; i++) xn = hypot(xn, cabs(A[i * n + j]));
+      if (!(xn == 0 && cimag(alpha) == 0)) {
+        double beta = hypot(hypot(creal(alpha), cimag(alpha)), xn);
+        if (creal(alpha) >= 0) beta = -beta;
+        tau = (beta - creal(alpha)) / beta - I * (cimag(alpha) / beta);
+        zc sc = 1.0 / (alpha - beta);
+        for (int64_t i = j + 1; i < m; i++) A[i * n + j] *= sc;
+        A[j * n + j] = beta;
+        /* apply H^H = I - conj(tau) v v^H to A[j:, j+1:] */
+        for (int64_t c = j + 1; c < n; c++) {
+          zc w = A[j * n + c];
+          for (int64_t i = j + 1; i < m; i++) w += conj(A[i * n + j]) * A[i * n + c];
+          w *= conj(tau);
+          A[j * n + c] -= w;
+          for (int64_t i = j + 1; i < m; i++) A[i * n + c] -= A[i * n + j] * w;
+        }
+      }
+      st(out[1]->data, dt, bi * mn + j, tau);
+    }
+    for (int64_t i = 0; i < m * n; i++) st(out[0]->data, dt, bi * m * n + i, A[i]);
+  }
+  free(A);
+  return 0;
+}
+
+/* orgqr / ungqr: the first n columns of H(0) H(1) ... H(k-1) from geqrf's reflectors (dorg2r). */
+static int v_orgqr(const lm_op *op, const lm_func *fn, lm_err *err) {
+  LM_TRY(v_lapack_common(op, fn, 2, 1, err));
+  const lm_type *a = lm_vtype(fn, op->in[0]), *tau = lm_vtype(fn, op->in[1]);
+  int R = a->rank;
+  if (!lm_type_equal(a, lm_vtype(fn, op->out[0])) || tau->dtype != a->dtype || tau->rank != R - 1 ||
+      memcmp(tau->dims, a->dims, (size_t)(R - 2) * 8) || tau->dims[R - 2] > a->dims[R - 1] || a->dims[R - 1] > a->dims[R - 2])
+    return lm_op_err(err, op, LOOM_VERIFY, "orgqr needs a [batch..., m, n] (n <= m) and taus [batch..., k <= n]");
+  return 0;
+}
+
+static int k_orgqr(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_type *at = &in[0]->type;
+  lm_dtype dt = at->dtype;
+  int R = at->rank;
+  int64_t m = at->dims[R - 2], n = at->dims[R - 1], kk = in[1]->type.dims[R - 2], batch = 1;
+  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
+  zc *A = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *A);
+  if (!A) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
+  for (int64_t bi = 0; bi < batch; bi++) {
+    for (int64_t i = 0; i < m * n; i++) A[i] = ld(in[0]->data, dt, bi * m * n + i);
+    for (int64_t c = kk; c < n; c++) /* columns past the reflectors start as unit vectors */
+      for (int64_t i = 0; i < m; i++) A[i * n + c] = i == c ? 1 : 0;
+    for (int64_t j = kk - 1; j >= 0; j--) {
+      zc tau = ld(in[1]->data, dt, bi * kk + j);
+      if (j < n - 1) { /* apply H(j) = I - tau v v^H to A[j:, j+1:] */
+        A[j * n + j] = 1;
+        for (int64_t c = j + 1; c < n; c++) {
+          zc w = 0;
+          for (int64_t i = j; i < m; i++) w += conj(A[i * n + j]) * A[i * n + c];
+          w *= tau;
+          for (int64_t i = j; i < m; i++) A[i * n + c] -= A[i * n + j] * w;
+        }
+      }
+      for (int64_t i = j + 1; i < m; i++) A[i * n + j] *= -tau;
+      A[j * n + j] = 1.0 - tau;
+      for (int64_t i = 0; i < j; i++) A[i * n + j] = 0;
+    }
+    for (int64_t i = 0; i < m * n; i++) st(out[0]->data, dt, bi * m * n + i, A[i]);
+  }
+  free(A);
+  return 0;
+}
+
 void lm_register_linalg_kernels(void) {
   lm_kernel_register(LM_OP_TRIANGULAR_SOLVE, k_triangular_solve, v_triangular_solve, 0);
   lm_kernel_register(LM_OP_CHOLESKY, k_cholesky, v_cholesky, 0);
   static const char *const potrf[] = {"lapack_spotrf_ffi", "lapack_dpotrf_ffi", "lapack_cpotrf_ffi", "lapack_zpotrf_ffi"};
   static const char *const getrf[] = {"lapack_sgetrf_ffi", "lapack_dgetrf_ffi", "lapack_cgetrf_ffi", "lapack_zgetrf_ffi"};
   static const char *const trsm[] = {"lapack_strsm_ffi", "lapack_dtrsm_ffi", "lapack_ctrsm_ffi", "lapack_ztrsm_ffi"};
+  static const char *const geqrf[] = {"lapack_sgeqrf_ffi", "lapack_dgeqrf_ffi", "lapack_cgeqrf_ffi", "lapack_zgeqrf_ffi"};
+  static const char *const orgqr[] = {"lapack_sorgqr_ffi", "lapack_dorgqr_ffi", "lapack_cungqr_ffi", "lapack_zungqr_ffi"};
   for (int i = 0; i < 4; i++) {
+    lm_custom_call_register(geqrf[i], k_geqrf, v_geqrf, 0);
+    lm_custom_call_register(orgqr[i], k_orgqr, v_orgqr, 0);
     lm_custom_call_register(potrf[i], k_potrf, v_potrf, 0);
     lm_custom_call_register(getrf[i], k_getrf, v_getrf, 0);
     lm_custom_call_register(trsm[i], k_trsm, v_trsm, 0);

@@ -2,7 +2,8 @@
  * example, every combination of left_side / lower / transpose_a / unit_diagonal checked by
  * substituting the solution back, batches, complex ADJOINT, cholesky reconstruction in both
  * triangles and NaN for a matrix that is not positive-definite; einsum / unary_einsum; the
- * @lapack_*_ffi custom calls jax.numpy.linalg lowers to on CPU (also checked against JAX by hand). */
+ * @lapack_*_ffi custom calls jax.numpy.linalg lowers to on CPU (cholesky, lu, solve, inv, det, qr;
+ * also checked against JAX by hand: same values, same signs). */
 #include <complex.h>
 #include <math.h>
 #include "test_ops_build.h"
@@ -261,6 +262,24 @@ static void test_lapack_custom_calls(void **state) {
   lm_buffer_release(y);
   lm_buffer_release(args[0]);
   lm_buffer_release(args[1]);
+  /* geqrf + orgqr of [[3], [4]]: R = -5, tau = 1.6, v = [1, 0.5]; Q = [[-0.6], [-0.8]] (LAPACK's signs) */
+  double qa[2] = {3, 4};
+  tb_init(&b);
+  lm_type qt = T2(LOOM_DTYPE_F64, 2, 1), tt1 = T1(LOOM_DTYPE_F64, 1);
+  a = tb_arg(&b, qt);
+  lm_type qo[2] = {qt, tt1};
+  lm_op *g = lapack_call(&b, "lapack_dgeqrf_ffi", 1, &a, 2, qo, NULL, NULL, 0);
+  lm_op *o = lapack_call(&b, "lapack_dorgqr_ffi", 2, g->out, 1, &qt, NULL, NULL, 0);
+  uint32_t res[3] = {g->out[0], g->out[1], o->out[0]};
+  tb_finish(&b, 3, res);
+  x = tb_buf(qt, qa);
+  r = tb_run(&b, &x, 1);
+  if (r.rc) fail_msg("%s", r.err.msg);
+  const double *rr = r.out[0]->data, *tau = r.out[1]->data, *q = r.out[2]->data;
+  assert_true(fabs(rr[0] + 5) < 1e-15 && fabs(rr[1] - 0.5) < 1e-15 && fabs(tau[0] - 1.6) < 1e-15);
+  assert_true(fabs(q[0] + 0.6) < 1e-15 && fabs(q[1] + 0.8) < 1e-15);
+  tb_run_release(&r);
+  lm_buffer_release(x);
 }
 
 int main(void) {
