@@ -135,8 +135,9 @@ static void finish_put(wk_dconn *dc, const lm_frame *f) {
     }
   }
   Lmw__ShardPut *m = dc->put;
+  for (size_t i = 1; i < m->n_targets; i++) /* the other devices that hold the same shard */
+    if (dc->bufs[i]->nbytes) memcpy(dc->bufs[i]->data, dc->bufs[0]->data, dc->bufs[0]->nbytes);
   for (size_t i = 0; i < m->n_targets; i++) {
-    if (i > 0 && dc->bufs[i]->nbytes) memcpy(dc->bufs[i]->data, dc->bufs[0]->data, dc->bufs[0]->nbytes);
     wk_slot *s = wk_slot_new(m->session, m->targets[i]->array, m->targets[i]->local_index);
     if (!s) {
       put_state_free(dc);
