@@ -376,6 +376,12 @@ static void test_collectives(void **state) {
   assert_int_equal(h_run(&o), 0);
 }
 
+static void test_collectives_2x4(void **state) {
+  /* the cluster shape: 2 workers x 4 devices */
+  h_opts o = {.nproc = 2, .ndev = 4, .body = coll_body};
+  assert_int_equal(h_run(&o), 0);
+}
+
 static void test_collectives_4x1(void **state) {
   h_opts o = {.nproc = 4, .ndev = 1, .body = coll_body};
   assert_int_equal(h_run(&o), 0);
@@ -803,7 +809,8 @@ static void test_malformed_messages(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_reduce_dtypes), cmocka_unit_test(test_all_reduce_dtypes_tcp),
-      cmocka_unit_test(test_collectives),       cmocka_unit_test(test_collectives_4x1),
+      cmocka_unit_test(test_collectives),       cmocka_unit_test(test_collectives_2x4),
+      cmocka_unit_test(test_collectives_4x1),
       cmocka_unit_test(test_in_flight),         cmocka_unit_test(test_determinism),
       cmocka_unit_test(test_p2p),               cmocka_unit_test(test_p2p_tcp),
       cmocka_unit_test(test_killed_peer),       cmocka_unit_test(test_killed_peer_tcp),
