@@ -9,10 +9,11 @@
  * out of bounds (spec 'scatter': "If result_index is in bounds ... Otherwise updated_results =
  * results"). Windows fully in bounds take fast paths: a copy when the body returns the update
  * ("replace"), a vectorized loop when the body is one add/multiply/maximum/minimum/and/or/xor;
- * any other body runs through lm_exec_region. */
+ * other bodies run compiled (scalar_eval.c) when they can, else through lm_exec_region. */
 #include <stdlib.h>
 #include <string.h>
 #include "exec/ops_util.h"
+#include "exec/scalar_eval.h"
 
 /* ---- dimension numbers ---- */
 
@@ -349,9 +350,13 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   void **argp = NULL, **resp = NULL;
   size_t *ressz = NULL;
   int rc = 0;
+  lm_sprog *sp = NULL;
   if (kind == BODY_GENERIC) {
-    LM_TRY(lm_body_init(&body, k, 0, n));
-    have_body = true;
+    sp = lm_sprog_compile(op, 0, k->fn, n);
+    if (!sp) {
+      LM_TRY(lm_body_init(&body, k, 0, n));
+      have_body = true;
+    }
     argp = calloc(2 * n, sizeof *argp);
     resp = calloc(n, sizeof *resp);
     ressz = calloc(n, sizeof *ressz);
@@ -456,14 +461,19 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
           argp[n + i] = (char *)up[i]->data + uo * (int64_t)es;
           resp[i] = argp[i];
         }
-        rc = lm_body_call(&body, (const void *const *)argp, resp, ressz);
-        if (rc < 0) goto done;
+        if (sp) {
+          lm_sprog_run(sp, (const void *const *)argp, resp);
+        } else {
+          rc = lm_body_call(&body, (const void *const *)argp, resp, ressz);
+          if (rc < 0) goto done;
+        }
       }
     } while (lm_index_next(nw, wsz, wi));
   } while (lm_index_next(ns, ssz, si));
 
 done:
   if (have_body) lm_body_free(&body);
+  lm_sprog_free(sp);
   free(argp);
   free(resp);
   free(ressz);

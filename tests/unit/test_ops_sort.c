@@ -196,6 +196,51 @@ static void test_sort_descending_dim(void **state) {
   lm_buffer_release(y);
 }
 
+/* Comparators close to the key form: mirrored operands (a key form), and sides that differ (not
+ * one: must still be evaluated as written). Each runs on every path and must agree. */
+static tb build_custom_sort(lm_type t, int variant) {
+  tb b;
+  tb_init(&b);
+  uint32_t a = tb_arg(&b, t);
+  lm_op *op = tb_op(&b, b.body, LM_OP_SORT, 1, &a, 1, &t);
+  tb_int(&b, op, "dimension", 0);
+  lm_type at[2] = {T0(t.dtype), T0(t.dtype)};
+  lm_block *blk = tb_region(&b, op, 2, at);
+  uint32_t r;
+  if (variant == 0) {
+    r = k_cmp(&b, blk, "GT", NULL, blk->args[1], blk->args[0]); /* ascending, written mirrored */
+  } else {
+    lm_op *ng = tb_op(&b, blk, LM_OP_NEGATE, 1, &blk->args[1], 1, &at[0]);
+    r = k_cmp(&b, blk, "LT", NULL, blk->args[0], ng->out[0]); /* a < -b: not a key form */
+  }
+  tb_return(&b, blk, 1, &r);
+  tb_finish(&b, 1, op->out);
+  return b;
+}
+
+static void test_sort_key_form_edges(void **state) {
+  lm_type t = T1(LOOM_DTYPE_S32, 40);
+  int32_t v[40];
+  uint64_t sd = 5;
+  for (int i = 0; i < 40; i++) v[i] = (int32_t)(tb_rand(&sd) % 21) - 10;
+  for (int variant = 0; variant < 2; variant++) {
+    lm_buffer *res[2];
+    for (int generic = 0; generic < 2; generic++) {
+      tb b = build_custom_sort(t, variant);
+      lm_buffer *x = tb_buf(t, v);
+      lm_ops_generic_only = generic;
+      res[generic] = tb_run1(&b, &x, 1);
+      lm_ops_generic_only = 0;
+      lm_buffer_release(x);
+    }
+    assert_buf_eq_bytes(res[0], res[1]->data, sizeof v);
+    if (variant == 0)
+      for (int i = 1; i < 40; i++) assert_true(((int32_t *)res[0]->data)[i - 1] <= ((int32_t *)res[0]->data)[i]);
+    lm_buffer_release(res[0]);
+    lm_buffer_release(res[1]);
+  }
+}
+
 static void test_sort_verify(void **state) {
   lm_type t = T2(LOOM_DTYPE_F32, 2, 3);
   tb b = build_sort(1, &t, 2, 0, NULL, "LT");
@@ -296,6 +341,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sort_float_jax_comparator), cmocka_unit_test(test_sort_lexicographic),
       cmocka_unit_test(test_sort_descending_dim),       cmocka_unit_test(test_sort_verify),
+      cmocka_unit_test(test_sort_key_form_edges),
       cmocka_unit_test(test_compare_elems),             cmocka_unit_test(test_top_k),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
