@@ -13,6 +13,7 @@
  * collective_reduce, cross-replica-sum) and gets zeros from collective_broadcast. A group of one
  * process is computed here without any hook, so single-device programs with collectives run
  * anywhere. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "exec/collective.h"
@@ -92,8 +93,9 @@ static int lists_read(const lm_op *op, const char *name, bool drop_pad, lists *l
     total = 0;
     for (uint32_t i = 0; i < a->n; i++) {
       const lm_attr *it = &a->items[i];
-      size_t n = it->kind == LM_ATTR_ARRAY || it->kind == LM_ATTR_INTS ? it->n
-                 : it->kind == LM_ATTR_DENSE && it->type ? (size_t)lm_type_numel(it->type) : 0;
+      if (it->kind != LM_ATTR_ARRAY && it->kind != LM_ATTR_INTS && !(it->kind == LM_ATTR_DENSE && it->type))
+        return lm_op_err(err, op, LOOM_VERIFY, "'%s' row %u is not a list of integers", name, i);
+      size_t n = it->kind == LM_ATTR_DENSE ? (size_t)lm_type_numel(it->type) : it->n;
       total += n;
       if (total > MAX_GROUP_VALUES)
         return lm_op_err(err, op, LOOM_VERIFY, "'%s' has too many values (at most %u)", name, MAX_GROUP_VALUES);
@@ -121,8 +123,7 @@ static int lists_read(const lm_op *op, const char *name, bool drop_pad, lists *l
     size_t at = 0;
     for (uint32_t i = 0; i < a->n; i++) {
       const lm_attr *it = &a->items[i];
-      size_t n = it->kind == LM_ATTR_ARRAY || it->kind == LM_ATTR_INTS ? it->n
-                 : it->kind == LM_ATTR_DENSE && it->type ? (size_t)lm_type_numel(it->type) : 0;
+      size_t n = it->kind == LM_ATTR_DENSE ? (size_t)lm_type_numel(it->type) : it->n;
       if (n && lm_attr_ints(it, l->v + at, (int)n) != (int)n) {
         lists_free(l);
         return lm_op_err(err, op, LOOM_VERIFY, "'%s' row %u is not a list of integers", name, i);
@@ -320,10 +321,11 @@ static void pgroup_free(pgroup *g) {
 
 /* ---- calling the hooks ---- */
 
-static const struct lm_collectives *hooks(lm_kctx *k) {
-  const struct lm_collectives *h = k->opts->coll;
-  return h && h->struct_size >= sizeof(size_t) ? h : NULL;
-}
+static const struct lm_collectives *hooks(lm_kctx *k) { return k->opts->coll; }
+
+/* True if h has hook `field` set (a table older than this header may end before it). */
+#define HAS_HOOK(h, field)                                                                          \
+  ((h) && (h)->struct_size >= offsetof(struct lm_collectives, field) + sizeof((h)->field) && (h)->field)
 
 /* Fails unless the run has the hook (`have`) (a group of more than one process needs one). */
 static int need_hook(lm_kctx *k, bool have, const pgroup *g) {
@@ -523,7 +525,7 @@ static int do_all_reduce(lm_kctx *k, const pgroup *g, const lm_coll_reduction *r
     return 0;
   }
   const struct lm_collectives *h = hooks(k);
-  LM_TRY(need_hook(k, h && h->all_reduce, g));
+  LM_TRY(need_hook(k, HAS_HOOK(h, all_reduce), g));
   lm_coll_call c = make_call(k, g, seq);
   return hook_err(k, h->all_reduce(k->opts->coll_user, &c, send, recv, count, red, k->err));
 }
@@ -629,7 +631,7 @@ static int k_all_gather(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       continue;
     }
     const struct lm_collectives *h = hooks(k);
-    if ((rc = need_hook(k, h && h->all_gather, &g)) < 0) break;
+    if ((rc = need_hook(k, HAS_HOOK(h, all_gather), &g)) < 0) break;
     size_t outer, inner;
     split_at(t, (int)d, &outer, &inner);
     void *tmp = out[i]->data;
@@ -696,7 +698,7 @@ static int k_reduce_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       continue;
     }
     const struct lm_collectives *h = hooks(k);
-    if ((rc = need_hook(k, h && h->reduce_scatter, &g)) < 0) break;
+    if ((rc = need_hook(k, HAS_HOOK(h, reduce_scatter), &g)) < 0) break;
     size_t outer, inner;
     split_at(t, (int)d, &outer, &inner);
     const void *send = in[i]->data;
@@ -781,7 +783,7 @@ static int k_all_to_all(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       continue;
     }
     const struct lm_collectives *h = hooks(k);
-    if ((rc = need_hook(k, h && h->all_to_all, &g)) < 0) break;
+    if ((rc = need_hook(k, HAS_HOOK(h, all_to_all), &g)) < 0) break;
     void *send = in[i]->data, *recv = out[i]->data, *t1 = NULL, *t2 = NULL;
     if (outer_s > 1) {
       if ((rc = scratch(k, bytes, &t1)) < 0) break;
@@ -867,7 +869,7 @@ static int k_collective_permute(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
       continue;
     }
     const struct lm_collectives *h = hooks(k);
-    if ((rc = need_hook(k, h && h->collective_permute, &g)) < 0) break;
+    if ((rc = need_hook(k, HAS_HOOK(h, collective_permute), &g)) < 0) break;
     lm_coll_call c = make_call(k, &g, seq);
     rc = hook_err(k, h->collective_permute(k->opts->coll_user, &c, in[i]->data, out[i]->data, bytes, send_to,
                                            recv_from, k->err));
@@ -924,7 +926,7 @@ static int k_collective_broadcast(lm_kctx *k, lm_buffer *const *in, lm_buffer **
       continue;
     }
     const struct lm_collectives *h = hooks(k);
-    if ((rc = need_hook(k, h && h->broadcast, &g)) < 0) break;
+    if ((rc = need_hook(k, HAS_HOOK(h, broadcast), &g)) < 0) break;
     lm_coll_call c = make_call(k, &g, seq);
     rc = hook_err(k, h->broadcast(k->opts->coll_user, &c, (uint32_t)root, in[i]->data, out[i]->data, bytes, k->err));
   }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "exec/collective.h"
 #include "exec/ops_util.h"
 #include "hlo/parse.h"
 #include "worker/spmd_coll.h"
@@ -761,6 +762,106 @@ static void test_without_hooks(void **state) {
   }
 }
 
+/* The executor's view through a recording hook table: process groups as process ids in spec
+ * order, the caller's rank, and one sequence number per call (per operand), consumed also where no
+ * hook is called (a group of one, a process in no group), so every process counts alike. */
+typedef struct rec_call {
+  uint32_t group[8], size, rank;
+  uint64_t seq;
+  lm_coll_op op;
+} rec_call;
+static rec_call g_rec[16];
+static int g_nrec;
+
+static int rec_all_reduce(void *user, const lm_coll_call *c, const void *send, void *recv, size_t count,
+                          const lm_coll_reduction *red, lm_err *err) {
+  rec_call *r = &g_rec[g_nrec++];
+  memcpy(r->group, c->group, c->size * sizeof *c->group);
+  r->size = c->size;
+  r->rank = c->rank;
+  r->seq = c->seq;
+  r->op = red->op;
+  memcpy(recv, send, count * lm_dtype_size(red->dtype));
+  return 0;
+}
+
+static void test_hook_view(void **state) {
+  const char *text =
+      "func.func @f(%x: tensor<2xf32>, %y: tensor<3xf32>) -> (tensor<2xf32>, tensor<3xf32>, tensor<2xf32>) {\n"
+      "  %r:2 = \"stablehlo.all_reduce\"(%x, %y) ({\n"
+      "  ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+      "    %c = stablehlo.maximum %b, %a : tensor<f32>\n"
+      "    stablehlo.return %c : tensor<f32>\n"
+      "  }) {replica_groups = dense<[[3, 1], [2, 0]]> : tensor<2x2xi64>, channel_handle = "
+      "#stablehlo.channel_handle<handle = 1, type = 0>} : (tensor<2xf32>, tensor<3xf32>) -> (tensor<2xf32>, "
+      "tensor<3xf32>)\n"
+      "  %g = \"stablehlo.all_gather\"(%x) {all_gather_dim = 0 : i64, replica_groups = dense<[[0], [1], [2], [3]]> : "
+      "tensor<4x1xi64>} : (tensor<2xf32>) -> tensor<2xf32>\n"
+      "  %b = \"stablehlo.collective_broadcast\"(%x) {replica_groups = dense<[[0, 2]]> : tensor<1x2xi64>} : "
+      "(tensor<2xf32>) -> tensor<2xf32>\n"
+      "  %s = \"stablehlo.all_reduce\"(%b) ({\n"
+      "  ^bb0(%a: tensor<f32>, %e: tensor<f32>):\n"
+      "    %c = stablehlo.subtract %a, %e : tensor<f32>\n"
+      "    stablehlo.return %c : tensor<f32>\n"
+      "  }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : (tensor<2xf32>) -> tensor<2xf32>\n"
+      "  return %s, %r#1, %g : tensor<2xf32>, tensor<3xf32>, tensor<2xf32>\n}\n";
+  lm_module *m;
+  lm_err err;
+  lm_parse_opts po = {0};
+  assert_int_equal(lm_parse_module(text, strlen(text), &po, &m, &err), 0);
+  lm_program *p;
+  if (lm_program_create(m, &p, &err) < 0) fail_msg("%s", err.msg);
+  /* a table from an older header that ends before all_gather: all_reduce only */
+  struct lm_collectives h = {.struct_size = offsetof(struct lm_collectives, all_gather), .all_reduce = rec_all_reduce,
+                             .all_gather = (void *)1};
+  lm_device *dev = lm_device_create(1 << 20);
+  int64_t d2[1] = {2}, d3[1] = {3};
+  lm_buffer *args[2] = {rand_buf(LOOM_DTYPE_F32, 1, d2), rand_buf(LOOM_DTYPE_F32, 1, d3)}, *res[3] = {0};
+  /* process (replica 1, partition 1) of a 4 x 2 grid */
+  lm_run_opts o = {.device = dev, .replica_id = 1, .partition_id = 1, .num_replicas = 4, .num_partitions = 2,
+                   .coll = &h};
+  g_nrec = 0;
+  int rc = lm_program_run(p, "f", &o, args, 2, res, 3, &err);
+  if (rc < 0) fail_msg("%s", err.msg);
+  assert_int_equal(g_nrec, 3);
+  /* cross_replica_and_partition of [3, 1]: (3,0) (1,0) (3,1) (1,1) = 6 2 7 3; the caller is 3 */
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(g_rec[i].size, 4);
+    assert_memory_equal(g_rec[i].group, ((uint32_t[]){6, 2, 7, 3}), 16);
+    assert_int_equal(g_rec[i].rank, 3);
+    assert_int_equal(g_rec[i].seq, (uint64_t)i);
+    assert_int_equal(g_rec[i].op, LM_COLL_MAX); /* maximum(b, a) is still the built-in maximum */
+  }
+  /* all_gather of a group of one (seq 2) and a broadcast the caller is not part of (seq 3) call
+   * no hook; the last all_reduce is cross_replica in partition 1: 1 3 5 7, with a custom body */
+  assert_int_equal(g_rec[2].seq, 4);
+  assert_int_equal(g_rec[2].size, 4);
+  assert_memory_equal(g_rec[2].group, ((uint32_t[]){1, 3, 5, 7}), 16);
+  assert_int_equal(g_rec[2].rank, 1);
+  assert_int_equal(g_rec[2].op, LM_COLL_CUSTOM);
+  float zeros[2] = {0, 0};
+  assert_memory_equal(res[0]->data, zeros, 8); /* the broadcast gave zeros, passed through */
+  assert_memory_equal(res[1]->data, args[1]->data, 12);
+  assert_memory_equal(res[2]->data, args[0]->data, 8);
+  release_all(res, 3);
+  release_all(args, 2);
+  lm_program_destroy(p);
+
+  /* a group of two needs the all_gather hook, which the short table does not have */
+  const char *ag = "func.func @f(%x: tensor<2xf32>) -> tensor<4xf32> {\n"
+                   "  %g = \"stablehlo.all_gather\"(%x) {all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1], "
+                   "[2, 3]]> : tensor<2x2xi64>} : (tensor<2xf32>) -> tensor<4xf32>\n"
+                   "  return %g : tensor<4xf32>\n}\n";
+  assert_int_equal(lm_parse_module(ag, strlen(ag), &po, &m, &err), 0);
+  assert_int_equal(lm_program_create(m, &p, &err), 0);
+  args[0] = rand_buf(LOOM_DTYPE_F32, 1, d2);
+  assert_int_equal(lm_program_run(p, "f", &o, args, 1, res, 1, &err), LOOM_UNSUPPORTED);
+  assert_non_null(strstr(err.msg, "stablehlo.all_gather"));
+  release_all(args, 1);
+  lm_program_destroy(p);
+  lm_device_destroy(dev);
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -869,6 +970,7 @@ int main(void) {
       cmocka_unit_test(test_collectives_in_while),
       cmocka_unit_test(test_group_errors),
       cmocka_unit_test(test_without_hooks),
+      cmocka_unit_test(test_hook_view),
       cmocka_unit_test(test_run_parallel_and_failure),
       cmocka_unit_test(test_spmd_coll_api),
   };
