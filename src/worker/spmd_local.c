@@ -83,7 +83,7 @@ static void *proc_main(void *arg) {
   lm_device_destroy(dev);
   t->rc = rc;
   pthread_mutex_lock(&sh->mu);
-  if (rc < 0) sh->cancel = 1;
+  if (rc < 0) __atomic_store_n(&sh->cancel, 1, __ATOMIC_RELAXED);
   sh->finished++;
   pthread_cond_broadcast(&sh->cv);
   pthread_mutex_unlock(&sh->mu);
@@ -161,14 +161,14 @@ int lm_spmd_local_run(const lm_program *p, const char *const *fns, uint32_t num_
     int e = pthread_create(&tasks[started].th, NULL, proc_main, &tasks[started]);
     if (e != 0) {
       rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start the thread of process %u: %s", started, strerror(e));
-      sh.cancel = 1;
+      __atomic_store_n(&sh.cancel, 1, __ATOMIC_RELAXED);
       break;
     }
   }
   /* wait, forwarding the caller's cancel flag */
   pthread_mutex_lock(&sh.mu);
   while (sh.finished < started) {
-    if (cancel && *cancel) sh.cancel = 1;
+    if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) __atomic_store_n(&sh.cancel, 1, __ATOMIC_RELAXED);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 20 * 1000000L;
