@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/half.h"
+#include "exec/interp.h"
 #include "exec/ops_util.h"
 
 int lm_ops_generic_only = 0;
@@ -270,6 +271,19 @@ void lm_copy_strided(int rank, const int64_t *dims, size_t esize, void *dst, con
     }
     if (d < 0) break;
   }
+}
+
+bool lm_input_donatable(const lm_kctx *k, uint32_t i) {
+  if (!k->pop || !k->frame || i >= k->op->nin || lm_ops_generic_only) return false;
+  uint32_t v = k->op->in[i];
+  const lm_buffer *b = k->frame[v];
+  if (!b || b->base || b->type.kind != LM_TYPE_TENSOR || atomic_load(&((lm_buffer *)b)->refcount) != 1) return false;
+  for (uint32_t j = 0; j < k->op->nin; j++)
+    if (j != i && k->op->in[j] == v) return false;
+  const lm_plan_op *po = k->pop;
+  for (uint32_t r = 0; r < po->nrelease; r++)
+    if (po->release[r] == v) return true;
+  return false;
 }
 
 /* ---- fast-path binops ---- */
