@@ -98,7 +98,15 @@ double lm_load_f64(const void *p, lm_dtype dt) {
 
 /* Copies n elements of size es from src to dst with element strides ds/ss. */
 static void copy_row(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t es) {
-  if (ds == 1 && ss == 1) { memcpy(dst, src, (size_t)n * es); return; }
+  if (ds == 1 && ss == 1) {
+    size_t nb = (size_t)n * es;
+    if (nb > 128) { memcpy(dst, src, nb); return; }
+    /* short rows (e.g. one attention head): 8-byte moves beat a memcpy call */
+    size_t q = 0;
+    for (; q + 8 <= nb; q += 8) { uint64_t v; memcpy(&v, src + q, 8); memcpy(dst + q, &v, 8); }
+    for (; q < nb; q++) dst[q] = src[q];
+    return;
+  }
 #define ROW(T)                                                                 \
   do {                                                                         \
     T *d_ = (T *)dst; const T *s_ = (const T *)src;                            \
