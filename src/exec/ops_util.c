@@ -520,7 +520,6 @@ void lm_body_free(lm_body *b) {
   free(b->args);
   free(b->res);
   free(b->arg_size);
-  free(b->res_types);
   memset(b, 0, sizeof *b);
 }
 

@@ -93,7 +93,6 @@ typedef struct lm_body {
   lm_buffer **args;          /* [nargs] scalar buffers, types from the region's block arguments */
   lm_buffer **res;           /* [nres] scratch for results */
   size_t *arg_size;          /* [nargs] bytes per argument */
-  lm_type *res_types;        /* [nres] expected result types (NULL entries: unchecked) */
 } lm_body;
 
 /* Prepares calls of region `region` of k->op returning nres values. Fails if the region does not
