@@ -206,6 +206,15 @@ static int run_function(run_cfg *c, const lm_program *prog, const lm_func *fn, l
 }
 
 static void run_case(run_cfg *c, const char *file, const char *text, size_t len, uint32_t line) {
+  /* a case is named by its first non-blank line */
+  size_t skip = 0;
+  for (size_t i = 0; i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'); i++)
+    if (text[i] == '\n') {
+      line++;
+      skip = i + 1;
+    }
+  text += skip;
+  len -= skip;
   lm_err err;
   lm_module *m;
   lm_parse_opts po = {.filename = file, .first_line = line};
