@@ -126,3 +126,29 @@ def test_device_memory_budget(tmp_path):
     assert p.returncode == 1 and "out of device memory" in p.stdout.lower() or "device memory" in p.stdout, p.stdout
     p, _ = run("--device-memory", "64M", text=big, tmp_path=tmp_path)
     assert p.returncode == 0, p.stdout
+
+
+PROBES = """\
+func.func @main() {
+  %a = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+  %b = interpreter.probe %a, probe_id = "x/y" : tensor<2xi32>
+  %c = stablehlo.add %b, %b : tensor<2xi32>
+  %d = interpreter.probe %c, probe_id = "x/y" : tensor<2xi32>
+  check.expect_serialized_eq %a, probe_id = "x/y" : tensor<2xi32>
+  check.expect_serialized_eq %c, probe_id = "x/y", iter = 1 : tensor<2xi32>
+  func.return
+}
+"""
+
+
+def test_probes(tmp_path):
+    p, _ = run(text=PROBES, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout
+    keep = tmp_path / "probes"
+    keep.mkdir()
+    p, _ = run("--probe-dir", str(keep), text=PROBES, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout
+    assert sorted(os.listdir(keep)) == ["x%2Fy.0.npy", "x%2Fy.1.npy"]
+    bad = PROBES.replace("iter = 1", "iter = 2")
+    p, _ = run(text=bad, tmp_path=tmp_path, name="bad.mlir")
+    assert p.returncode == 1 and "no value number 2" in p.stdout
