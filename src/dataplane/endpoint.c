@@ -762,6 +762,7 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
     dp_ux_unlink(dp, u);
     dp_deliver_locked(dp, r, u->data, u->len, u->mode, u->sig, false);
     free(u);
+    if (r->ucx && dp->in_poll) ucp_worker_signal(dp->w); /* a rendezvous to drive */
     return;
   }
   if (p->failed) {
