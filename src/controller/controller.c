@@ -448,8 +448,9 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;
-      for (uint32_t i = 0; i < c->worker_peer_cap; i++)
-        if (c->worker_peer[i]) ctl_worker_send(c, i, LM_MSG_SESSION_CLOSED, 0, &sc.base, NULL, 0);
+      for (uint32_t i = 0; i < c->worker_peer_cap; i++) /* only workers that hold something of it */
+        if (c->worker_peer[i] && lm_session_touched(p->session, i))
+          ctl_worker_send(c, i, LM_MSG_SESSION_CLOSED, 0, &sc.base, NULL, 0);
     }
     lm_session_destroy(p->session);
     c->nsessions--;

@@ -192,6 +192,7 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
                      (unsigned long long)bytes, a->devs[i], (unsigned long long)d->memory_capacity);
     }
   }
+  for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) lm_session_touch(p->session, lm_registry_device(c->reg, a->devs[i])->worker);
   if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, &err);
   if (rc < 0) {
     ctl_array_destroy(a);

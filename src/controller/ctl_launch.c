@@ -361,7 +361,10 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     pd[i] = d->local_index;
     uint32_t k = 0;
     while (k < l->nworkers && l->workers[k] != d->worker) k++;
-    if (k == l->nworkers) l->workers[l->nworkers++] = d->worker;
+    if (k == l->nworkers) {
+      l->workers[l->nworkers++] = d->worker;
+      lm_session_touch(s, d->worker); /* the worker will hold the session's outputs */
+    }
   }
   l->pending = l->nworkers;
   l->hnext = c->by_seq[bucket(l->seq)];

@@ -35,6 +35,7 @@ void lm_session_destroy(lm_session *s) {
   }
   free(s->slots);
   free(s->deleted);
+  free(s->touched);
   free(s);
 }
 
@@ -163,4 +164,26 @@ int lm_session_forget(lm_session *s, uint64_t id, uint32_t kind, lm_err *err) {
   LM_TRY(lm_session_remove(s, id, kind, err));
   if (remember_deleted(s, id) < 0) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   return 0;
+}
+
+void lm_session_touch(lm_session *s, uint32_t worker) {
+  if (worker < s->touched_cap) {
+    s->touched[worker] = 1;
+    return;
+  }
+  uint32_t cap = s->touched_cap ? s->touched_cap : 8;
+  while (cap <= worker) cap *= 2;
+  uint8_t *t = realloc(s->touched, cap);
+  if (!t) {
+    s->touched_all = true;
+    return;
+  }
+  memset(t + s->touched_cap, 0, cap - s->touched_cap);
+  s->touched = t;
+  s->touched_cap = cap;
+  t[worker] = 1;
+}
+
+bool lm_session_touched(const lm_session *s, uint32_t worker) {
+  return s->touched_all || (worker < s->touched_cap && s->touched[worker]);
 }

@@ -26,6 +26,9 @@ typedef struct lm_session {
   uint64_t next_handle;        /* ids start at 1 and are never reused within a session */
   uint64_t *deleted;           /* ids removed with lm_session_forget: open addressing, 0 = empty */
   size_t deleted_cap, deleted_count;
+  uint8_t *touched;            /* [touched_cap] 1 for each worker id holding state of this session */
+  uint32_t touched_cap;
+  bool touched_all;            /* the table could not grow: count every worker as touched */
 } lm_session;
 
 /* NULL when out of memory. name/peer are copied (truncated, non-printable bytes replaced). */
@@ -43,6 +46,10 @@ int lm_session_add_id(lm_session *s, uint64_t id, uint32_t kind, void *obj, void
 bool lm_session_has(const lm_session *s, uint64_t id);
 /* Removes (destroying it) and remembers id as deleted, so later uses can say so. */
 int lm_session_forget(lm_session *s, uint64_t id, uint32_t kind, lm_err *err);
+/* Records that worker holds state of the session (shards, launches). Out of memory, every
+ * worker counts as touched from then on (never fails). */
+void lm_session_touch(lm_session *s, uint32_t worker);
+bool lm_session_touched(const lm_session *s, uint32_t worker);
 /* True when id was removed with lm_session_forget. */
 bool lm_session_was_deleted(const lm_session *s, uint64_t id);
 /* The object of handle id if it exists with that kind, else NULL. */
