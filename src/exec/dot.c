@@ -24,7 +24,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "exec/dot.h"
+#include "exec/interp.h"
 #include "exec/ew.h"
 
 static const lm_type *vtype(const lm_func *fn, uint32_t v) { return &fn->value_types[v]; }
@@ -318,9 +320,32 @@ static int prep_side(lm_kctx *k, const lm_buffer *x, bool is_lhs, const int64_t 
   return 0;
 }
 
+static int dot_compute(lm_kctx *k, const lm_buffer *lhs, const lm_buffer *rhs, const lm_dot_dims *dd, lm_buffer *res);
+
 static int k_dot(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  if (k->pop && (k->pop->flags & LM_STEP_DOT_TRANSPOSED)) {
+    /* the plan fused a transpose swapping the free dims: out = dot(rhs, lhs) */
+    lm_type dtype;
+    lm_dot_dims d, s;
+    const lm_type *t = &k->fn->value_types[k->op->out[0]];
+    dtype = *t;
+    LM_TRY(lm_dot_dims_get(k->op, &in[0]->type, &in[1]->type, &dtype, &d, k->err));
+    s = d;
+    memcpy(s.lb, d.rb, sizeof s.lb);
+    memcpy(s.rb, d.lb, sizeof s.rb);
+    memcpy(s.lc, d.rc, sizeof s.lc);
+    memcpy(s.rc, d.lc, sizeof s.rc);
+    return dot_compute(k, in[1], in[0], &s, out[0]);
+  }
   lm_dot_dims d;
   LM_TRY(lm_dot_dims_get(k->op, &in[0]->type, &in[1]->type, &out[0]->type, &d, k->err));
+  return dot_compute(k, in[0], in[1], &d, out[0]);
+}
+
+static int dot_compute(lm_kctx *k, const lm_buffer *lhs, const lm_buffer *rhs, const lm_dot_dims *dd, lm_buffer *res) {
+  const lm_buffer *in[2] = {lhs, rhs};
+  lm_buffer *out[1] = {res};
+  lm_dot_dims d = *dd;
   const lm_type *lt = &in[0]->type, *rt = &in[1]->type;
   lm_dtype rdt = out[0]->type.dtype, ct = acc_type(rdt);
   int64_t lf[LM_MAX_RANK], rf[LM_MAX_RANK];
@@ -792,7 +817,34 @@ static int k_conv(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   return conv_fast(k, in[0], in[1], &c, out[0]);
 }
 
+/* OpenBLAS 0.3.21 (Debian 12) does not know AMD Zen 4/5 and runs them with its Haswell (AVX2)
+ * kernels at ~60% of the speed its SkylakeX (AVX-512) kernels reach there. When the CPU has
+ * AVX-512, the library was built with runtime CPU selection (DYNAMIC_ARCH: it exports
+ * gotoblas_dynamic_init) and the user has not chosen a core with OPENBLAS_CORETYPE, re-run that
+ * selection with SkylakeX before any BLAS call. Weak references keep other builds linking. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+static void tune_openblas(void) {
+#if defined(__x86_64__)
+  if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !openblas_get_corename) return;
+  if (getenv("OPENBLAS_CORETYPE") || getenv("LOOM_KEEP_BLAS_CORE")) return;
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    return;
+  const char *core = openblas_get_corename();
+  if (!core || (strcasecmp(core, "haswell") != 0 && strcasecmp(core, "zen") != 0)) return;
+  setenv("OPENBLAS_CORETYPE", "SKYLAKEX", 0);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+#endif
+}
+
 void lm_register_dot_kernels(void) {
+  tune_openblas();
   lm_kernel_register(LM_OP_DOT_GENERAL, k_dot, verify_dot, 0);
   lm_kernel_register(LM_OP_DOT, k_dot, verify_dot, 0);
   lm_kernel_register(LM_OP_CONVOLUTION, k_conv, verify_conv, 0);
