@@ -1,9 +1,86 @@
-/* `loom controller` (placeholder until its issue lands: it says so and fails). */
+/* `loom controller`: run the controller daemon in the foreground (logs on stderr) until
+ * SIGINT/SIGTERM. `loom up` starts one of these for a local cluster. */
+#include <getopt.h>
 #include <stdio.h>
+#include <string.h>
 #include "cli/cli.h"
+#include "cli/util.h"
+#include "common/log.h"
+#include "controller/controller.h"
+
+static const char g_usage[] =
+    "usage: loom controller [--listen HOST:PORT] [options]\n"
+    "\n"
+    "Runs the controller: workers register their devices with it, clients connect to it.\n"
+    "Stops on Ctrl-C or SIGTERM.\n"
+    "\n"
+    "options:\n"
+    "  --listen HOST:PORT          address to listen on (default 127.0.0.1:29100; port 0 = any free port)\n"
+    "  --address-file PATH         write the address actually listened on to PATH once ready\n"
+    "  --heartbeat-interval MS     how often workers heartbeat (default 500)\n"
+    "  --heartbeat-timeout MS      a worker silent this long is lost (default 5000)\n"
+    "  --handshake-timeout MS      a connection must say HELLO within this (default 5000)\n"
+    "  --frame-timeout MS          a started frame must arrive within this, plus 1 s per MiB (default 10000)\n"
+    "  --max-payload BYTES         largest frame payload accepted (default 64M)\n"
+    "  -h, --help                  show this help\n"
+    "\n"
+    "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
 
 int cmd_controller(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "loom controller: not available in this build yet\n");
-  return 2;
+  const char *cmd = "controller";
+  lm_controller_config cfg;
+  lm_controller_config_default(&cfg);
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP };
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, O_LISTEN},
+      {"address-file", required_argument, 0, O_ADDRFILE},
+      {"heartbeat-interval", required_argument, 0, O_HBI},
+      {"heartbeat-timeout", required_argument, 0, O_HBT},
+      {"handshake-timeout", required_argument, 0, O_HST},
+      {"frame-timeout", required_argument, 0, O_FT},
+      {"max-payload", required_argument, 0, O_MAXP},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  opterr = 0;
+  optind = 1;
+  int ch;
+  uint64_t v;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'h': fputs(g_usage, stdout); return 0;
+    case O_LISTEN: cfg.listen = optarg; break;
+    case O_ADDRFILE: cfg.address_file = optarg; break;
+    case O_HBI:
+      if (cli_parse_u64(cmd, "--heartbeat-interval", optarg, 10, 600000, &v) < 0) return 2;
+      cfg.heartbeat_interval_ms = (uint32_t)v;
+      break;
+    case O_HBT:
+      if (cli_parse_u64(cmd, "--heartbeat-timeout", optarg, 50, 3600000, &v) < 0) return 2;
+      cfg.heartbeat_timeout_ms = (uint32_t)v;
+      break;
+    case O_HST:
+      if (cli_parse_u64(cmd, "--handshake-timeout", optarg, 0, 3600000, &v) < 0) return 2;
+      cfg.conn.handshake_timeout_ms = (uint32_t)v;
+      break;
+    case O_FT:
+      if (cli_parse_u64(cmd, "--frame-timeout", optarg, 0, 3600000, &v) < 0) return 2;
+      cfg.conn.frame_timeout_ms = (uint32_t)v;
+      break;
+    case O_MAXP:
+      if (cli_parse_size(cmd, "--max-payload", optarg, &v) < 0) return 2;
+      if (v > LM_FRAME_PAYLOAD_HARD_MAX) return cli_usage_error(cmd, "--max-payload is above the 1 TiB ceiling");
+      cfg.conn.limits.max_payload = v;
+      break;
+    default: return cli_bad_option(cmd, argv);
+    }
+  }
+  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms)
+    return cli_usage_error(cmd, "--heartbeat-timeout (%u ms) must be longer than --heartbeat-interval (%u ms)",
+                           cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);
+  lm_log_init("controller");
+  lm_err err;
+  if (lm_controller_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  return 0;
 }

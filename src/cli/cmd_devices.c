@@ -1,9 +1,168 @@
-/* `loom devices` (placeholder until its issue lands: it says so and fails). */
+/* `loom devices`: the cluster's devices as one machine, through the public C API (loom.h):
+ * virtual id, kind, worker (host and process), slice, memory and health; totals below. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "cli/cli.h"
+#include "cli/util.h"
+#include "loom/loom.h"
+
+static const char g_usage[] =
+    "usage: loom devices [--controller HOST:PORT] [--json]\n"
+    "\n"
+    "Lists every device of the cluster: virtual id, kind, worker (host and process), slice,\n"
+    "memory capacity and use, health; then the totals.\n"
+    "\n"
+    "options:\n"
+    "  --controller HOST:PORT   the controller (default: $LOOM_CONTROLLER, else the local cluster\n"
+    "                           started by `loom up`)\n"
+    "  --json                   print JSON instead of a table\n"
+    "  --timeout SECONDS        give up after this long (default 30)\n"
+    "  -h, --help               show this help\n";
+
+/* Distinct values among n strings (n small: quadratic is fine). */
+static size_t count_distinct(const char **v, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t j = 0;
+    while (j < i && strcmp(v[j], v[i]) != 0) j++;
+    if (j == i) k++;
+  }
+  return k;
+}
 
 int cmd_devices(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "loom devices: not available in this build yet\n");
-  return 2;
+  const char *cmd = "devices";
+  const char *addr = NULL;
+  int json = 0;
+  uint64_t timeout_s = 30;
+  enum { O_CTL = 1, O_JSON, O_TIMEOUT };
+  static const struct option opts[] = {
+      {"controller", required_argument, 0, O_CTL},
+      {"json", no_argument, 0, O_JSON},
+      {"timeout", required_argument, 0, O_TIMEOUT},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  opterr = 0;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'h': fputs(g_usage, stdout); return 0;
+    case O_CTL: addr = optarg; break;
+    case O_JSON: json = 1; break;
+    case O_TIMEOUT:
+      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &timeout_s) < 0) return 2;
+      break;
+    default: return cli_bad_option(cmd, argv);
+    }
+  }
+  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+
+  loom_connect_options o;
+  loom_connect_options_initialize(&o);
+  o.address = addr;
+  o.timeout_ms = (int64_t)timeout_s * 1000;
+  o.client_name = "loom devices";
+  loom_client *c;
+  if (loom_connect(&o, &c) != LOOM_OK) return cli_fail(cmd, "%s", loom_errmsg(NULL));
+  int32_t n = 0;
+  loom_device_count(c, &n);
+  loom_device_desc *d = calloc(n ? (size_t)n : 1, sizeof *d);
+  const char **slices = calloc(n ? (size_t)n : 1, sizeof *slices);
+  if (!d || !slices) {
+    free(d), free(slices);
+    loom_disconnect(c);
+    return cli_fail(cmd, "out of memory");
+  }
+  uint64_t cap_total = 0, cap_healthy = 0, used_total = 0;
+  int32_t healthy = 0;
+  size_t nworkers = 0;
+  for (int32_t i = 0; i < n; i++) {
+    d[i].struct_size = sizeof d[i];
+    if (loom_device_info(c, i, &d[i]) != LOOM_OK) {
+      int rc = cli_fail(cmd, "%s", loom_errmsg(c));
+      free(d), free(slices);
+      loom_disconnect(c);
+      return rc;
+    }
+    cap_total += d[i].memory_capacity;
+    used_total += d[i].memory_used;
+    if (d[i].healthy) healthy++, cap_healthy += d[i].memory_capacity;
+  }
+  /* Workers and slices: one slice name per distinct worker (a worker is in exactly one slice). */
+  int32_t max_worker = -1;
+  for (int32_t i = 0; i < n; i++)
+    if (d[i].worker_id > max_worker) max_worker = d[i].worker_id;
+  unsigned char *seen = calloc((size_t)max_worker + 2, 1);
+  for (int32_t i = 0; seen && i < n; i++)
+    if (d[i].worker_id >= 0 && !seen[d[i].worker_id]) {
+      seen[d[i].worker_id] = 1;
+      slices[nworkers++] = d[i].slice;
+    }
+  free(seen);
+  size_t nslices = count_distinct(slices, nworkers);
+  if (json) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "controller", loom_client_address(c));
+    cJSON *arr = cJSON_AddArrayToObject(root, "devices");
+    for (int32_t i = 0; i < n; i++) {
+      cJSON *o2 = cJSON_CreateObject();
+      cJSON_AddNumberToObject(o2, "id", d[i].id);
+      cJSON_AddStringToObject(o2, "kind", d[i].kind);
+      cJSON_AddNumberToObject(o2, "worker_id", d[i].worker_id);
+      cJSON_AddNumberToObject(o2, "local_index", d[i].local_index);
+      cJSON_AddStringToObject(o2, "host", d[i].worker_host);
+      cJSON_AddNumberToObject(o2, "pid", (double)d[i].worker_pid);
+      cJSON_AddStringToObject(o2, "slice", d[i].slice);
+      cJSON_AddNumberToObject(o2, "memory_capacity", (double)d[i].memory_capacity);
+      cJSON_AddNumberToObject(o2, "memory_used", (double)d[i].memory_used);
+      cJSON_AddBoolToObject(o2, "healthy", d[i].healthy);
+      cJSON_AddStringToObject(o2, "health_reason", d[i].health_reason);
+      cJSON_AddItemToArray(arr, o2);
+    }
+    cJSON *t = cJSON_AddObjectToObject(root, "totals");
+    cJSON_AddNumberToObject(t, "devices", n);
+    cJSON_AddNumberToObject(t, "healthy_devices", healthy);
+    cJSON_AddNumberToObject(t, "workers", (double)nworkers);
+    cJSON_AddNumberToObject(t, "slices", (double)nslices);
+    cJSON_AddNumberToObject(t, "memory_capacity", (double)cap_total);
+    cJSON_AddNumberToObject(t, "healthy_memory_capacity", (double)cap_healthy);
+    cJSON_AddNumberToObject(t, "memory_used", (double)used_total);
+    char *s = cJSON_Print(root);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(root);
+  } else {
+    cli_table t;
+    cli_table_init(&t, 9);
+    cli_table_row(&t, "ID", "KIND", "WORKER", "HOST", "PID", "SLICE", "MEMORY", "USED", "HEALTH");
+    for (int32_t i = 0; i < n; i++) {
+      char id[16], w[16], pid[24], mem[32], used[32], health[200];
+      snprintf(id, sizeof id, "%d", d[i].id);
+      snprintf(w, sizeof w, "%d", d[i].worker_id);
+      snprintf(pid, sizeof pid, "%lld", (long long)d[i].worker_pid);
+      cli_format_size(d[i].memory_capacity, mem, sizeof mem);
+      cli_format_size(d[i].memory_used, used, sizeof used);
+      if (d[i].healthy) snprintf(health, sizeof health, "healthy");
+      else snprintf(health, sizeof health, "UNHEALTHY (%s)", d[i].health_reason);
+      cli_table_row(&t, id, d[i].kind, w, d[i].worker_host, pid, d[i].slice, mem, used, health);
+    }
+    cli_table_print(&t);
+    cli_table_free(&t);
+    char cap[32], hcap[32];
+    cli_format_size(cap_total, cap, sizeof cap);
+    cli_format_size(cap_healthy, hcap, sizeof hcap);
+    printf("\n%d device%s (%d healthy) on %zu worker%s in %zu slice%s; %s of device memory (%s healthy); "
+           "controller %s\n",
+           n, n == 1 ? "" : "s", healthy, nworkers, nworkers == 1 ? "" : "s", nslices, nslices == 1 ? "" : "s", cap,
+           hcap, loom_client_address(c));
+  }
+  free(d);
+  free(slices);
+  loom_disconnect(c);
+  return 0;
 }

@@ -1,9 +1,555 @@
-/* `loom up` (placeholder until its issue lands: it says so and fails). */
+/* `loom up`: a local cluster on this machine. This process (or, with --detach, a forked copy of
+ * it in its own session) supervises one controller and N workers, which are re-executions of
+ * this same binary: it starts them, waits until every device has registered, records the
+ * cluster in the state directory, watches the children, and on Ctrl-C / SIGTERM / `loom down`
+ * stops the workers, then the controller, and leaves no process behind. */
+#define _GNU_SOURCE /* pipe2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include "cli/cli.h"
+#include "cli/cluster.h"
+#include "cli/util.h"
+#include "client/cconn.h"
+#include "client/locate.h"
+
+static const char g_usage[] =
+    "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
+    "\n"
+    "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
+    "slices; waits until every device has registered and prints the controller's address.\n"
+    "In the foreground, Ctrl-C stops the cluster; with --detach it keeps running and `loom down`\n"
+    "stops it. Client commands (`loom devices`, `loom status`) find it without being told.\n"
+    "\n"
+    "options:\n"
+    "  --workers N               worker processes (default 2)\n"
+    "  --devices-per-worker D    CPU devices per worker (default 4)\n"
+    "  --slices S                slices the workers are spread over, in blocks (default 1)\n"
+    "  --device-memory BYTES     memory capacity of each device, e.g. 2G or 512MiB (default 2GiB)\n"
+    "  --detach                  start the cluster in the background and return\n"
+    "  --listen HOST:PORT        the controller's address (default 127.0.0.1:0, any free port)\n"
+    "  --timeout SECONDS         how long to wait for the cluster to come up (default 60)\n"
+    "  -h, --help                show this help\n"
+    "\n"
+    "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n";
+
+#define STOP_GRACE_MS 10000 /* how long each child may take to stop after SIGTERM */
+
+typedef struct child {
+  pid_t pid;
+  uint64_t start;        /* /proc start time, to recognise it later */
+  char name[32];         /* "controller", "worker 0" */
+  char log[4200];
+  bool running;
+  bool reported;         /* its exit has been reported */
+  bool stopping;         /* we asked it to stop */
+  bool killed;           /* we had to SIGKILL it */
+  int status;            /* waitpid status once it exited */
+} child;
+
+typedef struct sup {
+  const char *cmd;
+  char dir[4096];
+  char self[4096];       /* this binary */
+  uint32_t workers, dpw, slices;
+  uint64_t mem, timeout_ms;
+  const char *listen;
+  bool detach;
+  int notify_fd;         /* --detach: the waiting parent's pipe; -1 otherwise */
+  child *kids;           /* [0] controller, [1 + i] worker i */
+  size_t nkids;
+  char addr[LM_ADDR_MAX];
+  sigset_t sigs;         /* INT, TERM, HUP, CHLD: blocked, taken with sigtimedwait */
+  int stop_signal;       /* the signal that asked us to stop, 0 if none */
+} sup;
+
+/* Foreground: stderr. Detached: stderr is up.log. */
+static void say(sup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(sup *s, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (s->detach) {
+    time_t t = time(NULL);
+    struct tm tm;
+    char ts[32];
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", gmtime_r(&t, &tm));
+    fprintf(stderr, "%sZ loom up: %s\n", ts, msg);
+  } else {
+    fprintf(stderr, "loom up: %s\n", msg);
+  }
+}
+
+static void describe_exit(int st, char *buf, size_t cap) {
+  if (WIFEXITED(st)) snprintf(buf, cap, "exited with status %d", WEXITSTATUS(st));
+  else if (WIFSIGNALED(st)) snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else snprintf(buf, cap, "stopped (status 0x%x)", st);
+}
+
+static void reap(sup *s) {
+  int st;
+  pid_t pid;
+  while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+    for (size_t i = 0; i < s->nkids; i++)
+      if (s->kids[i].pid == pid) {
+        s->kids[i].running = false;
+        s->kids[i].status = st;
+      }
+}
+
+/* Sleeps up to ms, handling SIGCHLD; returns the stop signal (INT/TERM/HUP) if one came. */
+static int sup_wait(sup *s, long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  int sig = sigtimedwait(&s->sigs, NULL, &ts);
+  reap(s);
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    if (!s->stop_signal) s->stop_signal = sig;
+    return sig;
+  }
+  return 0;
+}
+
+/* The client connection's interrupt hook: a stop signal is pending. */
+static int stop_pending(void *arg) {
+  sup *s = arg;
+  sigset_t p;
+  sigpending(&p);
+  if (sigismember(&p, SIGINT) || sigismember(&p, SIGTERM) || sigismember(&p, SIGHUP)) return 1;
+  return s->stop_signal != 0;
+}
+
+/* Starts argv (argv[0] is ignored: the binary is s->self) with its output in c->log. */
+static int spawn(sup *s, child *c, char **argv, lm_err *err) {
+  int logfd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (logfd < 0 || nullfd < 0) {
+    int e = errno;
+    if (logfd >= 0) close(logfd);
+    if (nullfd >= 0) close(nullfd);
+    return lm_errf(err, LOOM_IO, "cannot open %s: %s", c->log, strerror(e));
+  }
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) { /* only async-signal-safe calls until exec */
+    setpgid(0, 0);                      /* Ctrl-C goes to the supervisor, which stops us in order */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);   /* and if the supervisor dies, we go too */
+    if (getppid() != parent) _exit(127);
+    dup2(nullfd, 0);
+    dup2(logfd, 1);
+    dup2(logfd, 2);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execv(s->self, argv);
+    _exit(127);
+  }
+  int e = errno;
+  close(logfd);
+  close(nullfd);
+  if (pid < 0) return lm_errf(err, LOOM_IO, "cannot start the %s: %s", c->name, strerror(e));
+  c->pid = pid;
+  c->running = true;
+  c->start = lm_proc_start_time(pid);
+  return 0;
+}
+
+static int fail_child(sup *s, child *c, const char *when, lm_err *err) {
+  char how[128], last[400];
+  describe_exit(c->status, how, sizeof how);
+  cli_last_line(c->log, last, sizeof last);
+  c->reported = true;
+  return lm_errf(err, LOOM_IO, "the %s %s %s%s%s (log: %s)", c->name, how, when, last[0] ? ": " : "", last, c->log);
+}
+
+/* Starts the controller and the workers and waits until every device has registered. */
+static int startup(sup *s, lm_err *err) {
+  uint64_t deadline = lm_now_ms() + s->timeout_ms;
+  char addrfile[4200], listen[LM_ADDR_MAX], num[3][32];
+  snprintf(addrfile, sizeof addrfile, "%s/controller.addr", s->dir);
+  snprintf(listen, sizeof listen, "%s", s->listen);
+  cli_remove_file(s->dir, "controller.addr");
+  child *ctl = &s->kids[0];
+  char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, NULL};
+  LM_TRY(spawn(s, ctl, cargv, err));
+  for (;;) { /* the controller writes its address once it listens */
+    FILE *f = fopen(addrfile, "r");
+    if (f) {
+      bool ok = fgets(s->addr, sizeof s->addr, f) != NULL;
+      fclose(f);
+      s->addr[strcspn(s->addr, "\r\n")] = 0;
+      if (ok && s->addr[0]) break;
+    }
+    if (!ctl->running) return fail_child(s, ctl, "during startup", err);
+    if (s->stop_signal) return lm_errf(err, LOOM_CANCELLED, "interrupted");
+    if (lm_now_ms() > deadline)
+      return lm_errf(err, LOOM_TIMEOUT, "timed out after %llu s waiting for the controller to listen (log: %s)",
+                     (unsigned long long)(s->timeout_ms / 1000), ctl->log);
+    sup_wait(s, 20);
+  }
+  snprintf(num[0], sizeof num[0], "%u", s->dpw);
+  snprintf(num[1], sizeof num[1], "%llu", (unsigned long long)s->mem);
+  for (uint32_t i = 0; i < s->workers; i++) {
+    char slice[32];
+    snprintf(slice, sizeof slice, "slice-%u", (uint32_t)((uint64_t)i * s->slices / s->workers));
+    char *wargv[] = {"loom", "worker", "--controller", s->addr, "--devices", num[0], "--device-memory", num[1],
+                     "--slice", slice, NULL};
+    LM_TRY(spawn(s, &s->kids[1 + i], wargv, err));
+  }
+  /* Watch the registrations through an ordinary client session. */
+  uint32_t want = s->workers * s->dpw;
+  int64_t left = (int64_t)(deadline - lm_now_ms());
+  lm_cconn_options co = {.timeout_ms = left > 0 ? left : 1, .intr = stop_pending, .intr_arg = s, .name = "loom up"};
+  lm_cconn *c;
+  int rc = lm_cconn_open(s->addr, &co, &c, err);
+  if (rc < 0) return rc;
+  uint32_t have = 0;
+  for (;;) {
+    Lmw__ListDevices req = LMW__LIST_DEVICES__INIT;
+    ProtobufCMessage *m;
+    rc = lm_cconn_call(c, LM_MSG_LIST_DEVICES, &req.base, LM_MSG_LIST_DEVICES_REPLY, 10000, stop_pending, s, &m, err);
+    if (rc < 0) break;
+    const Lmw__ListDevicesReply *r = (const Lmw__ListDevicesReply *)m;
+    have = 0;
+    for (size_t i = 0; i < r->n_devices; i++) have += r->devices[i]->healthy ? 1 : 0;
+    lm_msg_free(m);
+    if (have >= want) break;
+    for (size_t i = 0; i < s->nkids; i++)
+      if (!s->kids[i].running) {
+        rc = fail_child(s, &s->kids[i], "during startup", err);
+        break;
+      }
+    if (rc < 0) break;
+    if (s->stop_signal || stop_pending(s)) {
+      rc = lm_errf(err, LOOM_CANCELLED, "interrupted");
+      break;
+    }
+    if (lm_now_ms() > deadline) {
+      rc = lm_errf(err, LOOM_TIMEOUT, "timed out after %llu s waiting for %u devices to register (%u did; logs in %s)",
+                   (unsigned long long)(s->timeout_ms / 1000), want, have, s->dir);
+      break;
+    }
+    sup_wait(s, 50);
+  }
+  lm_cconn_close(c);
+  return rc;
+}
+
+/* Stops the workers, then the controller; returns the number of problems it reported. */
+static int stop_all(sup *s, char *problems, size_t cap) {
+  int nproblems = 0;
+  size_t off = 0;
+  problems[0] = 0;
+  for (int phase = 0; phase < 2; phase++) { /* phase 0: workers, 1: the controller */
+    size_t lo = phase == 0 ? 1 : 0, hi = phase == 0 ? s->nkids : 1;
+    for (size_t i = lo; i < hi; i++)
+      if (s->kids[i].running) {
+        s->kids[i].stopping = true;
+        kill(s->kids[i].pid, SIGTERM);
+      }
+    uint64_t deadline = lm_now_ms() + STOP_GRACE_MS;
+    bool kill_now = false;
+    for (;;) {
+      bool any = false;
+      for (size_t i = lo; i < hi; i++) any |= s->kids[i].running;
+      if (!any) break;
+      if (kill_now || lm_now_ms() > deadline) {
+        for (size_t i = lo; i < hi; i++)
+          if (s->kids[i].running) {
+            s->kids[i].killed = true;
+            kill(s->kids[i].pid, SIGKILL);
+            int st;
+            if (waitpid(s->kids[i].pid, &st, 0) == s->kids[i].pid) {
+              s->kids[i].running = false;
+              s->kids[i].status = st;
+            }
+          }
+        break;
+      }
+      int sig = sup_wait(s, 50);
+      if (sig == SIGINT && s->stop_signal == SIGINT && !s->detach) kill_now = true; /* a second Ctrl-C */
+    }
+  }
+  for (size_t i = 0; i < s->nkids; i++) {
+    child *c = &s->kids[i];
+    if (!c->stopping || c->reported) continue;
+    if (c->killed || !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0)) {
+      char how[128];
+      if (c->killed) snprintf(how, sizeof how, "did not stop within %d s and was killed", STOP_GRACE_MS / 1000);
+      else describe_exit(c->status, how, sizeof how);
+      int k = snprintf(problems + off, cap - off, "the %s %s while stopping (log: %s)\n", c->name, how, c->log);
+      if (k > 0 && (size_t)k < cap - off) off += (size_t)k;
+      nproblems++;
+    }
+  }
+  return nproblems;
+}
+
+static void notify(sup *s, bool ok, const char *text) {
+  if (s->notify_fd < 0) return;
+  char buf[8200];
+  int n = snprintf(buf, sizeof buf, "%d\n%s", ok ? 0 : 1, text);
+  if (n > 0) {
+    ssize_t w = write(s->notify_fd, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    (void)w;
+  }
+  close(s->notify_fd);
+  s->notify_fd = -1;
+}
+
+static int supervise(sup *s) {
+  lm_err err;
+  char text[8192];
+  int rc = startup(s, &err);
+  if (rc == 0) {
+    char state[16384], mem[32], pids[8192] = ""; /* up to 256 workers */
+    size_t off = 0;
+    for (size_t i = 1; i < s->nkids; i++) {
+      int k = snprintf(pids + off, sizeof pids - off, "%s%d:%llu", i > 1 ? "," : "", (int)s->kids[i].pid,
+                       (unsigned long long)s->kids[i].start);
+      if (k > 0 && (size_t)k < sizeof pids - off) off += (size_t)k;
+    }
+    snprintf(state, sizeof state,
+             "address=%s\nsupervisor_pid=%ld\nsupervisor_start=%llu\ncontroller_pid=%d\ncontroller_start=%llu\n"
+             "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\n",
+             s->addr, (long)getpid(), (unsigned long long)lm_proc_start_time(getpid()), (int)s->kids[0].pid,
+             (unsigned long long)s->kids[0].start, pids, s->workers * s->dpw, s->dir, (long long)time(NULL));
+    cli_remove_file(s->dir, CLI_STOP_FILE);
+    rc = cli_write_file(s->dir, LM_STATE_FILE, state, &err);
+    cli_format_size(s->mem, mem, sizeof mem);
+    snprintf(text, sizeof text,
+             "local cluster ready: %u devices on %u worker%s (%u slice%s), %s of memory each\n"
+             "controller: %s\n"
+             "logs: %s\n"
+             "%s\n",
+             s->workers * s->dpw, s->workers, s->workers == 1 ? "" : "s", s->slices, s->slices == 1 ? "" : "s", mem,
+             s->addr, s->dir, s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
+  }
+  if (rc < 0) {
+    char problems[2048];
+    stop_all(s, problems, sizeof problems);
+    cli_remove_file(s->dir, "controller.addr");
+    snprintf(text, sizeof text, "loom up: %s\n", err.msg);
+    if (s->detach) {
+      say(s, "%s", err.msg);
+      notify(s, false, text);
+    } else {
+      fputs(text, stderr);
+    }
+    return 1;
+  }
+  if (s->detach) {
+    say(s, "%s", text);
+    notify(s, true, text);
+  } else {
+    fputs(text, stdout);
+    fflush(stdout);
+  }
+
+  /* Running: watch the children until asked to stop or the controller dies. */
+  int exit_code = 0;
+  while (!s->stop_signal) {
+    sup_wait(s, 1000);
+    for (size_t i = 0; i < s->nkids; i++) {
+      child *c = &s->kids[i];
+      if (c->running || c->reported) continue;
+      char how[128], last[400];
+      describe_exit(c->status, how, sizeof how);
+      cli_last_line(c->log, last, sizeof last);
+      c->reported = true;
+      if (i == 0) {
+        say(s, "the controller %s%s%s; stopping the cluster (log: %s)", how, last[0] ? ": " : "", last, c->log);
+        exit_code = 1;
+      } else {
+        say(s, "the %s (pid %d) %s; its devices are unhealthy now (log: %s)", c->name, (int)c->pid, how, c->log);
+      }
+    }
+    if (exit_code) break;
+  }
+  if (s->stop_signal) say(s, "stopping (%s)", strsignal(s->stop_signal));
+  char problems[4096];
+  int np = stop_all(s, problems, sizeof problems);
+  cli_remove_file(s->dir, LM_STATE_FILE);
+  cli_remove_file(s->dir, "controller.addr");
+  lm_err e2;
+  cli_write_file(s->dir, CLI_STOP_FILE, np ? problems : "ok\n", &e2);
+  if (np) {
+    say(s, "stopped, with problems:\n%s", problems);
+    return 1;
+  }
+  say(s, "stopped the controller and %u worker%s", s->workers, s->workers == 1 ? "" : "s");
+  return exit_code;
+}
 
 int cmd_up(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "loom up: not available in this build yet\n");
-  return 2;
+  const char *cmd = "up";
+  sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
+           .listen = "127.0.0.1:0", .notify_fd = -1};
+  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT };
+  static const struct option opts[] = {
+      {"workers", required_argument, 0, O_WORKERS},
+      {"devices-per-worker", required_argument, 0, O_DPW},
+      {"slices", required_argument, 0, O_SLICES},
+      {"device-memory", required_argument, 0, O_MEM},
+      {"detach", no_argument, 0, O_DETACH},
+      {"listen", required_argument, 0, O_LISTEN},
+      {"timeout", required_argument, 0, O_TIMEOUT},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  opterr = 0;
+  optind = 1;
+  int ch;
+  uint64_t v;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'h': fputs(g_usage, stdout); return 0;
+    case O_WORKERS:
+      if (cli_parse_u64(cmd, "--workers", optarg, 1, 256, &v) < 0) return 2;
+      s.workers = (uint32_t)v;
+      break;
+    case O_DPW:
+      if (cli_parse_u64(cmd, "--devices-per-worker", optarg, 1, 1024, &v) < 0) return 2;
+      s.dpw = (uint32_t)v;
+      break;
+    case O_SLICES:
+      if (cli_parse_u64(cmd, "--slices", optarg, 1, 256, &v) < 0) return 2;
+      s.slices = (uint32_t)v;
+      break;
+    case O_MEM:
+      if (cli_parse_size(cmd, "--device-memory", optarg, &s.mem) < 0) return 2;
+      break;
+    case O_DETACH: s.detach = true; break;
+    case O_LISTEN: s.listen = optarg; break;
+    case O_TIMEOUT:
+      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &v) < 0) return 2;
+      s.timeout_ms = v * 1000;
+      break;
+    default: return cli_bad_option(cmd, argv);
+    }
+  }
+  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (s.slices > s.workers)
+    return cli_usage_error(cmd, "--slices (%u) cannot be more than --workers (%u)", s.slices, s.workers);
+  if (strlen(s.listen) >= LM_ADDR_MAX) return cli_usage_error(cmd, "--listen address is too long");
+  lm_err err;
+  char host[256];
+  uint16_t port;
+  if (lm_addr_split(s.listen, host, sizeof host, &port, &err) < 0) return cli_usage_error(cmd, "%s", err.msg);
+
+  ssize_t n = readlink("/proc/self/exe", s.self, sizeof s.self - 1);
+  if (n <= 0) return cli_fail(cmd, "cannot find this program's path: %s", strerror(errno));
+  s.self[n] = 0;
+  if (cli_state_dir_ensure(s.dir, sizeof s.dir, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  int lockfd = cli_lock_state(s.dir, &err);
+  if (lockfd == LOOM_BUSY) {
+    char addr[LM_ADDR_MAX] = "?";
+    lm_state_get(s.dir, "address", addr, sizeof addr, NULL);
+    return cli_fail(cmd, "a local cluster is already running (controller %s, state in %s); stop it with `loom down`",
+                    addr, s.dir);
+  }
+  if (lockfd < 0) return cli_fail(cmd, "%s", err.msg);
+  cli_remove_file(s.dir, LM_STATE_FILE); /* left by a supervisor that was killed: the lock was free */
+
+  s.nkids = 1 + s.workers;
+  s.kids = calloc(s.nkids, sizeof *s.kids);
+  if (!s.kids) {
+    close(lockfd);
+    return cli_fail(cmd, "out of memory");
+  }
+  for (size_t i = 0; i < s.nkids; i++) {
+    child *c = &s.kids[i];
+    if (i == 0) snprintf(c->name, sizeof c->name, "controller");
+    else snprintf(c->name, sizeof c->name, "worker %zu", i - 1);
+    if (i == 0) snprintf(c->log, sizeof c->log, "%s/controller.log", s.dir);
+    else snprintf(c->log, sizeof c->log, "%s/worker-%zu.log", s.dir, i - 1);
+  }
+  signal(SIGINT, SIG_DFL); /* a shell may start background jobs with these ignored */
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  sigemptyset(&s.sigs);
+  sigaddset(&s.sigs, SIGINT);
+  sigaddset(&s.sigs, SIGTERM);
+  sigaddset(&s.sigs, SIGHUP);
+  sigaddset(&s.sigs, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &s.sigs, NULL);
+
+  int rc;
+  if (!s.detach) {
+    rc = supervise(&s);
+  } else {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      free(s.kids);
+      close(lockfd);
+      return cli_fail(cmd, "pipe: %s", strerror(errno));
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+      free(s.kids);
+      close(lockfd);
+      return cli_fail(cmd, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) { /* the supervisor: its own session, output to up.log, the parent waits on fds[0] */
+      close(fds[0]);
+      setsid();
+      char log[4200];
+      snprintf(log, sizeof log, "%s/up.log", s.dir);
+      int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (nullfd >= 0) dup2(nullfd, 0);
+      if (logfd >= 0) {
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+      }
+      if (nullfd > 2) close(nullfd);
+      if (logfd > 2) close(logfd);
+      s.notify_fd = fds[1];
+      rc = supervise(&s);
+    } else {
+      close(fds[1]);
+      close(lockfd);
+      char buf[8200];
+      size_t got = 0;
+      for (;;) {
+        ssize_t k = read(fds[0], buf + got, sizeof buf - 1 - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0 || got + (size_t)k >= sizeof buf - 1) {
+          if (k > 0) got += (size_t)k;
+          break;
+        }
+        got += (size_t)k;
+      }
+      close(fds[0]);
+      buf[got] = 0;
+      free(s.kids);
+      if (got < 2) {
+        fprintf(stderr, "loom up: the cluster supervisor exited during startup (see %s/up.log)\n", s.dir);
+        return 1;
+      }
+      bool ok = buf[0] == '0';
+      fputs(buf + 2, ok ? stdout : stderr);
+      return ok ? 0 : 1;
+    }
+  }
+  free(s.kids);
+  close(lockfd);
+  return rc;
 }

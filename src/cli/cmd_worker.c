@@ -1,9 +1,78 @@
-/* `loom worker` (placeholder until its issue lands: it says so and fails). */
+/* `loom worker`: run a worker daemon with CPU devices in the foreground until SIGINT/SIGTERM
+ * or until its controller goes away. `loom up` starts these for a local cluster. */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "cli/cli.h"
+#include "cli/util.h"
+#include "common/log.h"
+#include "worker/worker.h"
+
+static const char g_usage[] =
+    "usage: loom worker --controller HOST:PORT [--devices D] [--device-memory BYTES] [--slice NAME]\n"
+    "\n"
+    "Runs a worker with D CPU devices and registers them with the controller. Stops on Ctrl-C or\n"
+    "SIGTERM, and with an error when the controller goes away.\n"
+    "\n"
+    "options:\n"
+    "  --controller HOST:PORT      the controller (default: $LOOM_CONTROLLER)\n"
+    "  --devices D                 number of CPU devices (default 4, at most 1024)\n"
+    "  --device-memory BYTES       memory capacity of each device, e.g. 2G or 512MiB (default 2GiB)\n"
+    "  --slice NAME                the slice this worker belongs to (default \"default\")\n"
+    "  --connect-timeout SECONDS   keep trying to reach the controller this long (default 30)\n"
+    "  -h, --help                  show this help\n"
+    "\n"
+    "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
 
 int cmd_worker(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "loom worker: not available in this build yet\n");
-  return 2;
+  const char *cmd = "worker";
+  lm_worker_config cfg;
+  lm_worker_config_default(&cfg);
+  cfg.controller = getenv("LOOM_CONTROLLER");
+  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT };
+  static const struct option opts[] = {
+      {"controller", required_argument, 0, O_CTL},
+      {"devices", required_argument, 0, O_DEV},
+      {"device-memory", required_argument, 0, O_MEM},
+      {"slice", required_argument, 0, O_SLICE},
+      {"connect-timeout", required_argument, 0, O_CT},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  opterr = 0;
+  optind = 1;
+  int ch;
+  uint64_t v;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'h': fputs(g_usage, stdout); return 0;
+    case O_CTL: cfg.controller = optarg; break;
+    case O_DEV:
+      if (cli_parse_u64(cmd, "--devices", optarg, 1, LM_WORKER_MAX_DEVICES, &v) < 0) return 2;
+      cfg.devices = (uint32_t)v;
+      break;
+    case O_MEM:
+      if (cli_parse_size(cmd, "--device-memory", optarg, &v) < 0) return 2;
+      cfg.device_memory = v;
+      break;
+    case O_SLICE:
+      if (!*optarg || strlen(optarg) > 255 || strpbrk(optarg, " \t\r\n"))
+        return cli_usage_error(cmd, "--slice wants a name of 1-255 characters without spaces");
+      cfg.slice = optarg;
+      break;
+    case O_CT:
+      if (cli_parse_u64(cmd, "--connect-timeout", optarg, 0, 86400, &v) < 0) return 2;
+      cfg.connect_timeout_ms = (uint32_t)(v * 1000);
+      break;
+    default: return cli_bad_option(cmd, argv);
+    }
+  }
+  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (!cfg.controller || !*cfg.controller)
+    return cli_usage_error(cmd, "which controller? pass --controller HOST:PORT or set LOOM_CONTROLLER");
+  lm_log_init("worker");
+  lm_err err;
+  if (lm_worker_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  return 0;
 }

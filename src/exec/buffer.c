@@ -176,6 +176,22 @@ int lm_buffer_from_data(lm_device *dev, const lm_type *t, const void *src, size_
   return 0;
 }
 
+int lm_buffer_view(const lm_type *t, lm_buffer *base, lm_buffer **out, lm_err *err) {
+  *out = NULL;
+  if (t->kind != LM_TYPE_TENSOR || base->type.kind != LM_TYPE_TENSOR || lm_type_nbytes(t) != base->nbytes)
+    return lm_errf(err, LOOM_SHAPE_MISMATCH, "a view must have as many bytes as the buffer it views");
+  lm_buffer *b = calloc(1, sizeof *b);
+  if (!b) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  b->refcount = 1;
+  b->type = *t;
+  b->type.tuple = NULL;
+  b->data = base->data;
+  b->nbytes = base->nbytes;
+  b->base = lm_buffer_retain(base->base ? base->base : base); /* views of views share the owner */
+  *out = b;
+  return 0;
+}
+
 lm_buffer *lm_buffer_retain(lm_buffer *b) {
   if (b) atomic_fetch_add(&b->refcount, 1);
   return b;
@@ -185,7 +201,9 @@ void lm_buffer_release(lm_buffer *b) {
   if (!b || atomic_fetch_sub(&b->refcount, 1) != 1) return;
   for (uint32_t i = 0; i < b->nelems; i++) lm_buffer_release(b->elems[i]);
   free(b->elems);
-  if (b->data) {
+  if (b->base) {
+    lm_buffer_release(b->base);
+  } else if (b->data) {
     if (b->dev) atomic_fetch_sub(&b->dev->used, b->nbytes);
     free_data(b->dev, b->data, b->nbytes);
   }

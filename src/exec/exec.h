@@ -35,6 +35,8 @@ typedef struct lm_buffer {
   lm_device *dev;               /* budget it is charged to; NULL = uncharged host memory */
   uint32_t nelems;              /* tuples: element count */
   struct lm_buffer **elems;     /* tuples: elements (each holds a reference) */
+  struct lm_buffer *base;       /* views (lm_buffer_view): the buffer whose storage data points
+                                   into; held by a reference. NULL when this buffer owns data. */
 } lm_buffer;
 
 /* Allocates a buffer of type t (tensor: uninitialized data; token: empty; tuple: elements NULL)
@@ -44,6 +46,12 @@ int lm_buffer_alloc(lm_device *dev, const lm_type *t, lm_buffer **out, lm_err *e
 /* A buffer of type t whose data is a copy of src (nbytes must equal lm_type_nbytes(t)). */
 int lm_buffer_from_data(lm_device *dev, const lm_type *t, const void *src, size_t nbytes, lm_buffer **out,
                         lm_err *err);
+/* A buffer of tensor type t that shares base's element data (same byte count), e.g. the result of
+ * a reshape: no copy and no new charge to the device. Buffers are immutable once a kernel has
+ * produced them, so sharing is safe; code that writes into an input in place must first check
+ * that it holds the only reference and that neither it nor anything it views is a view
+ * (refcount == 1 and base == NULL). */
+int lm_buffer_view(const lm_type *t, lm_buffer *base, lm_buffer **out, lm_err *err);
 lm_buffer *lm_buffer_retain(lm_buffer *b);
 void lm_buffer_release(lm_buffer *b); /* NULL is a no-op */
 
@@ -69,6 +77,9 @@ typedef struct lm_run_opts {
   void *coll_user;              /* passed to coll callbacks */
   volatile int *cancel;         /* if non-NULL and set, the run stops with LOOM_CANCELLED */
   int nthreads;                 /* threads kernels may use; 0 or 1 = the calling thread only */
+  const char *probe_dir;        /* test programs: interpreter.probe writes its values here as .npy
+                                   and check.expect_serialized_eq reads them back; NULL: both ops
+                                   fail with LOOM_UNSUPPORTED */
 } lm_run_opts;
 
 /* Runs function fn (NULL = "main") with nargs arguments. On success results[0..nresults) hold

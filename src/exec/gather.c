@@ -9,10 +9,11 @@
  * out of bounds (spec 'scatter': "If result_index is in bounds ... Otherwise updated_results =
  * results"). Windows fully in bounds take fast paths: a copy when the body returns the update
  * ("replace"), a vectorized loop when the body is one add/multiply/maximum/minimum/and/or/xor;
- * any other body runs through lm_exec_region. */
+ * other bodies run compiled (scalar_eval.c) when they can, else through lm_exec_region. */
 #include <stdlib.h>
 #include <string.h>
 #include "exec/ops_util.h"
+#include "exec/scalar_eval.h"
 
 /* ---- dimension numbers ---- */
 
@@ -305,7 +306,10 @@ static int v_scatter(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "update_computation argument %u must be tensor<%s>", i,
                        lm_dtype_name(lm_vtype(fn, op->in[i % n])->dtype));
   }
-  return 0;
+  lm_dtype dts[LM_MAX_RANK];
+  if (n > LM_MAX_RANK) return lm_op_err(err, op, LOOM_VERIFY, "more than %d inputs", LM_MAX_RANK);
+  for (uint32_t i = 0; i < n; i++) dts[i] = lm_vtype(fn, op->in[i])->dtype;
+  return lm_check_region_results(op, 0, fn, n, dts, "update_computation", err);
 }
 
 /* Applies fn over the box sizes[rank] of acc (strides as) with x (strides xs). */
@@ -330,9 +334,19 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   LM_TRY(read_dims(op, true, &g, k->err));
   lm_buffer *ix = in[n];
   lm_buffer *const *up = in + n + 1;
-  const lm_type *rt = &out[0]->type, *it = &ix->type, *ut = &up[0]->type;
-  for (uint32_t i = 0; i < n; i++)
-    if (out[i]->nbytes) memcpy(out[i]->data, in[i]->data, out[i]->nbytes);
+  const lm_type *rt = &in[0]->type, *it = &ix->type, *ut = &up[0]->type; /* results have the inputs' types */
+  /* results: the inputs themselves where they die here (in place), else copies */
+  for (uint32_t i = 0; i < n; i++) {
+    bool mine = lm_input_donatable(k, i);
+    for (uint32_t j = n; j < op->nin && mine; j++)
+      if (in[j] == in[i] || in[j]->base == in[i]) mine = false;
+    if (mine) {
+      out[i] = lm_buffer_retain(in[i]);
+    } else {
+      LM_TRY(lm_kalloc(k, &k->fn->value_types[op->out[i]], &out[i]));
+      if (out[i]->nbytes) memcpy(out[i]->data, in[i]->data, out[i]->nbytes);
+    }
+  }
 
   body_kind kind = BODY_GENERIC;
   lm_binop_fn f = NULL;
@@ -346,9 +360,13 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   void **argp = NULL, **resp = NULL;
   size_t *ressz = NULL;
   int rc = 0;
+  lm_sprog *sp = NULL;
   if (kind == BODY_GENERIC) {
-    LM_TRY(lm_body_init(&body, k, 0, n));
-    have_body = true;
+    sp = lm_sprog_compile(op, 0, k->fn, n);
+    if (!sp) {
+      LM_TRY(lm_body_init(&body, k, 0, n));
+      have_body = true;
+    }
     argp = calloc(2 * n, sizeof *argp);
     resp = calloc(n, sizeof *resp);
     ressz = calloc(n, sizeof *ressz);
@@ -390,7 +408,10 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       uoff += si[j] * us[sdims[j]];
     }
     for (int d = 0; d < rt->rank; d++) base[d] = 0;
-    for (int q = 0; q < g.n_map; q++) base[g.map[q]] = lm_load_index(ix->data, it->dtype, ioff + q * vstride);
+    /* indices far outside any dimension clamp to +-2^62: still out of bounds, and adding window
+     * offsets cannot overflow */
+    for (int q = 0; q < g.n_map; q++)
+      base[g.map[q]] = lm_clamp64(lm_load_index(ix->data, it->dtype, ioff + q * vstride), -(INT64_C(1) << 62), INT64_C(1) << 62);
     for (int i = 0; i < g.n_obat; i++) {
       int64_t ds = g.ibat[i];
       base[g.obat[i]] = si[ds - (ds < g.ivd ? 0 : 1)];
@@ -450,14 +471,19 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
           argp[n + i] = (char *)up[i]->data + uo * (int64_t)es;
           resp[i] = argp[i];
         }
-        rc = lm_body_call(&body, (const void *const *)argp, resp, ressz);
-        if (rc < 0) goto done;
+        if (sp) {
+          lm_sprog_run(sp, (const void *const *)argp, resp);
+        } else {
+          rc = lm_body_call(&body, (const void *const *)argp, resp, ressz);
+          if (rc < 0) goto done;
+        }
       }
     } while (lm_index_next(nw, wsz, wi));
   } while (lm_index_next(ns, ssz, si));
 
 done:
   if (have_body) lm_body_free(&body);
+  lm_sprog_free(sp);
   free(argp);
   free(resp);
   free(ressz);
@@ -467,5 +493,5 @@ done:
 void lm_register_gather_kernels(void) {
   lm_kernel_register(LM_OP_GATHER, k_gather, v_gather, 0);
   lm_kernel_register(LM_OP_DYNAMIC_GATHER, k_dynamic_gather, v_dynamic_gather, 0);
-  lm_kernel_register(LM_OP_SCATTER, k_scatter, v_scatter, 0);
+  lm_kernel_register(LM_OP_SCATTER, k_scatter, v_scatter, LM_KF_OWN_OUTPUTS);
 }

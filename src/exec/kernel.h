@@ -68,6 +68,14 @@ int lm_exec_call(lm_kctx *k, const char *name, lm_buffer *const *args, uint32_t 
  * reduce, scatter, reduce_window and all_reduce take a fast path for common bodies. */
 lm_opcode lm_region_simple_binop(const lm_op *op, uint32_t r, const lm_func *fn);
 
+/* stablehlo.custom_call dispatches on its call_target_name to a handler registered here (misc.c)
+ * from any family's lm_register_*_kernels() (e.g. check.c for @check.expect_*). flags as for
+ * lm_kernel_register (LM_KF_OWN_OUTPUTS: the handler allocates or aliases its results). A target
+ * without a handler is refused when the program is created, with an error naming it. The target
+ * string must outlive the program (a literal). At most 64 targets; a second registration of a
+ * target replaces the first. */
+void lm_custom_call_register(const char *target, lm_kernel_fn fn, lm_verify_fn verify, uint32_t flags);
+
 /* Op families; each defined in its own file and called once from kernels.c. */
 void lm_register_elementwise_kernels(void);
 void lm_register_reduce_kernels(void);

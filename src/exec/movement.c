@@ -65,8 +65,10 @@ static int v_reshape(const lm_op *op, const lm_func *fn, lm_err *err) {
   return 0;
 }
 
+/* The result is a view of the operand's data (row-major order is unchanged): no copy. */
 static int k_reshape(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  if (out[0]->nbytes) memcpy(out[0]->data, in[0]->data, out[0]->nbytes);
+  int rc = lm_buffer_view(&k->fn->value_types[k->op->out[0]], in[0], &out[0], k->err);
+  if (rc < 0) return lm_kerr(k, rc, "%s", k->err ? k->err->msg : "cannot view the operand");
   return 0;
 }
 
@@ -123,7 +125,7 @@ static int v_slice(const lm_op *op, const lm_func *fn, lm_err *err) {
       return lm_op_err(err, op, LOOM_VERIFY, "dimension %d: need 0 <= start (%lld) <= limit (%lld) <= size (%lld)", d,
                        (long long)start[d], (long long)limit[d], (long long)a->dims[d]);
     if (step[d] <= 0) return lm_op_err(err, op, LOOM_VERIFY, "dimension %d: stride %lld must be positive", d, (long long)step[d]);
-    want[d] = (limit[d] - start[d] + step[d] - 1) / step[d];
+    want[d] = limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / step[d] + 1;
   }
   return expect_shape(op, r, want, a->rank, err);
 }
@@ -227,11 +229,18 @@ static int v_dynamic_update_slice(const lm_op *op, const lm_func *fn, lm_err *er
   return v_start_operands(op, fn, 2, a->rank, err);
 }
 
+/* Updates the operand in place when the operand dies here (lm_input_donatable), else a copy. */
 static int k_dynamic_update_slice(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  lm_buffer *a = in[0], *u = in[1], *o = out[0];
+  lm_buffer *a = in[0], *u = in[1];
+  if (lm_input_donatable(k, 0) && u != a && u->base != a) {
+    out[0] = lm_buffer_retain(a);
+  } else {
+    LM_TRY(lm_kalloc(k, &k->fn->value_types[k->op->out[0]], &out[0]));
+    if (out[0]->nbytes) memcpy(out[0]->data, a->data, out[0]->nbytes);
+  }
+  lm_buffer *o = out[0];
   int rank = a->type.rank;
   int64_t start[LM_MAX_RANK], os[LM_MAX_RANK], us[LM_MAX_RANK], off = 0;
-  if (o->nbytes) memcpy(o->data, a->data, o->nbytes);
   read_starts(in, 2, k->op->nin, rank, start);
   lm_row_strides(&o->type, os);
   lm_row_strides(&u->type, us);
@@ -290,9 +299,11 @@ static int k_concatenate(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* Result dims of pad; false if a dim would be negative. */
 static bool pad_dims(const lm_type *a, const int64_t *lo, const int64_t *hi, const int64_t *in, int64_t *want) {
   for (int d = 0; d < a->rank; d++) {
-    int64_t n = a->dims[d];
-    want[d] = n + (n > 0 ? (n - 1) * in[d] : 0) + lo[d] + hi[d];
-    if (want[d] < 0) return false;
+    int64_t n = a->dims[d], v;
+    if (__builtin_mul_overflow(n > 0 ? n - 1 : 0, in[d], &v) || __builtin_add_overflow(v, n, &v) ||
+        __builtin_add_overflow(v, lo[d], &v) || __builtin_add_overflow(v, hi[d], &v) || v < 0)
+      return false;
+    want[d] = v;
   }
   return true;
 }
@@ -320,7 +331,7 @@ static int v_pad(const lm_op *op, const lm_func *fn, lm_err *err) {
         hi[d] > (INT64_C(1) << 40) || inner[d] > (INT64_C(1) << 40))
       return lm_op_err(err, op, LOOM_VERIFY, "padding in dimension %d is out of range", d);
   }
-  if (!pad_dims(a, lo, hi, inner, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative dimension size");
+  if (!pad_dims(a, lo, hi, inner, want)) return lm_op_err(err, op, LOOM_VERIFY, "padding gives a negative or too large dimension size");
   return expect_shape(op, r, want, a->rank, err);
 }
 
@@ -562,7 +573,7 @@ static int v_dynamic_reshape(const lm_op *op, const lm_func *fn, lm_err *err) {
 }
 
 static int k_dynamic_reshape(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  LM_TRY(check_shape_operand(k, in[1], &out[0]->type, "output_shape"));
+  LM_TRY(check_shape_operand(k, in[1], &k->fn->value_types[k->op->out[0]], "output_shape"));
   return k_reshape(k, in, out);
 }
 
@@ -623,7 +634,7 @@ static int k_real_dynamic_slice(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
     if (start[d] < 0 || start[d] > limit || limit > in[0]->type.dims[d] || step[d] <= 0)
       return lm_kerr(k, LOOM_INVALID_ARGUMENT, "dimension %d: start %lld, limit %lld, stride %lld are out of range", d,
                      (long long)start[d], (long long)limit, (long long)step[d]);
-    if ((limit - start[d] + step[d] - 1) / step[d] != out[0]->type.dims[d])
+    if ((limit == start[d] ? 0 : (limit - start[d] - 1) / step[d] + 1) != out[0]->type.dims[d])
       return lm_kerr(k, LOOM_SHAPE_MISMATCH, "dimension %d: the slice does not give the static result size %lld", d,
                      (long long)out[0]->type.dims[d]);
   }
@@ -680,11 +691,11 @@ static int k_torch_index_select(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
 }
 
 void lm_register_movement_kernels(void) {
-  lm_kernel_register(LM_OP_RESHAPE, k_reshape, v_reshape, 0);
+  lm_kernel_register(LM_OP_RESHAPE, k_reshape, v_reshape, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_TRANSPOSE, k_transpose, v_transpose, 0);
   lm_kernel_register(LM_OP_SLICE, k_slice, v_slice, 0);
   lm_kernel_register(LM_OP_DYNAMIC_SLICE, k_dynamic_slice, v_dynamic_slice, 0);
-  lm_kernel_register(LM_OP_DYNAMIC_UPDATE_SLICE, k_dynamic_update_slice, v_dynamic_update_slice, 0);
+  lm_kernel_register(LM_OP_DYNAMIC_UPDATE_SLICE, k_dynamic_update_slice, v_dynamic_update_slice, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_CONCATENATE, k_concatenate, v_concatenate, 0);
   lm_kernel_register(LM_OP_PAD, k_pad, v_pad, 0);
   lm_kernel_register(LM_OP_REVERSE, k_reverse, v_reverse, 0);
@@ -693,7 +704,7 @@ void lm_register_movement_kernels(void) {
   lm_kernel_register(LM_OP_GET_DIMENSION_SIZE, k_get_dimension_size, v_get_dimension_size, 0);
   lm_kernel_register(LM_OP_DYNAMIC_BROADCAST_IN_DIM, k_dynamic_broadcast_in_dim, v_dynamic_broadcast_in_dim, 0);
   lm_kernel_register(LM_OP_DYNAMIC_IOTA, k_dynamic_iota, v_dynamic_iota, 0);
-  lm_kernel_register(LM_OP_DYNAMIC_RESHAPE, k_dynamic_reshape, v_dynamic_reshape, 0);
+  lm_kernel_register(LM_OP_DYNAMIC_RESHAPE, k_dynamic_reshape, v_dynamic_reshape, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_DYNAMIC_PAD, k_dynamic_pad, v_dynamic_pad, 0);
   lm_kernel_register(LM_OP_REAL_DYNAMIC_SLICE, k_real_dynamic_slice, v_real_dynamic_slice, 0);
   lm_kernel_register(LM_OP_TORCH_INDEX_SELECT, k_torch_index_select, v_torch_index_select, 0);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/half.h"
+#include "exec/interp.h"
 #include "exec/ops_util.h"
 
 int lm_ops_generic_only = 0;
@@ -97,7 +98,15 @@ double lm_load_f64(const void *p, lm_dtype dt) {
 
 /* Copies n elements of size es from src to dst with element strides ds/ss. */
 static void copy_row(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t es) {
-  if (ds == 1 && ss == 1) { memcpy(dst, src, (size_t)n * es); return; }
+  if (ds == 1 && ss == 1) {
+    size_t nb = (size_t)n * es;
+    if (nb > 128) { memcpy(dst, src, nb); return; }
+    /* short rows (e.g. one attention head): 8-byte moves beat a memcpy call */
+    size_t q = 0;
+    for (; q + 8 <= nb; q += 8) { uint64_t v; memcpy(&v, src + q, 8); memcpy(dst + q, &v, 8); }
+    for (; q < nb; q++) dst[q] = src[q];
+    return;
+  }
 #define ROW(T)                                                                 \
   do {                                                                         \
     T *d_ = (T *)dst; const T *s_ = (const T *)src;                            \
@@ -114,10 +123,77 @@ static void copy_row(char *dst, int64_t ds, const char *src, int64_t ss, int64_t
 #undef ROW
 }
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* 8x8 f32 block: dst[p*dr + q] = src[p + q*sc] for p, q < 8. */
+static inline void tr8x8_f32(float *dst, int64_t dr, const float *src, int64_t sc) {
+  __m256 r0 = _mm256_loadu_ps(src + 0 * sc), r1 = _mm256_loadu_ps(src + 1 * sc);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * sc), r3 = _mm256_loadu_ps(src + 3 * sc);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * sc), r5 = _mm256_loadu_ps(src + 5 * sc);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * sc), r7 = _mm256_loadu_ps(src + 7 * sc);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst + 0 * dr, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + 1 * dr, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * dr, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * dr, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * dr, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * dr, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * dr, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * dr, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* 4x4 64-bit block: dst[p*dr + q] = src[p + q*sc] for p, q < 4. */
+static inline void tr4x4_64(double *dst, int64_t dr, const double *src, int64_t sc) {
+  __m256d r0 = _mm256_loadu_pd(src + 0 * sc), r1 = _mm256_loadu_pd(src + 1 * sc);
+  __m256d r2 = _mm256_loadu_pd(src + 2 * sc), r3 = _mm256_loadu_pd(src + 3 * sc);
+  __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+  __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+  _mm256_storeu_pd(dst + 0 * dr, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(dst + 1 * dr, _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(dst + 2 * dr, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(dst + 3 * dr, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#endif
+
 /* dst[i*dr + j] = src[i + j*sc] for i < ni, j < nj (dst rows contiguous, src columns contiguous),
- * in square tiles so both sides stay in cache. */
+ * in square tiles so both sides stay in cache; 4- and 8-byte elements use 8x8 / 4x4 register
+ * transposes where AVX2 is available. */
 static void transpose_2d(char *dst, int64_t dr, const char *src, int64_t sc, int64_t ni, int64_t nj, size_t es) {
   enum { TILE = 32 };
+#if defined(__AVX2__)
+  if (es == 4 || es == 8) {
+    int64_t B = es == 4 ? 8 : 4;
+    for (int64_t i0 = 0; i0 < ni; i0 += TILE) {
+      int64_t i1 = i0 + TILE < ni ? i0 + TILE : ni;
+      for (int64_t j0 = 0; j0 < nj; j0 += TILE) {
+        int64_t j1 = j0 + TILE < nj ? j0 + TILE : nj;
+        int64_t ib = i0 + (i1 - i0) / B * B, jb = j0 + (j1 - j0) / B * B;
+        if (es == 4) {
+          float *d = (float *)dst;
+          const float *sp = (const float *)src;
+          for (int64_t i = i0; i < ib; i += 8)
+            for (int64_t j = j0; j < jb; j += 8) tr8x8_f32(d + i * dr + j, dr, sp + i + j * sc, sc);
+        } else {
+          double *d = (double *)dst;
+          const double *sp = (const double *)src;
+          for (int64_t i = i0; i < ib; i += 4)
+            for (int64_t j = j0; j < jb; j += 4) tr4x4_64(d + i * dr + j, dr, sp + i + j * sc, sc);
+        }
+        for (int64_t i = i0; i < i1; i++) /* edges */
+          for (int64_t j = (i < ib ? jb : j0); j < j1; j++)
+            memcpy(dst + (i * dr + j) * (int64_t)es, src + (i + j * sc) * (int64_t)es, es);
+      }
+    }
+    return;
+  }
+#endif
 #define TR(T)                                                                          \
   do {                                                                                 \
     T *d_ = (T *)dst; const T *s_ = (const T *)src;                                    \
@@ -203,6 +279,19 @@ void lm_copy_strided(int rank, const int64_t *dims, size_t esize, void *dst, con
     }
     if (d < 0) break;
   }
+}
+
+bool lm_input_donatable(const lm_kctx *k, uint32_t i) {
+  if (!k->pop || !k->frame || i >= k->op->nin || lm_ops_generic_only) return false;
+  uint32_t v = k->op->in[i];
+  const lm_buffer *b = k->frame[v];
+  if (!b || b->base || b->type.kind != LM_TYPE_TENSOR || atomic_load(&((lm_buffer *)b)->refcount) != 1) return false;
+  for (uint32_t j = 0; j < k->op->nin; j++)
+    if (j != i && k->op->in[j] == v) return false;
+  const lm_plan_op *po = k->pop;
+  for (uint32_t r = 0; r < po->nrelease; r++)
+    if (po->release[r] == v) return true;
+  return false;
 }
 
 /* ---- fast-path binops ---- */
@@ -431,7 +520,6 @@ void lm_body_free(lm_body *b) {
   free(b->args);
   free(b->res);
   free(b->arg_size);
-  free(b->res_types);
   memset(b, 0, sizeof *b);
 }
 
@@ -473,6 +561,21 @@ int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i,
     char ts[256];
     return lm_op_err(err, op, LOOM_UNSUPPORTED, "%s %u has dynamic shape %s; only static shapes are supported",
                      result ? "result" : "operand", i, lm_type_str(t, ts, sizeof ts));
+  }
+  return 0;
+}
+
+int lm_check_region_results(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t n, const lm_dtype *dts,
+                            const char *what, lm_err *err) {
+  if (r >= op->nregions || op->regions[r].nblocks != 1 || op->regions[r].blocks[0].nops == 0)
+    return lm_op_err(err, op, LOOM_VERIFY, "missing %s region", what);
+  const lm_block *b = &op->regions[r].blocks[0];
+  const lm_op *ret = &b->ops[b->nops - 1];
+  if (ret->nin != n) return lm_op_err(err, op, LOOM_VERIFY, "%s must return %u value(s), returns %u", what, n, ret->nin);
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_type *t = &fn->value_types[ret->in[i]];
+    if (t->kind != LM_TYPE_TENSOR || t->rank != 0 || t->dtype != dts[i])
+      return lm_op_err(err, op, LOOM_VERIFY, "%s result %u must be tensor<%s>", what, i, lm_dtype_name(dts[i]));
   }
   return 0;
 }

@@ -58,6 +58,12 @@ static inline int64_t lm_clamp64(int64_t v, int64_t lo, int64_t hi) {
   return v;
 }
 
+/* True if operand i's buffer may be reused as this op's result: only the interpreter's frame
+ * holds it, nothing views it, the op does not read it through another operand, and the plan
+ * releases the value right after this op (its last use). Lets dynamic_update_slice and scatter
+ * update in place instead of copying. */
+bool lm_input_donatable(const lm_kctx *k, uint32_t i);
+
 /* ---- fast-path binary ops of bodies (reduce_window, scatter, select_and_scatter, ...) ---- */
 
 /* acc[i*acc_stride] = acc[i*acc_stride] OP x[i*x_stride] for i in [0, n), strides in elements,
@@ -87,7 +93,6 @@ typedef struct lm_body {
   lm_buffer **args;          /* [nargs] scalar buffers, types from the region's block arguments */
   lm_buffer **res;           /* [nres] scratch for results */
   size_t *arg_size;          /* [nargs] bytes per argument */
-  lm_type *res_types;        /* [nres] expected result types (NULL entries: unchecked) */
 } lm_body;
 
 /* Prepares calls of region `region` of k->op returning nres values. Fails if the region does not
@@ -97,6 +102,12 @@ int lm_body_init(lm_body *b, lm_kctx *k, uint32_t region, uint32_t nres);
  * result's bytes to res[i] (res_size[i] bytes expected; a result of another size is an error). */
 int lm_body_call(lm_body *b, const void *const *args, void *const *res, const size_t *res_size);
 void lm_body_free(lm_body *b);
+
+/* ---- families in files of their own, registered from lm_register_misc_kernels() ---- */
+void lm_register_rng_kernels(void);    /* rng.c: rng_bit_generator */
+void lm_register_fft_kernels(void);    /* fft.c: fft */
+void lm_register_linalg_kernels(void); /* linalg.c: triangular_solve, cholesky */
+void lm_register_einsum_kernels(void); /* einsum.c: einsum, unary_einsum */
 
 /* ---- verifier helpers ---- */
 
@@ -111,6 +122,11 @@ int lm_struct_ints(const lm_op *op, const lm_attr *s, const char *field, int64_t
 
 /* Checks that op's operand i (or result i) is a tensor with a static shape; names it in the error. */
 int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i, lm_err *err);
+
+/* Checks that region r of op (one block) ends in a return of n rank-0 tensors of types dts[n];
+ * `what` names the region in the error ("comparator", "body", ...). */
+int lm_check_region_results(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t n, const lm_dtype *dts,
+                            const char *what, lm_err *err);
 
 /* True if every value of v[n] is in [0, bound) and no value repeats. */
 bool lm_dims_valid(const int64_t *v, int n, int64_t bound);

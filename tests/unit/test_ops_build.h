@@ -170,22 +170,22 @@ static inline void tb_dense_i64(tb *b, lm_op *op, const char *name, int64_t rows
   a->data = tb_alloc(b, a->nbytes ? a->nbytes : 8);
   memcpy(a->data, v, a->nbytes);
 }
-/* A STRUCT attribute with up to 8 fields, filled with tb_field_*. */
+/* A STRUCT attribute with up to 16 fields, filled with tb_field_*. */
 static inline lm_attr *tb_struct(tb *b, lm_op *op, const char *name, const char *sname) {
   lm_attr *a = tb_attr(b, op, name);
   a->kind = LM_ATTR_STRUCT;
   a->s = sname;
-  a->fields = tb_alloc(b, 8 * sizeof(lm_named_attr));
+  a->fields = tb_alloc(b, 16 * sizeof(lm_named_attr));
   return a;
 }
 static inline void tb_field_ints(tb *b, lm_attr *s, const char *name, int n, const int64_t *v) {
-  assert_true(s->n < 8);
+  assert_true(s->n < 16);
   s->fields[s->n].name = name;
   s->fields[s->n].value = tb_ints_value(b, n, v);
   s->n++;
 }
 static inline void tb_field_int(tb *b, lm_attr *s, const char *name, int64_t v) {
-  assert_true(s->n < 8);
+  assert_true(s->n < 16);
   s->fields[s->n].name = name;
   memset(&s->fields[s->n].value, 0, sizeof(lm_attr));
   s->fields[s->n].value.kind = LM_ATTR_INT;
@@ -251,7 +251,7 @@ static inline tb_run_result tb_run_opts(tb *b, lm_buffer *const *args, uint32_t 
   /* Results stay valid after the device is gone: detach them from its accounting. */
   for (uint32_t i = 0; i < nres && r.rc == 0; i++)
     if (r.out[i]) {
-      if (r.out[i]->dev) {
+      if (r.out[i]->dev || r.out[i]->base) {
         lm_buffer *c = NULL;
         assert_int_equal(lm_buffer_from_data(NULL, &r.out[i]->type, r.out[i]->data, r.out[i]->nbytes, &c, NULL), 0);
         lm_buffer_release(r.out[i]);

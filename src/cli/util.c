@@ -1,0 +1,157 @@
+/* Option parsing, formatting and error helpers for the `loom` subcommands. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "cli/util.h"
+
+int cli_fail(const char *cmd, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "loom %s: %s\n", cmd, msg);
+  return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "loom %s: %s (see `loom %s --help`)\n", cmd, msg, cmd);
+  return 2;
+}
+
+int cli_bad_option(const char *cmd, char **argv) {
+  extern int optind, optopt;
+  const char *arg = optind > 0 ? argv[optind - 1] : "?";
+  if (optopt && arg[0] == '-' && arg[1] != '-')
+    return cli_usage_error(cmd, "unknown option or missing value for '-%c'", optopt);
+  return cli_usage_error(cmd, "unknown option or missing value: '%s'", arg);
+}
+
+int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out) {
+  if (!s || !*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 19) {
+    cli_usage_error(cmd, "%s wants a whole number, not '%s'", opt, s ? s : "");
+    return -1;
+  }
+  uint64_t v = strtoull(s, NULL, 10);
+  if (v < min || v > max) {
+    cli_usage_error(cmd, "%s must be between %llu and %llu (got %s)", opt, (unsigned long long)min,
+                    (unsigned long long)max, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out) {
+  static const struct { const char *suf; uint64_t mul; } sufs[] = {
+      {"", 1}, {"b", 1},
+      {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
+      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
+      {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
+      {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
+  };
+  size_t digits = s ? strspn(s, "0123456789") : 0;
+  if (digits == 0 || digits > 19) {
+    cli_usage_error(cmd, "%s wants a byte count like 2147483648, 512M or 2GiB, not '%s'", opt, s ? s : "");
+    return -1;
+  }
+  uint64_t v = strtoull(s, NULL, 10);
+  const char *suf = s + digits;
+  for (size_t i = 0; i < sizeof sufs / sizeof sufs[0]; i++) {
+    if (strcasecmp(suf, sufs[i].suf) != 0) continue;
+    if (v == 0 || __builtin_mul_overflow(v, sufs[i].mul, out) || *out > (1ull << 50)) {
+      cli_usage_error(cmd, "%s must be between 1 byte and 1 PiB (got %s)", opt, s);
+      return -1;
+    }
+    return 0;
+  }
+  cli_usage_error(cmd, "%s: unknown size suffix '%s' (use K, M, G, T or KiB, MiB, GiB, TiB)", opt, suf);
+  return -1;
+}
+
+void cli_format_size(uint64_t b, char *buf, size_t cap) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  double v = (double)b;
+  while (v >= 1024 && u < 5) v /= 1024, u++;
+  if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)b);
+  else if (v == (double)(uint64_t)v) snprintf(buf, cap, "%.0f %s", v, units[u]);
+  else snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+void cli_format_duration(uint64_t ms, char *buf, size_t cap) {
+  if (ms < 60000) snprintf(buf, cap, "%.1f s", ms / 1000.0);
+  else if (ms < 3600000) snprintf(buf, cap, "%llu min %llu s", (unsigned long long)(ms / 60000),
+                                  (unsigned long long)(ms / 1000 % 60));
+  else snprintf(buf, cap, "%llu h %llu min", (unsigned long long)(ms / 3600000),
+                (unsigned long long)(ms / 60000 % 60));
+}
+
+void cli_format_ids(const uint32_t *ids, size_t n, char *buf, size_t cap) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < n && off < cap;) {
+    size_t j = i;
+    while (j + 1 < n && ids[j + 1] == ids[j] + 1) j++;
+    int k = j > i ? snprintf(buf + off, cap - off, "%s%u-%u", off ? "," : "", ids[i], ids[j])
+                  : snprintf(buf + off, cap - off, "%s%u", off ? "," : "", ids[i]);
+    if (k < 0) break;
+    off += (size_t)k;
+    i = j + 1;
+  }
+  if (n == 0) snprintf(buf, cap, "-");
+}
+
+void cli_table_init(cli_table *t, size_t ncols) {
+  memset(t, 0, sizeof *t);
+  t->ncols = ncols;
+}
+
+void cli_table_row(cli_table *t, ...) {
+  if (t->nrows == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    char **c = realloc(t->cells, cap * t->ncols * sizeof *c);
+    if (!c) return;
+    t->cells = c;
+    t->cap = cap;
+  }
+  va_list ap;
+  va_start(ap, t);
+  for (size_t i = 0; i < t->ncols; i++) {
+    const char *s = va_arg(ap, const char *);
+    t->cells[t->nrows * t->ncols + i] = strdup(s ? s : "");
+  }
+  va_end(ap);
+  t->nrows++;
+}
+
+void cli_table_print(const cli_table *t) {
+  size_t w[32] = {0};
+  for (size_t r = 0; r < t->nrows; r++)
+    for (size_t c = 0; c < t->ncols && c < 32; c++) {
+      const char *s = t->cells[r * t->ncols + c];
+      size_t n = s ? strlen(s) : 0;
+      if (n > w[c]) w[c] = n;
+    }
+  for (size_t r = 0; r < t->nrows; r++) {
+    for (size_t c = 0; c < t->ncols && c < 32; c++) {
+      const char *s = t->cells[r * t->ncols + c];
+      if (c + 1 == t->ncols) printf("%s", s ? s : "");
+      else printf("%-*s  ", (int)w[c], s ? s : "");
+    }
+    printf("\n");
+  }
+}
+
+void cli_table_free(cli_table *t) {
+  for (size_t i = 0; i < t->nrows * t->ncols; i++) free(t->cells[i]);
+  free(t->cells);
+  memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,471 @@
+/* Client connection: request ids, the table of calls in flight, the receiver thread and the
+ * waits. Locking: `mu` guards the call table, call states and the broken flag; `send_mu`
+ * keeps frames whole on the socket. A pending call belongs to the receiver side (in the table
+ * or being completed); a done call belongs to its owner until lm_call_release. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "client/cconn.h"
+
+
+#define NBUCKETS 256
+#define RBUF_SIZE ((size_t)64 << 10)
+#define DIRECT_MIN ((size_t)16 << 10)
+#define WAIT_SLICE_MS 50
+
+enum { CALL_PENDING = 0, CALL_DONE = 1 };
+
+struct lm_call {
+  lm_cconn *conn;
+  uint64_t rid;
+  int state;
+  bool released;        /* the owner gave it up while pending: the receiver frees it */
+  int status;
+  lm_err err;           /* detail when status < 0 */
+  lm_reply reply;
+  bool has_reply;
+  void *dst;            /* optional reply payload buffer */
+  uint64_t dst_cap;
+  pthread_cond_t cv;
+  lm_call *next;        /* hash chain */
+};
+
+struct lm_cconn {
+  int fd;
+  pthread_t rx;
+  bool rx_started;
+  pthread_mutex_t mu;
+  pthread_mutex_t send_mu;
+  pthread_cond_t sink_cv;     /* signalled when sink_call is cleared */
+  lm_call *buckets[NBUCKETS];
+  uint64_t next_rid;
+  bool broken;
+  lm_err broken_err;
+  lm_err peer_err;            /* an ERROR the controller sent outside any request (why it drops us) */
+  bool have_peer_err;
+  lm_call *sink_call;         /* the call whose dst is being written by the receiver */
+  lm_frame_reader reader;     /* receiver thread only */
+  uint8_t *rbuf;
+  int64_t send_timeout_ms;
+  lm_interrupt_fn intr;
+  void *intr_arg;
+  uint64_t session_id;
+  char addr[LM_ADDR_MAX];
+  char software[64];
+};
+
+void lm_reply_free(lm_reply *r) {
+  if (!r) return;
+  lm_msg_free(r->msg);
+  if (!r->payload_external) free(r->payload);
+  memset(r, 0, sizeof *r);
+}
+
+static void call_free(lm_call *call) {
+  lm_reply_free(&call->reply);
+  pthread_cond_destroy(&call->cv);
+  free(call);
+}
+
+/* ---- call table (under mu) ---- */
+
+static void table_insert(lm_cconn *c, lm_call *call) {
+  size_t b = call->rid % NBUCKETS;
+  call->next = c->buckets[b];
+  c->buckets[b] = call;
+}
+
+static lm_call *table_find(lm_cconn *c, uint64_t rid, bool remove) {
+  lm_call **pp = &c->buckets[rid % NBUCKETS];
+  for (; *pp; pp = &(*pp)->next) {
+    lm_call *call = *pp;
+    if (call->rid != rid) continue;
+    if (remove) {
+      *pp = call->next;
+      call->next = NULL;
+    }
+    return call;
+  }
+  return NULL;
+}
+
+/* Completes a call taken out of the table (under mu): wakes its owner, or frees it. */
+static void complete_locked(lm_call *call) {
+  call->state = CALL_DONE;
+  if (call->released) call_free(call);
+  else pthread_cond_broadcast(&call->cv);
+}
+
+/* ---- receiver ---- */
+
+static int rx_sink(void *arg, const lm_frame *f, void **dst, lm_err *err) {
+  lm_cconn *c = arg;
+  pthread_mutex_lock(&c->mu);
+  lm_call *call = f->h.request_id ? table_find(c, f->h.request_id, false) : NULL;
+  if (call && call->dst && !call->released && f->h.payload_len <= call->dst_cap) {
+    *dst = call->dst;
+    c->sink_call = call;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+static int rx_frame(void *arg, lm_frame *f, lm_err *err) {
+  lm_cconn *c = arg;
+  pthread_mutex_lock(&c->mu);
+  lm_call *call = f->h.request_id ? table_find(c, f->h.request_id, true) : NULL;
+  if (c->sink_call && c->sink_call == call) {
+    c->sink_call = NULL;
+    pthread_cond_broadcast(&c->sink_cv);
+  }
+  if (!call) { /* a one-way message: today only an ERROR explaining why we are dropped */
+    if (f->h.type == LM_MSG_ERROR) {
+      lm_msg_error_status(f, &c->peer_err);
+      c->have_peer_err = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+
+  int status;
+  lm_reply r = {0};
+  if (f->h.type == LM_MSG_ERROR) {
+    status = lm_msg_error_status(f, &call->err);
+  } else {
+    status = lm_msg_decode(f, &r.msg, &call->err);
+    r.type = f->h.type;
+    r.payload_len = f->h.payload_len;
+    r.payload_external = f->payload_external;
+    r.payload = lm_frame_take_payload(f);
+    if (status == 0 && call->dst && r.payload && !r.payload_external)
+      status = lm_errf(&call->err, LOOM_PROTOCOL, "reply payload of %llu bytes does not fit the %llu-byte buffer",
+                       (unsigned long long)r.payload_len, (unsigned long long)call->dst_cap);
+  }
+  pthread_mutex_lock(&c->mu);
+  call->status = status;
+  if (status == 0) {
+    call->reply = r;
+    call->has_reply = true;
+  } else {
+    lm_reply_free(&r);
+  }
+  complete_locked(call);
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+static void *rx_main(void *arg) {
+  lm_cconn *c = arg;
+  lm_err err;
+  lm_err_clear(&err);
+  int rc = 0;
+  for (;;) {
+    void *p;
+    size_t n;
+    int w = lm_frame_reader_window(&c->reader, &p, &n, &err);
+    if (w < 0) {
+      rc = w;
+      break;
+    }
+    bool direct = w == 1 && n >= DIRECT_MIN;
+    ssize_t k = direct ? recv(c->fd, p, n, 0) : recv(c->fd, c->rbuf, RBUF_SIZE, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) {
+      rc = lm_errf(&err, LOOM_CLOSED, "the controller closed the connection");
+      break;
+    }
+    if (k < 0) {
+      rc = lm_errf(&err, LOOM_CLOSED, "connection to the controller failed: %s", strerror(errno));
+      break;
+    }
+    rc = direct ? lm_frame_reader_advance(&c->reader, (size_t)k, rx_frame, c, &err)
+                : lm_frame_reader_feed(&c->reader, c->rbuf, (size_t)k, rx_frame, c, &err);
+    if (rc < 0) {
+      lm_err_prefix(&err, "bad frame from the controller");
+      break;
+    }
+  }
+  /* The connection is gone: fail everything in flight, refuse new calls. */
+  pthread_mutex_lock(&c->mu);
+  c->broken = true;
+  if (c->have_peer_err) /* the controller said why: that is the real reason */
+    lm_errf(&c->broken_err, c->peer_err.code, "%s", c->peer_err.msg);
+  else
+    c->broken_err = err;
+  if (c->broken_err.code >= 0) c->broken_err.code = LOOM_CLOSED;
+  c->sink_call = NULL;
+  pthread_cond_broadcast(&c->sink_cv);
+  for (size_t b = 0; b < NBUCKETS; b++) {
+    while (c->buckets[b]) {
+      lm_call *call = c->buckets[b];
+      c->buckets[b] = call->next;
+      call->status = c->broken_err.code;
+      call->err = c->broken_err;
+      complete_locked(call);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  lm_frame_reader_free(&c->reader);
+  (void)rc;
+  return NULL;
+}
+
+/* ---- calls ---- */
+
+static void break_connection(lm_cconn *c) { shutdown(c->fd, SHUT_RDWR); }
+
+int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const void *payload, uint64_t plen,
+                   void *dst, uint64_t dst_cap, lm_call **out, lm_err *err) {
+  *out = NULL;
+  lm_call *call = calloc(1, sizeof *call);
+  if (!call) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&call->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  call->conn = c;
+  call->dst = dst;
+  call->dst_cap = dst ? dst_cap : 0;
+  pthread_mutex_lock(&c->mu);
+  if (c->broken) {
+    if (err) *err = c->broken_err;
+    int code = c->broken_err.code;
+    pthread_mutex_unlock(&c->mu);
+    call_free(call);
+    return code;
+  }
+  call->rid = ++c->next_rid;
+  table_insert(c, call);
+  pthread_mutex_unlock(&c->mu);
+
+  uint8_t *head;
+  size_t hlen;
+  int rc = lm_msg_encode(type, call->rid, m, plen, &head, &hlen, err);
+  if (rc == 0) {
+    struct iovec iov[2] = {{head, hlen}, {(void *)payload, (size_t)plen}};
+    uint64_t deadline = c->send_timeout_ms >= 0 ? lm_now_ms() + (uint64_t)c->send_timeout_ms : 0;
+    pthread_mutex_lock(&c->send_mu);
+    rc = lm_sock_send_all(c->fd, iov, plen ? 2 : 1, deadline, c->intr, c->intr_arg, err);
+    pthread_mutex_unlock(&c->send_mu);
+    free(head);
+    if (rc < 0) { /* part of a frame may be on the wire: the stream is no longer usable */
+      lm_err_prefix(err, "sending %s to the controller", lm_msg_name(type));
+      break_connection(c);
+    }
+  }
+  if (rc < 0) {
+    pthread_mutex_lock(&c->mu);
+    if (table_find(c, call->rid, true) || call->state == CALL_DONE) call_free(call);
+    else call->released = true; /* the receiver has it in hand and frees it */
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+  }
+  *out = call;
+  return 0;
+}
+
+static void abs_time(uint64_t ms_from_now, struct timespec *ts) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += (time_t)(ms_from_now / 1000);
+  ts->tv_nsec += (long)(ms_from_now % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+int lm_call_wait(lm_call *call, int64_t timeout_ms, lm_interrupt_fn intr, void *intr_arg, lm_err *err) {
+  lm_cconn *c = call->conn;
+  uint64_t deadline = timeout_ms >= 0 ? lm_now_ms() + (uint64_t)timeout_ms : 0;
+  pthread_mutex_lock(&c->mu);
+  while (call->state != CALL_DONE) {
+    if (intr) { /* the hook may take other locks (a Python binding's GIL): call it unlocked */
+      pthread_mutex_unlock(&c->mu);
+      int stop = intr(intr_arg);
+      pthread_mutex_lock(&c->mu);
+      if (stop && call->state != CALL_DONE) {
+        pthread_mutex_unlock(&c->mu);
+        return lm_errf(err, LOOM_CANCELLED, "interrupted while waiting for the controller");
+      }
+      if (call->state == CALL_DONE) break;
+    }
+    uint64_t slice = intr ? WAIT_SLICE_MS : 3600 * 1000;
+    if (timeout_ms >= 0) {
+      uint64_t now = lm_now_ms();
+      if (now >= deadline) {
+        pthread_mutex_unlock(&c->mu);
+        return lm_errf(err, LOOM_TIMEOUT, "no reply from the controller within %lld ms", (long long)timeout_ms);
+      }
+      if (deadline - now < slice) slice = deadline - now;
+    }
+    struct timespec ts;
+    abs_time(slice, &ts);
+    pthread_cond_timedwait(&call->cv, &c->mu, &ts);
+  }
+  int status = call->status;
+  if (status < 0 && err) *err = call->err;
+  pthread_mutex_unlock(&c->mu);
+  return status;
+}
+
+bool lm_call_done(lm_call *call) {
+  pthread_mutex_lock(&call->conn->mu);
+  bool done = call->state == CALL_DONE;
+  pthread_mutex_unlock(&call->conn->mu);
+  return done;
+}
+
+int lm_call_take_reply(lm_call *call, lm_reply *out, lm_err *err) {
+  lm_cconn *c = call->conn;
+  pthread_mutex_lock(&c->mu);
+  int rc = 0;
+  if (call->state != CALL_DONE) rc = lm_errf(err, LOOM_INTERNAL, "call not complete");
+  else if (call->status < 0) {
+    rc = call->status;
+    if (err) *err = call->err;
+  } else if (!call->has_reply) rc = lm_errf(err, LOOM_INTERNAL, "reply already taken");
+  else {
+    *out = call->reply;
+    memset(&call->reply, 0, sizeof call->reply);
+    call->has_reply = false;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+void lm_call_release(lm_call *call) {
+  if (!call) return;
+  lm_cconn *c = call->conn;
+  pthread_mutex_lock(&c->mu);
+  if (call->state == CALL_DONE) {
+    call_free(call);
+  } else {
+    call->released = true; /* the receiver frees it when its reply (or the end) comes */
+    if (c->sink_call == call) { /* its buffer is being written: stop the stream, wait for the writer */
+      break_connection(c);
+      while (c->sink_call == call) pthread_cond_wait(&c->sink_cv, &c->mu);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+int lm_cconn_call(lm_cconn *c, unsigned type, const ProtobufCMessage *m, unsigned expect, int64_t timeout_ms,
+                  lm_interrupt_fn intr, void *intr_arg, ProtobufCMessage **reply_msg, lm_err *err) {
+  *reply_msg = NULL;
+  lm_call *call;
+  LM_TRY(lm_cconn_start(c, type, m, NULL, 0, NULL, 0, &call, err));
+  int rc = lm_call_wait(call, timeout_ms, intr, intr_arg, err);
+  lm_reply r = {0};
+  if (rc == 0) rc = lm_call_take_reply(call, &r, err);
+  lm_call_release(call);
+  if (rc < 0) return rc;
+  if (r.type != expect) {
+    lm_reply_free(&r);
+    return lm_errf(err, LOOM_PROTOCOL, "the controller answered %s with %s (expected %s)", lm_msg_name(type),
+                   lm_msg_name(r.type), lm_msg_name(expect));
+  }
+  *reply_msg = r.msg;
+  r.msg = NULL;
+  lm_reply_free(&r);
+  return 0;
+}
+
+/* ---- open / close ---- */
+
+int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out, lm_err *err) {
+  *out = NULL;
+  lm_cconn_options o = {.timeout_ms = 30000};
+  if (opts) o = *opts;
+  lm_cconn *c = calloc(1, sizeof *c);
+  if (!c || !(c->rbuf = malloc(RBUF_SIZE))) {
+    free(c);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  snprintf(c->addr, sizeof c->addr, "%s", addr);
+  c->send_timeout_ms = o.timeout_ms;
+  c->intr = o.intr;
+  c->intr_arg = o.intr_arg;
+  c->fd = -1;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->send_mu, NULL);
+  pthread_cond_init(&c->sink_cv, NULL);
+  lm_frame_limits lim = o.limits;
+  if (!lim.max_meta) lim.max_meta = LM_FRAME_META_HARD_MAX;
+  if (!lim.max_payload) lim.max_payload = LM_FRAME_PAYLOAD_DEFAULT_MAX;
+  lm_frame_reader_init(&c->reader, &lim);
+  c->reader.sink = rx_sink;
+  c->reader.sink_arg = c;
+
+  int rc = lm_sock_connect(addr, o.timeout_ms, o.intr, o.intr_arg, &c->fd, err);
+  if (rc == 0) { /* the receiver must not take the process's signals (Ctrl-C belongs to the caller) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    if (pthread_create(&c->rx, NULL, rx_main, c) != 0) rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start a thread");
+    else c->rx_started = true;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  if (rc == 0) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    Lmw__Hello h = LMW__HELLO__INIT;
+    h.protocol_version = LM_PROTOCOL_VERSION;
+    h.role = LMW__ROLE__ROLE_CLIENT;
+    h.software = "loom " LOOM_VERSION_STRING;
+    h.host = host;
+    h.pid = (uint32_t)getpid();
+    h.name = (char *)(o.name ? o.name : "");
+    h.auth_token.data = (uint8_t *)o.auth_token;
+    h.auth_token.len = o.auth_token ? o.auth_token_len : 0;
+    ProtobufCMessage *rm;
+    rc = lm_cconn_call(c, LM_MSG_HELLO, &h.base, LM_MSG_HELLO_REPLY, o.timeout_ms, o.intr, o.intr_arg, &rm, err);
+    if (rc == 0) {
+      Lmw__HelloReply *hr = (Lmw__HelloReply *)rm;
+      c->session_id = hr->session_id;
+      snprintf(c->software, sizeof c->software, "%s", hr->software);
+      if (hr->protocol_version != LM_PROTOCOL_VERSION)
+        rc = lm_errf(err, LOOM_VERSION_MISMATCH, "the controller speaks protocol version %u, this client %d",
+                     hr->protocol_version, LM_PROTOCOL_VERSION);
+      lm_msg_free(rm);
+    }
+  }
+  if (rc < 0) {
+    lm_cconn_close(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+void lm_cconn_close(lm_cconn *c) {
+  if (!c) return;
+  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+  if (c->rx_started) pthread_join(c->rx, NULL);
+  else lm_frame_reader_free(&c->reader);
+  if (c->fd >= 0) close(c->fd);
+  pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->send_mu);
+  pthread_cond_destroy(&c->sink_cv);
+  free(c->rbuf);
+  free(c);
+}
+
+uint64_t lm_cconn_session_id(const lm_cconn *c) { return c->session_id; }
+const char *lm_cconn_address(const lm_cconn *c) { return c->addr; }
+const char *lm_cconn_server_software(const lm_cconn *c) { return c->software; }
+
+bool lm_cconn_ok(lm_cconn *c, lm_err *err) {
+  pthread_mutex_lock(&c->mu);
+  bool ok = !c->broken;
+  if (!ok && err) *err = c->broken_err;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}

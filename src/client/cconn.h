@@ -1,0 +1,72 @@
+/* The client library's connection to the controller: a blocking socket, a receiver thread that
+ * matches replies to requests by request id, and calls that can be pipelined (start many, wait
+ * later) and waited for with a timeout and an interrupt hook. Reply payloads can land straight
+ * in a caller's buffer. Thread-safe: any thread may start calls and wait on its own calls.
+ * Used by the public API (client.c) and by the `loom` CLI; the basis of issue 4's futures. */
+#ifndef LM_CLIENT_CCONN_H
+#define LM_CLIENT_CCONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "common/err.h"
+#include "net/frame.h"
+#include "net/msg.h"
+#include "net/sock.h"
+
+typedef struct lm_cconn lm_cconn;
+typedef struct lm_call lm_call;
+
+typedef struct lm_cconn_options {
+  int64_t timeout_ms;          /* connect + HELLO; < 0: no limit */
+  lm_interrupt_fn intr;        /* optional, polled while waiting */
+  void *intr_arg;
+  const char *name;            /* the client's name, shown by `loom status` (may be NULL) */
+  const void *auth_token;      /* reserved: sent in HELLO, ignored by today's controller */
+  size_t auth_token_len;
+  lm_frame_limits limits;      /* what this side accepts; zeros = defaults */
+} lm_cconn_options;
+
+/* A received reply: its type, decoded metadata and payload. */
+typedef struct lm_reply {
+  unsigned type;
+  ProtobufCMessage *msg;       /* free with lm_reply_free */
+  void *payload;               /* NULL when none; the caller's dst when payload_external */
+  uint64_t payload_len;
+  bool payload_external;
+} lm_reply;
+void lm_reply_free(lm_reply *r);
+
+/* Connects to addr, says HELLO as a client and waits for the controller's HELLO_REPLY.
+ * A wrong version or a refusal comes back as the controller's error. */
+int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out, lm_err *err);
+/* Closes the connection and joins the receiver. Every call must have been released. NULL ok. */
+void lm_cconn_close(lm_cconn *c);
+uint64_t lm_cconn_session_id(const lm_cconn *c);
+const char *lm_cconn_address(const lm_cconn *c);
+const char *lm_cconn_server_software(const lm_cconn *c);
+/* Whether the connection still works; when not, why (into err). */
+bool lm_cconn_ok(lm_cconn *c, lm_err *err);
+
+/* Sends a request (metadata m, optional payload sent zero-copy from the caller's memory,
+ * which must stay valid until this returns) and returns its call. dst/dst_cap: optional buffer
+ * for the reply's payload; it must stay valid until the call completes or is released. */
+int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const void *payload, uint64_t plen,
+                   void *dst, uint64_t dst_cap, lm_call **out, lm_err *err);
+/* Waits until the call completes: returns 0 when its reply arrived, the reply's status when the
+ * controller answered ERROR, LOOM_CLOSED when the connection broke; in all these cases the call
+ * is complete. LOOM_TIMEOUT (timeout_ms >= 0 passed) or LOOM_CANCELLED (intr returned nonzero)
+ * leave the call pending: wait again or release it. */
+int lm_call_wait(lm_call *call, int64_t timeout_ms, lm_interrupt_fn intr, void *intr_arg, lm_err *err);
+bool lm_call_done(lm_call *call);
+/* Moves a completed call's reply to *out (once). */
+int lm_call_take_reply(lm_call *call, lm_reply *out, lm_err *err);
+/* Frees the call; a pending call is abandoned (its reply is dropped when it comes; if its reply
+ * is being received into dst right now, the connection is shut down to stop that). NULL ok. */
+void lm_call_release(lm_call *call);
+
+/* start + wait + check that the reply is of type expect; *reply_msg gets the decoded reply
+ * (free with lm_msg_free). */
+int lm_cconn_call(lm_cconn *c, unsigned type, const ProtobufCMessage *m, unsigned expect, int64_t timeout_ms,
+                  lm_interrupt_fn intr, void *intr_arg, ProtobufCMessage **reply_msg, lm_err *err);
+
+#endif

@@ -1,0 +1,177 @@
+/* The public C API (include/loom/loom.h) over the client connection (cconn.c): options,
+ * connect/disconnect, errors, the device snapshot. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include "client/cconn.h"
+#include "client/locate.h"
+#include "loom/loom.h"
+
+
+struct loom_client {
+  lm_cconn *conn;
+  int64_t timeout_ms;
+  loom_interrupt_fn intr;
+  void *intr_arg;
+  pthread_mutex_t mu;                /* guards devices and errmsg */
+  Lmw__ListDevicesReply *devices;    /* the snapshot; its strings back loom_device_desc */
+  char errmsg[LM_ERR_MSG_MAX];
+};
+
+static _Thread_local char t_errmsg[LM_ERR_MSG_MAX]; /* loom_errmsg(NULL): the last failed connect */
+
+static loom_status fail(loom_client *c, const lm_err *e) {
+  if (c) {
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->errmsg, sizeof c->errmsg, "%s", e->msg);
+    pthread_mutex_unlock(&c->mu);
+  } else {
+    snprintf(t_errmsg, sizeof t_errmsg, "%s", e->msg);
+  }
+  return (loom_status)e->code;
+}
+
+static loom_status failf(loom_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static loom_status failf(loom_client *c, int code, const char *fmt, ...) {
+  lm_err e;
+  va_list ap;
+  va_start(ap, fmt);
+  lm_verrf(&e, code, fmt, ap);
+  va_end(ap);
+  return fail(c, &e);
+}
+
+const char *loom_version(void) { return LOOM_VERSION_STRING; }
+const char *loom_strerror(loom_status status) { return lm_status_desc(status); }
+const char *loom_status_name(loom_status status) { return lm_status_name(status); }
+
+void loom_connect_options_initialize(loom_connect_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->timeout_ms = 30000;
+}
+
+loom_status loom_connect(const loom_connect_options *options, loom_client **out) {
+  t_errmsg[0] = 0;
+  if (!out) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_connect: out is NULL");
+  *out = NULL;
+  loom_connect_options o;
+  loom_connect_options_initialize(&o);
+  if (options) {
+    if (options->struct_size < offsetof(loom_connect_options, timeout_ms) || options->struct_size > (1u << 16))
+      return failf(NULL, LOOM_INVALID_ARGUMENT,
+                   "loom_connect: options.struct_size is %zu; set it with loom_connect_options_initialize",
+                   options->struct_size);
+    size_t n = options->struct_size < sizeof o ? options->struct_size : sizeof o;
+    memcpy(&o, options, n); /* fields a newer caller appended beyond ours are ignored */
+    o.struct_size = sizeof o;
+  }
+  char addr[LM_ADDR_MAX];
+  lm_err err;
+  int rc = lm_locate_controller(o.address, addr, sizeof addr, &err);
+  if (rc < 0) return fail(NULL, &err);
+  loom_client *c = calloc(1, sizeof *c);
+  if (!c) return failf(NULL, LOOM_NO_MEMORY, "out of host memory");
+  pthread_mutex_init(&c->mu, NULL);
+  c->timeout_ms = o.timeout_ms;
+  c->intr = o.interrupt;
+  c->intr_arg = o.interrupt_arg;
+  lm_cconn_options co = {.timeout_ms = o.timeout_ms, .intr = o.interrupt, .intr_arg = o.interrupt_arg,
+                         .name = o.client_name, .auth_token = o.auth_token, .auth_token_len = o.auth_token_size};
+  rc = lm_cconn_open(addr, &co, &c->conn, &err);
+  if (rc == 0) {
+    rc = loom_refresh_devices(c);
+    if (rc < 0) lm_errf(&err, rc, "%s", c->errmsg);
+  }
+  if (rc < 0) {
+    loom_disconnect(c);
+    return fail(NULL, &err);
+  }
+  *out = c;
+  return LOOM_OK;
+}
+
+void loom_disconnect(loom_client *c) {
+  if (!c) return;
+  lm_cconn_close(c->conn);
+  lm_msg_free(c->devices ? &c->devices->base : NULL);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+const char *loom_errmsg(const loom_client *c) { return c ? c->errmsg : t_errmsg; }
+
+const char *loom_client_address(const loom_client *c) { return c ? lm_cconn_address(c->conn) : ""; }
+uint64_t loom_client_session(const loom_client *c) { return c ? lm_cconn_session_id(c->conn) : 0; }
+
+loom_status loom_refresh_devices(loom_client *c) {
+  if (!c) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_refresh_devices: client is NULL");
+  Lmw__ListDevices req = LMW__LIST_DEVICES__INIT;
+  ProtobufCMessage *m;
+  lm_err err;
+  int rc = lm_cconn_call(c->conn, LM_MSG_LIST_DEVICES, &req.base, LM_MSG_LIST_DEVICES_REPLY, c->timeout_ms, c->intr,
+                         c->intr_arg, &m, &err);
+  if (rc < 0) return fail(c, &err);
+  Lmw__ListDevicesReply *r = (Lmw__ListDevicesReply *)m;
+  for (size_t i = 0; i < r->n_devices; i++) /* the contract: ids are 0..n-1 in order */
+    if (r->devices[i]->id != i) {
+      lm_msg_free(m);
+      return failf(c, LOOM_PROTOCOL, "the controller's device list is out of order at %zu", i);
+    }
+  if (r->n_devices > INT32_MAX) {
+    lm_msg_free(m);
+    return failf(c, LOOM_PROTOCOL, "the controller reported too many devices");
+  }
+  pthread_mutex_lock(&c->mu);
+  Lmw__ListDevicesReply *old = c->devices;
+  c->devices = r;
+  pthread_mutex_unlock(&c->mu);
+  lm_msg_free(old ? &old->base : NULL);
+  return LOOM_OK;
+}
+
+loom_status loom_device_count(loom_client *c, int32_t *out_count) {
+  if (!c || !out_count) return failf(c, LOOM_INVALID_ARGUMENT, "loom_device_count: NULL argument");
+  pthread_mutex_lock(&c->mu);
+  *out_count = c->devices ? (int32_t)c->devices->n_devices : 0;
+  pthread_mutex_unlock(&c->mu);
+  return LOOM_OK;
+}
+
+loom_status loom_device_info(loom_client *c, int32_t id, loom_device_desc *out) {
+  if (!c || !out) return failf(c, LOOM_INVALID_ARGUMENT, "loom_device_info: NULL argument");
+  if (out->struct_size < offsetof(loom_device_desc, kind) || out->struct_size > (1u << 16))
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_device_info: out->struct_size is %zu; set it to sizeof(loom_device_desc)",
+                 out->struct_size);
+  pthread_mutex_lock(&c->mu);
+  size_t n = c->devices ? c->devices->n_devices : 0;
+  if (id < 0 || (size_t)id >= n) {
+    pthread_mutex_unlock(&c->mu);
+    return failf(c, LOOM_NOT_FOUND, "no device %d (the cluster has %zu devices, ids 0-%zd)", id, n, (ssize_t)n - 1);
+  }
+  const Lmw__Device *d = c->devices->devices[id];
+  loom_device_desc full = {
+      .struct_size = sizeof full,
+      .id = (int32_t)d->id,
+      .kind = d->kind,
+      .worker_id = (int32_t)d->worker_id,
+      .local_index = (int32_t)d->local_index,
+      .worker_host = d->host,
+      .worker_pid = d->pid,
+      .slice = d->slice,
+      .memory_capacity = d->memory_capacity,
+      .memory_used = d->memory_used,
+      .healthy = d->healthy ? 1 : 0,
+      .health_reason = d->health_reason,
+  };
+  pthread_mutex_unlock(&c->mu);
+  size_t keep = out->struct_size;
+  memcpy(out, &full, keep < sizeof full ? keep : sizeof full); /* older callers get the prefix they know */
+  out->struct_size = keep;
+  return LOOM_OK;
+}

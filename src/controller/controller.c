@@ -1,0 +1,518 @@
+/* The controller's event loop: accepting peers, the HELLO handshake, per-message handlers,
+ * worker health (closed connections and heartbeat timeouts), sessions, orderly shutdown.
+ *
+ * Peer rules (docs/protocol.md "Errors"):
+ *   - framing errors (bad magic, a limit exceeded, stalled frame, no HELLO in time),
+ *     undecodable metadata, a wrong protocol version, anything before HELLO:
+ *     ERROR frame, then the peer is dropped, with the reason logged;
+ *   - an unknown message type or a request the peer may not make: ERROR reply, peer kept;
+ *   - a request that fails: ERROR reply with the request's id, peer kept. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "common/log.h"
+#include "controller/controller.h"
+#include "controller/registry.h"
+#include "controller/session.h"
+#include "net/msg.h"
+#include "net/sock.h"
+
+
+typedef enum { ROLE_NEW = 0, ROLE_CLIENT, ROLE_WORKER } peer_role;
+
+typedef struct ctl ctl;
+
+typedef struct peer {
+  ctl *ctl;
+  lm_conn *conn;
+  peer_role role;
+  bool registered;           /* workers: REGISTER_WORKER accepted */
+  uint32_t worker_id;        /* workers, once registered */
+  lm_session *session;       /* clients */
+  struct peer *prev, *next;  /* the controller's list of peers */
+} peer;
+
+struct ctl {
+  uv_loop_t loop;
+  uv_tcp_t server;
+  uv_signal_t sigint, sigterm;
+  uv_timer_t health;
+  lm_controller_config cfg;
+  lm_registry *reg;
+  peer *peers;               /* every connected peer */
+  uint32_t npeers;
+  peer **worker_peer;        /* [worker id] -> its peer while alive, else NULL */
+  uint32_t worker_peer_cap;
+  uint32_t nsessions;
+  uint64_t next_session;
+  uint64_t start_ms;
+  bool stopping;
+  char bound[LM_ADDR_MAX];
+};
+
+void lm_controller_config_default(lm_controller_config *c) {
+  memset(c, 0, sizeof *c);
+  c->listen = "127.0.0.1:29100";
+  c->heartbeat_interval_ms = 500;
+  c->heartbeat_timeout_ms = 5000;
+  c->max_peers = 4096;
+  lm_conn_config_default(&c->conn);
+}
+
+static uint64_t now_ms(ctl *c) { return uv_now(&c->loop); }
+
+static void reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
+  lm_err err;
+  if (lm_conn_send(p->conn, type, f->h.request_id, m, NULL, 0, NULL, NULL, &err) < 0 && lm_conn_is_open(p->conn))
+    lm_warn("cannot reply to %s: %s", lm_conn_peer_name(p->conn), err.msg);
+}
+
+static void reply_error(peer *p, const lm_frame *f, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_error(peer *p, const lm_frame *f, int code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  lm_conn_send_error(p->conn, f->h.request_id, code, msg);
+}
+
+/* ---- handlers ---- */
+
+static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
+  ctl *c = p->ctl;
+  if (h->protocol_version != LM_PROTOCOL_VERSION) {
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_VERSION_MISMATCH,
+                             "protocol version %u is not supported: this controller speaks version %d (loom %s)",
+                             h->protocol_version, LM_PROTOCOL_VERSION, LOOM_VERSION_STRING);
+    return;
+  }
+  Lmw__HelloReply r = LMW__HELLO_REPLY__INIT;
+  r.protocol_version = LM_PROTOCOL_VERSION;
+  r.software = "loom " LOOM_VERSION_STRING;
+  r.max_meta = c->cfg.conn.limits.max_meta;
+  r.max_payload = c->cfg.conn.limits.max_payload;
+  if (h->role == LMW__ROLE__ROLE_CLIENT) {
+    lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), now_ms(c));
+    if (!s) {
+      lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
+      return;
+    }
+    p->session = s;
+    p->role = ROLE_CLIENT;
+    c->nsessions++;
+    r.session_id = s->id;
+    lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
+             s->name[0] ? s->name : "unnamed");
+  } else if (h->role == LMW__ROLE__ROLE_WORKER) {
+    p->role = ROLE_WORKER;
+  } else {
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PROTOCOL, "HELLO with unknown role %d", (int)h->role);
+    return;
+  }
+  lm_conn_set_established(p->conn);
+  reply(p, f, LM_MSG_HELLO_REPLY, &r.base);
+}
+
+static int ensure_worker_slot(ctl *c, uint32_t id) {
+  if (id < c->worker_peer_cap) return 0;
+  uint32_t cap = c->worker_peer_cap ? c->worker_peer_cap : 16;
+  while (cap <= id) cap *= 2;
+  peer **q = realloc(c->worker_peer, cap * sizeof *q);
+  if (!q) return -1;
+  memset(q + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *q);
+  c->worker_peer = q;
+  c->worker_peer_cap = cap;
+  return 0;
+}
+
+static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWorker *m) {
+  ctl *c = p->ctl;
+  if (p->role != ROLE_WORKER) {
+    reply_error(p, f, LOOM_PERMISSION, "REGISTER_WORKER is only for workers (say role WORKER in HELLO)");
+    return;
+  }
+  if (p->registered) {
+    reply_error(p, f, LOOM_INVALID_ARGUMENT, "already registered as worker %u", p->worker_id);
+    return;
+  }
+  size_t n = m->n_devices;
+  if (n > LM_REG_MAX_DEVICES_PER_WORKER) {
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_INVALID_ARGUMENT,
+                             "cannot register worker: %zu devices on one worker is more than the limit of %d", n,
+                             LM_REG_MAX_DEVICES_PER_WORKER);
+    return;
+  }
+  const char **kinds = calloc(n ? n : 1, sizeof *kinds);
+  uint64_t *caps = calloc(n ? n : 1, sizeof *caps);
+  uint8_t *seen = calloc(n ? n : 1, 1);
+  lm_err err;
+  int rc = 0;
+  if (!kinds || !caps || !seen) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory registering a worker");
+  for (size_t i = 0; rc == 0 && i < n; i++) { /* devices may arrive in any order: index them */
+    const Lmw__DeviceSpec *d = m->devices[i];
+    if (d->local_index >= n || seen[d->local_index])
+      rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "device local indices must be 0..%zu, each once (got %u)",
+                   n ? n - 1 : 0, d->local_index);
+    else {
+      seen[d->local_index] = 1;
+      kinds[d->local_index] = d->kind;
+      caps[d->local_index] = d->memory_capacity;
+    }
+  }
+  uint32_t id = 0;
+  if (rc == 0) {
+    lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
+                           .kinds = kinds, .capacities = caps, .dataplane = m->dataplane_address.data,
+                           .dataplane_len = m->dataplane_address.len};
+    rc = lm_registry_add_worker(c->reg, &spec, now_ms(c), &id, &err);
+  }
+  if (rc == 0 && ensure_worker_slot(c, id) < 0) {
+    lm_registry_mark_lost(c->reg, id, "controller out of memory");
+    rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory registering a worker");
+  }
+  free(kinds);
+  free(caps);
+  free(seen);
+  if (rc < 0) {
+    lm_conn_close_with_error(p->conn, f->h.request_id, rc, "cannot register worker: %s", err.msg);
+    return;
+  }
+  p->registered = true;
+  p->worker_id = id;
+  c->worker_peer[id] = p;
+  const lm_reg_worker *w = lm_registry_worker(c->reg, id);
+  Lmw__RegisterWorkerReply r = LMW__REGISTER_WORKER_REPLY__INIT;
+  r.worker_id = id;
+  r.n_device_ids = w->ndevices;
+  r.device_ids = w->device_ids;
+  r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
+  reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
+  lm_info("worker %u registered from %s: host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
+          lm_conn_peer_name(p->conn), w->host, w->pid, w->slice, w->ndevices, w->device_ids[0],
+          w->device_ids[w->ndevices - 1]);
+}
+
+static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
+  ctl *c = p->ctl;
+  if (p->role != ROLE_WORKER || !p->registered) {
+    reply_error(p, f, LOOM_PERMISSION, "HEARTBEAT is only for registered workers");
+    return;
+  }
+  size_t n = m->n_devices;
+  uint32_t idx[64];
+  uint64_t used[64];
+  lm_err err;
+  int rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), NULL, NULL, 0, &err);
+  for (size_t i = 0; rc == 0 && i < n; i += 64) { /* memory figures in batches */
+    size_t k = n - i < 64 ? n - i : 64;
+    for (size_t j = 0; j < k; j++) {
+      idx[j] = m->devices[i + j]->local_index;
+      used[j] = m->devices[i + j]->memory_used;
+    }
+    rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), idx, used, k, &err);
+  }
+  if (rc < 0) { /* the worker is dropped: its devices are unhealthy from now, not after the close */
+    char why[LM_REG_REASON_MAX];
+    snprintf(why, sizeof why, "bad heartbeat: %.140s", err.msg);
+    if (lm_registry_mark_lost(c->reg, p->worker_id, why)) lm_warn("worker %u lost: %s", p->worker_id, why);
+    lm_conn_close_with_error(p->conn, f->h.request_id, rc, "%s", why);
+  }
+}
+
+static void on_list_devices(peer *p, const lm_frame *f) {
+  ctl *c = p->ctl;
+  uint32_t n = lm_registry_device_count(c->reg);
+  Lmw__Device *devs = calloc(n ? n : 1, sizeof *devs);
+  Lmw__Device **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  if (!devs || !ptrs) {
+    free(devs), free(ptrs);
+    reply_error(p, f, LOOM_NO_MEMORY, "out of host memory listing devices");
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_reg_device *d = lm_registry_device(c->reg, i);
+    const lm_reg_worker *w = lm_registry_worker(c->reg, d->worker);
+    Lmw__Device *o = &devs[i];
+    lmw__device__init(o);
+    o->id = d->id;
+    o->kind = (char *)d->kind;
+    o->worker_id = d->worker;
+    o->local_index = d->local_index;
+    o->host = w->host;
+    o->pid = w->pid;
+    o->slice = w->slice;
+    o->memory_capacity = d->memory_capacity;
+    o->memory_used = d->memory_used;
+    o->healthy = lm_registry_device_healthy(c->reg, i);
+    o->health_reason = (char *)lm_registry_device_reason(c->reg, i);
+    ptrs[i] = o;
+  }
+  Lmw__ListDevicesReply r = LMW__LIST_DEVICES_REPLY__INIT;
+  r.n_devices = n;
+  r.devices = ptrs;
+  reply(p, f, LM_MSG_LIST_DEVICES_REPLY, &r.base);
+  free(devs);
+  free(ptrs);
+}
+
+static void on_cluster_status(peer *p, const lm_frame *f) {
+  ctl *c = p->ctl;
+  uint32_t n = lm_registry_worker_count(c->reg);
+  uint64_t now = now_ms(c);
+  Lmw__WorkerStatus *ws = calloc(n ? n : 1, sizeof *ws);
+  Lmw__WorkerStatus **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  if (!ws || !ptrs) {
+    free(ws), free(ptrs);
+    reply_error(p, f, LOOM_NO_MEMORY, "out of host memory building the status");
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, i);
+    Lmw__WorkerStatus *o = &ws[i];
+    lmw__worker_status__init(o);
+    o->id = w->id;
+    o->host = w->host;
+    o->pid = w->pid;
+    o->slice = w->slice;
+    o->n_device_ids = w->ndevices;
+    o->device_ids = w->device_ids;
+    o->alive = w->state == LM_WORKER_ALIVE;
+    o->reason = (char *)w->reason;
+    o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
+    o->uptime_ms = now >= w->registered_ms ? now - w->registered_ms : 0;
+    ptrs[i] = o;
+  }
+  Lmw__ClusterStatusReply r = LMW__CLUSTER_STATUS_REPLY__INIT;
+  r.protocol_version = LM_PROTOCOL_VERSION;
+  r.software = "loom " LOOM_VERSION_STRING;
+  r.uptime_ms = now - c->start_ms;
+  r.sessions = c->nsessions;
+  r.n_workers = n;
+  r.workers = ptrs;
+  r.heartbeat_timeout_ms = c->cfg.heartbeat_timeout_ms;
+  reply(p, f, LM_MSG_CLUSTER_STATUS_REPLY, &r.base);
+  free(ws);
+  free(ptrs);
+}
+
+static void on_frame(lm_conn *conn, lm_frame *f) {
+  peer *p = lm_conn_user(conn);
+  unsigned type = f->h.type;
+  if (p->role == ROLE_NEW && type != LM_MSG_HELLO) {
+    lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "expected HELLO first, got %s (type %u)",
+                             lm_msg_name(type), type);
+    return;
+  }
+  if (p->role != ROLE_NEW && type == LM_MSG_HELLO) {
+    lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
+    return;
+  }
+  if (f->h.payload_len) { /* no control message of this version carries a payload */
+    reply_error(p, f, LOOM_PROTOCOL, "%s does not take a payload (%llu bytes sent)", lm_msg_name(type),
+                (unsigned long long)f->h.payload_len);
+    return;
+  }
+  ProtobufCMessage *m;
+  lm_err err;
+  int rc = lm_msg_decode(f, &m, &err);
+  if (rc == LOOM_UNSUPPORTED) { /* a newer peer's message: refuse it, keep the peer */
+    reply_error(p, f, LOOM_UNSUPPORTED, "unknown message type %u", type);
+    return;
+  }
+  if (rc < 0) {
+    lm_conn_close_with_error(conn, f->h.request_id, rc, "%s", err.msg);
+    return;
+  }
+  switch (type) {
+  case LM_MSG_HELLO: on_hello(p, f, (Lmw__Hello *)m); break;
+  case LM_MSG_REGISTER_WORKER: on_register_worker(p, f, (Lmw__RegisterWorker *)m); break;
+  case LM_MSG_HEARTBEAT: on_heartbeat(p, f, (Lmw__Heartbeat *)m); break;
+  case LM_MSG_LIST_DEVICES: on_list_devices(p, f); break;
+  case LM_MSG_CLUSTER_STATUS: on_cluster_status(p, f); break;
+  case LM_MSG_PING: {
+    Lmw__Pong pong = LMW__PONG__INIT;
+    pong.nonce = ((Lmw__Ping *)m)->nonce;
+    reply(p, f, LM_MSG_PONG, &pong.base);
+    break;
+  }
+  default:
+    reply_error(p, f, LOOM_PROTOCOL, "%s is not a request the controller answers", lm_msg_name(type));
+    break;
+  }
+  lm_msg_free(m);
+}
+
+static void on_close(lm_conn *conn, int code, const char *reason) {
+  peer *p = lm_conn_user(conn);
+  ctl *c = p->ctl;
+  if (p->role == ROLE_WORKER && p->registered) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, p->worker_id);
+    char why[LM_REG_REASON_MAX];
+    if (c->stopping) snprintf(why, sizeof why, "controller stopped");
+    else if (code == LOOM_CLOSED) snprintf(why, sizeof why, "connection closed");
+    else snprintf(why, sizeof why, "%s", reason);
+    if (lm_registry_mark_lost(c->reg, p->worker_id, why))
+      lm_log(c->stopping ? LM_LOG_INFO : LM_LOG_WARN, "worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy",
+             w->id, w->host, w->pid, code == LOOM_CLOSED ? reason : why, w->device_ids[0],
+             w->device_ids[w->ndevices - 1]);
+    else
+      lm_info("worker %u disconnected (%s)", w->id, reason);
+    c->worker_peer[p->worker_id] = NULL;
+  } else if (p->role == ROLE_CLIENT) {
+    lm_debug("session %llu closed: %s", (unsigned long long)p->session->id, reason);
+    if (code != 0 && code != LOOM_CLOSED) lm_warn("session %llu dropped: %s", (unsigned long long)p->session->id, reason);
+    lm_session_destroy(p->session);
+    c->nsessions--;
+  } else if (code != 0 && !c->stopping) {
+    lm_warn("dropped %s before its handshake: %s", lm_conn_peer_name(conn), reason);
+  }
+  if (p->role == ROLE_WORKER && !p->registered && code != 0 && code != LOOM_CLOSED && !c->stopping)
+    lm_warn("dropped worker connection %s: %s", lm_conn_peer_name(conn), reason);
+  if (p->prev) p->prev->next = p->next;
+  else c->peers = p->next;
+  if (p->next) p->next->prev = p->prev;
+  c->npeers--;
+  free(p);
+}
+
+static const lm_conn_ops g_peer_ops = {.on_frame = on_frame, .on_close = on_close};
+
+static void on_connection(uv_stream_t *server, int status) {
+  ctl *c = server->data;
+  if (status < 0) {
+    lm_warn("accept failed: %s", uv_strerror(status));
+    return;
+  }
+  peer *p = calloc(1, sizeof *p);
+  lm_conn *conn = p ? lm_conn_new(&c->loop, &g_peer_ops, &c->cfg.conn, p) : NULL;
+  if (!conn) { /* accept and drop, so the backlog does not stay full */
+    free(p);
+    uv_tcp_t *t = malloc(sizeof *t);
+    if (t && uv_tcp_init(&c->loop, t) == 0) {
+      uv_accept(server, (uv_stream_t *)t);
+      uv_close((uv_handle_t *)t, (uv_close_cb)free);
+    } else {
+      free(t);
+    }
+    lm_error("out of host memory accepting a connection");
+    return;
+  }
+  p->ctl = c;
+  p->conn = conn;
+  p->next = c->peers;
+  if (c->peers) c->peers->prev = p;
+  c->peers = p;
+  c->npeers++;
+  if (lm_conn_accept(conn, server) < 0) return; /* on_close frees p */
+  if (c->npeers > c->cfg.max_peers)
+    lm_conn_close_with_error(conn, 0, LOOM_BUSY, "too many connections (limit %u)", c->cfg.max_peers);
+}
+
+static void on_health_tick(uv_timer_t *t) {
+  ctl *c = t->data;
+  uint32_t lost[64];
+  size_t n;
+  do {
+    n = lm_registry_expire(c->reg, now_ms(c), c->cfg.heartbeat_timeout_ms, lost, 64);
+    for (size_t i = 0; i < n; i++) {
+      const lm_reg_worker *w = lm_registry_worker(c->reg, lost[i]);
+      lm_warn("worker %u (%s pid %u) lost: no heartbeat for %u ms; devices %u-%u are unhealthy", w->id, w->host,
+              w->pid, c->cfg.heartbeat_timeout_ms, w->device_ids[0], w->device_ids[w->ndevices - 1]);
+      peer *p = w->id < c->worker_peer_cap ? c->worker_peer[w->id] : NULL;
+      if (p) {
+        c->worker_peer[w->id] = NULL;
+        lm_conn_close_with_error(p->conn, 0, LOOM_WORKER_LOST, "no heartbeat for %u ms: declared lost",
+                                 c->cfg.heartbeat_timeout_ms);
+      }
+    }
+  } while (n == 64);
+}
+
+static void begin_stop(ctl *c, const char *why) {
+  if (c->stopping) return;
+  c->stopping = true;
+  lm_info("stopping (%s)", why);
+  uv_close((uv_handle_t *)&c->server, NULL);
+  uv_close((uv_handle_t *)&c->sigint, NULL);
+  uv_close((uv_handle_t *)&c->sigterm, NULL);
+  uv_close((uv_handle_t *)&c->health, NULL);
+  for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
+}
+
+static void on_signal(uv_signal_t *s, int signum) { begin_stop(s->data, signum == SIGINT ? "SIGINT" : "SIGTERM"); }
+
+/* Writes "HOST:PORT\n" to path via a temporary file and rename, so readers never see half. */
+static int write_address_file(const char *path, const char *bound, lm_err *err) {
+  char addr[LM_ADDR_MAX + 8];
+  snprintf(addr, sizeof addr, "%s", bound);
+  if (!strncmp(addr, "0.0.0.0:", 8)) snprintf(addr, sizeof addr, "127.0.0.1:%s", bound + 8);
+  else if (!strncmp(addr, "[::]:", 5)) snprintf(addr, sizeof addr, "[::1]:%s", bound + 5);
+  size_t n = strlen(path);
+  char *tmp = malloc(n + 32);
+  if (!tmp) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  snprintf(tmp, n + 32, "%s.tmp.%ld", path, (long)getpid());
+  FILE *fp = fopen(tmp, "w");
+  int ok = fp && fprintf(fp, "%s\n", addr) > 0;
+  if (fp && fclose(fp) != 0) ok = 0;
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    free(tmp);
+    return lm_errf(err, LOOM_IO, "cannot write the address file %s: %s", path, strerror(e));
+  }
+  free(tmp);
+  return 0;
+}
+
+int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
+  ctl *c = calloc(1, sizeof *c);
+  if (!c) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  c->cfg = *cfg;
+  if (!c->cfg.heartbeat_interval_ms) c->cfg.heartbeat_interval_ms = 500;
+  if (!c->cfg.heartbeat_timeout_ms) c->cfg.heartbeat_timeout_ms = 5000;
+  if (!c->cfg.max_peers) c->cfg.max_peers = 4096;
+  c->reg = lm_registry_create();
+  int rc = 0;
+  if (!c->reg || uv_loop_init(&c->loop) != 0) {
+    lm_registry_destroy(c->reg);
+    free(c);
+    return lm_errf(err, LOOM_NO_MEMORY, "cannot create the event loop");
+  }
+  signal(SIGPIPE, SIG_IGN);
+  c->start_ms = now_ms(c);
+  c->server.data = c;
+  rc = lm_listen(&c->loop, &c->server, c->cfg.listen, on_connection, c->bound, sizeof c->bound, err);
+  if (rc == 0) {
+    c->server.data = c;
+    if (c->cfg.address_file) rc = write_address_file(c->cfg.address_file, c->bound, err);
+    if (rc < 0) uv_close((uv_handle_t *)&c->server, NULL);
+  }
+  if (rc == 0) {
+    uv_signal_init(&c->loop, &c->sigint);
+    uv_signal_init(&c->loop, &c->sigterm);
+    c->sigint.data = c->sigterm.data = c;
+    uv_signal_start(&c->sigint, on_signal, SIGINT);
+    uv_signal_start(&c->sigterm, on_signal, SIGTERM);
+    uv_timer_init(&c->loop, &c->health);
+    c->health.data = c;
+    uint32_t tick = c->cfg.heartbeat_timeout_ms / 4;
+    if (tick > 250) tick = 250;
+    if (tick < 10) tick = 10;
+    uv_timer_start(&c->health, on_health_tick, tick, tick);
+    lm_info("listening on %s (protocol %d, heartbeat timeout %u ms)", c->bound, LM_PROTOCOL_VERSION,
+            c->cfg.heartbeat_timeout_ms);
+  }
+  uv_run(&c->loop, UV_RUN_DEFAULT); /* until stopped; on a failed start, just finishes closes */
+  if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
+  if (rc == 0) lm_info("stopped");
+  lm_registry_destroy(c->reg);
+  free(c->worker_peer);
+  free(c);
+  return rc;
+}

@@ -1,0 +1,27 @@
+/* The controller daemon (`loom controller`): one libuv loop serving workers (registration,
+ * heartbeats, health) and clients (one session per connection; device list, cluster status).
+ * Any peer may misbehave: it is dropped with a logged reason and everyone else keeps being
+ * served. Message handling is in controller.c; the registry and sessions are pure modules. */
+#ifndef LM_CONTROLLER_H
+#define LM_CONTROLLER_H
+
+#include <stdint.h>
+#include "common/err.h"
+#include "net/conn.h"
+
+typedef struct lm_controller_config {
+  const char *listen;              /* "HOST:PORT"; port 0 = any free port */
+  const char *address_file;        /* optional: the bound "HOST:PORT" is written here (atomically) */
+  uint32_t heartbeat_interval_ms;  /* told to workers at registration (default 500) */
+  uint32_t heartbeat_timeout_ms;   /* a worker silent this long is lost (default 5000) */
+  uint32_t max_peers;              /* connections beyond this are refused (default 4096) */
+  lm_conn_config conn;             /* limits and deadlines for every peer (lm_conn_config_default) */
+} lm_controller_config;
+
+void lm_controller_config_default(lm_controller_config *c);
+
+/* Runs the controller until SIGINT or SIGTERM. Returns 0 after a clean stop, or a negative
+ * status with err set when it cannot start (bad address, port in use, unwritable file). */
+int lm_controller_run(const lm_controller_config *cfg, lm_err *err);
+
+#endif

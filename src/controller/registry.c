@@ -1,0 +1,172 @@
+/* Worker registry and virtual device table: validation of registrations, dense virtual ids,
+ * heartbeats and loss. */
+#include <stdlib.h>
+#include <string.h>
+#include "controller/registry.h"
+#include "net/msg.h"
+
+struct lm_registry {
+  lm_reg_worker *workers; /* [nworkers], index == id */
+  uint32_t nworkers, cap_workers;
+  lm_reg_device *devices; /* [ndevices], index == virtual id */
+  uint32_t ndevices, cap_devices;
+};
+
+lm_registry *lm_registry_create(void) { return calloc(1, sizeof(lm_registry)); }
+
+void lm_registry_destroy(lm_registry *r) {
+  if (!r) return;
+  for (uint32_t i = 0; i < r->nworkers; i++) {
+    free(r->workers[i].host);
+    free(r->workers[i].slice);
+    free(r->workers[i].device_ids);
+    free(r->workers[i].dataplane);
+  }
+  free(r->workers);
+  free(r->devices);
+  free(r);
+}
+
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  uint32_t c = *cap ? *cap : 8;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, (size_t)c * elem);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+static int validate(const lm_registry *r, const lm_worker_spec *s, lm_err *err) {
+  if (!lm_msg_name_ok(s->host, LM_REG_NAME_MAX))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker host name must be 1-%d printable characters",
+                   LM_REG_NAME_MAX);
+  if (!lm_msg_name_ok(s->slice, LM_REG_NAME_MAX))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "slice name must be 1-%d printable characters without spaces",
+                   LM_REG_NAME_MAX);
+  if (s->ndevices == 0) return lm_errf(err, LOOM_INVALID_ARGUMENT, "a worker must register at least one device");
+  if (s->ndevices > LM_REG_MAX_DEVICES_PER_WORKER)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "%u devices on one worker is more than the limit of %d", s->ndevices,
+                   LM_REG_MAX_DEVICES_PER_WORKER);
+  if (r->nworkers >= LM_REG_MAX_WORKERS)
+    return lm_errf(err, LOOM_BUSY, "the cluster already has the maximum of %d workers", LM_REG_MAX_WORKERS);
+  if ((uint64_t)r->ndevices + s->ndevices > LM_REG_MAX_DEVICES)
+    return lm_errf(err, LOOM_BUSY, "the cluster would exceed its maximum of %d devices", LM_REG_MAX_DEVICES);
+  if (s->dataplane_len > LM_REG_DATAPLANE_MAX)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "data-plane address of %zu bytes exceeds %d", s->dataplane_len,
+                   LM_REG_DATAPLANE_MAX);
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const char *k = s->kinds[i];
+    if (!k || strcmp(k, "cpu") != 0)
+      return lm_errf(err, LOOM_UNSUPPORTED, "device %u: kind '%.32s' is not supported (only 'cpu')", i,
+                     lm_msg_name_ok(k, 32) ? k : "?");
+    if (s->capacities[i] == 0) return lm_errf(err, LOOM_INVALID_ARGUMENT, "device %u: memory capacity is 0", i);
+  }
+  return 0;
+}
+
+int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *s, uint64_t now_ms, uint32_t *out_id, lm_err *err) {
+  LM_TRY(validate(r, s, err));
+  if (grow((void **)&r->workers, &r->cap_workers, r->nworkers + 1, sizeof *r->workers) < 0 ||
+      grow((void **)&r->devices, &r->cap_devices, r->ndevices + s->ndevices, sizeof *r->devices) < 0)
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory registering a worker");
+  lm_reg_worker w = {0};
+  w.id = r->nworkers;
+  w.host = strdup(s->host);
+  w.slice = strdup(s->slice);
+  w.device_ids = calloc(s->ndevices, sizeof *w.device_ids);
+  if (s->dataplane_len) {
+    w.dataplane = malloc(s->dataplane_len);
+    if (w.dataplane) memcpy(w.dataplane, s->dataplane, s->dataplane_len);
+  }
+  if (!w.host || !w.slice || !w.device_ids || (s->dataplane_len && !w.dataplane)) {
+    free(w.host), free(w.slice), free(w.device_ids), free(w.dataplane);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory registering a worker");
+  }
+  w.dataplane_len = s->dataplane_len;
+  w.pid = s->pid;
+  w.ndevices = s->ndevices;
+  w.state = LM_WORKER_ALIVE;
+  w.registered_ms = w.last_heartbeat_ms = now_ms;
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    lm_reg_device *d = &r->devices[r->ndevices];
+    memset(d, 0, sizeof *d);
+    d->id = r->ndevices;
+    d->worker = w.id;
+    d->local_index = i;
+    strcpy(d->kind, "cpu");
+    d->memory_capacity = s->capacities[i];
+    w.device_ids[i] = d->id;
+    r->ndevices++;
+  }
+  r->workers[r->nworkers++] = w;
+  *out_id = w.id;
+  return 0;
+}
+
+int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
+                          const uint64_t *used, size_t nused, lm_err *err) {
+  if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
+  lm_reg_worker *w = &r->workers[worker];
+  if (w->state != LM_WORKER_ALIVE) return lm_errf(err, LOOM_NOT_FOUND, "worker %u is lost (%s)", worker, w->reason);
+  for (size_t i = 0; used && i < nused; i++) {
+    uint32_t li = local_index ? local_index[i] : (uint32_t)i;
+    if (li >= w->ndevices)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "heartbeat names device %u of a worker with %u devices", li,
+                     w->ndevices);
+  }
+  for (size_t i = 0; used && i < nused; i++) {
+    uint32_t li = local_index ? local_index[i] : (uint32_t)i;
+    r->devices[w->device_ids[li]].memory_used = used[i];
+  }
+  w->last_heartbeat_ms = now_ms;
+  w->heartbeats++;
+  return 0;
+}
+
+bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason) {
+  if (worker >= r->nworkers || r->workers[worker].state == LM_WORKER_LOST) return false;
+  lm_reg_worker *w = &r->workers[worker];
+  w->state = LM_WORKER_LOST;
+  size_t n = strnlen(reason ? reason : "", sizeof w->reason - 1);
+  memcpy(w->reason, reason ? reason : "", n);
+  w->reason[n] = 0;
+  if (!n) strcpy(w->reason, "lost");
+  return true;
+}
+
+size_t lm_registry_expire(lm_registry *r, uint64_t now_ms, uint64_t timeout_ms, uint32_t *lost, size_t max) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < r->nworkers; i++) {
+    lm_reg_worker *w = &r->workers[i];
+    if (w->state != LM_WORKER_ALIVE || now_ms < w->last_heartbeat_ms || now_ms - w->last_heartbeat_ms <= timeout_ms)
+      continue;
+    if (lost && n >= max) break; /* the caller comes back for the rest */
+    lm_registry_mark_lost(r, i, "no heartbeat");
+    if (lost) lost[n] = i;
+    n++;
+  }
+  return n;
+}
+
+uint32_t lm_registry_worker_count(const lm_registry *r) { return r->nworkers; }
+uint32_t lm_registry_device_count(const lm_registry *r) { return r->ndevices; }
+
+const lm_reg_worker *lm_registry_worker(const lm_registry *r, uint32_t id) {
+  return id < r->nworkers ? &r->workers[id] : NULL;
+}
+
+const lm_reg_device *lm_registry_device(const lm_registry *r, uint32_t id) {
+  return id < r->ndevices ? &r->devices[id] : NULL;
+}
+
+bool lm_registry_device_healthy(const lm_registry *r, uint32_t id) {
+  return id < r->ndevices && r->workers[r->devices[id].worker].state == LM_WORKER_ALIVE;
+}
+
+const char *lm_registry_device_reason(const lm_registry *r, uint32_t id) {
+  if (id >= r->ndevices) return "no such device";
+  const lm_reg_worker *w = &r->workers[r->devices[id].worker];
+  return w->state == LM_WORKER_ALIVE ? "" : w->reason;
+}

@@ -1,0 +1,90 @@
+/* The controller's worker registry and device table (DESIGN.md §3). Workers register their
+ * devices; each device gets a virtual id, dense and stable and never reused, assigned in
+ * registration order; the physical identity (worker id, local index) is kept beside it so the
+ * virtual -> physical map can change later (hot swap) without clients noticing. A device is
+ * healthy while its worker is alive. Pure data structure: no sockets, no clock of its own. */
+#ifndef LM_CONTROLLER_REGISTRY_H
+#define LM_CONTROLLER_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/err.h"
+
+#define LM_REG_MAX_WORKERS 4096
+#define LM_REG_MAX_DEVICES_PER_WORKER 1024
+#define LM_REG_MAX_DEVICES 65536
+#define LM_REG_NAME_MAX 255          /* host and slice names */
+#define LM_REG_DATAPLANE_MAX 4096    /* bytes of a worker's data-plane address */
+#define LM_REG_REASON_MAX 160
+
+typedef enum lm_worker_state { LM_WORKER_ALIVE = 0, LM_WORKER_LOST = 1 } lm_worker_state;
+
+/* What a worker asks to register (from its REGISTER_WORKER message). */
+typedef struct lm_worker_spec {
+  const char *host;                /* printable, 1..255 bytes */
+  uint32_t pid;
+  const char *slice;               /* printable, 1..255 bytes */
+  uint32_t ndevices;               /* 1..LM_REG_MAX_DEVICES_PER_WORKER */
+  const char *const *kinds;        /* [ndevices], by local index: only "cpu" today */
+  const uint64_t *capacities;      /* [ndevices] bytes, each > 0 */
+  const uint8_t *dataplane;        /* opaque data-plane address; may be NULL */
+  size_t dataplane_len;
+} lm_worker_spec;
+
+typedef struct lm_reg_worker {
+  uint32_t id;                     /* dense, in registration order, never reused */
+  char *host;
+  uint32_t pid;
+  char *slice;
+  uint32_t ndevices;
+  uint32_t *device_ids;            /* virtual id of each local device, by local index */
+  uint8_t *dataplane;              /* may be NULL */
+  size_t dataplane_len;
+  lm_worker_state state;
+  char reason[LM_REG_REASON_MAX];  /* why it is lost; "" while alive */
+  uint64_t registered_ms;          /* clock of the caller */
+  uint64_t last_heartbeat_ms;      /* registration counts as the first heartbeat */
+  uint64_t heartbeats;
+} lm_reg_worker;
+
+typedef struct lm_reg_device {
+  uint32_t id;                     /* virtual id (index in the table) */
+  uint32_t worker;                 /* physical identity: worker id ... */
+  uint32_t local_index;            /* ... and its index on the worker */
+  char kind[16];
+  uint64_t memory_capacity;
+  uint64_t memory_used;            /* from the latest heartbeat */
+} lm_reg_device;
+
+typedef struct lm_registry lm_registry;
+
+lm_registry *lm_registry_create(void);
+void lm_registry_destroy(lm_registry *r); /* NULL is a no-op */
+
+/* Registers a worker at time now_ms and assigns virtual ids to its devices (the next free ones,
+ * in local index order). Bad specs (names, counts, kinds, sizes) give LOOM_INVALID_ARGUMENT or
+ * LOOM_UNSUPPORTED naming the problem, and change nothing. */
+int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *spec, uint64_t now_ms, uint32_t *out_id,
+                           lm_err *err);
+/* Records a heartbeat of an alive worker; used (may be NULL) gives memory_used per local index
+ * for the first nused devices. LOOM_NOT_FOUND for an unknown or lost worker. */
+int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
+                          const uint64_t *used, size_t nused, lm_err *err);
+/* Marks an alive worker lost (its devices turn unhealthy) with a reason; no-op if already lost.
+ * Returns true when the state changed. */
+bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason);
+/* Marks lost the alive workers whose last heartbeat is older than timeout_ms at now_ms, writing
+ * their ids to lost; with lost != NULL at most max are marked (call again for the rest).
+ * Returns how many were marked. */
+size_t lm_registry_expire(lm_registry *r, uint64_t now_ms, uint64_t timeout_ms, uint32_t *lost, size_t max);
+
+uint32_t lm_registry_worker_count(const lm_registry *r);
+uint32_t lm_registry_device_count(const lm_registry *r);
+const lm_reg_worker *lm_registry_worker(const lm_registry *r, uint32_t id);  /* NULL when out of range */
+const lm_reg_device *lm_registry_device(const lm_registry *r, uint32_t id);  /* NULL when out of range */
+bool lm_registry_device_healthy(const lm_registry *r, uint32_t id);
+/* Why a device is unhealthy ("" when healthy). */
+const char *lm_registry_device_reason(const lm_registry *r, uint32_t id);
+
+#endif

@@ -1,0 +1,105 @@
+/* Session objects and their handle tables (open addressing on 64-bit ids). */
+#include <stdlib.h>
+#include <string.h>
+#include "common/hash.h"
+#include "controller/session.h"
+
+#define DELETED ((void *)&g_deleted) /* obj of a deleted slot (id stays nonzero) */
+static const char g_deleted;
+
+static void copy_printable(char *dst, size_t cap, const char *src) {
+  size_t n = 0;
+  for (; src && src[n] && n + 1 < cap; n++) {
+    unsigned char ch = (unsigned char)src[n];
+    dst[n] = ch < 0x20 || ch >= 0x7f ? '?' : (char)ch;
+  }
+  dst[n] = 0;
+}
+
+lm_session *lm_session_create(uint64_t id, const char *name, const char *peer, uint64_t now_ms) {
+  lm_session *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->id = id;
+  copy_printable(s->name, sizeof s->name, name);
+  copy_printable(s->peer, sizeof s->peer, peer);
+  s->opened_ms = now_ms;
+  s->next_handle = 1;
+  return s;
+}
+
+void lm_session_destroy(lm_session *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->cap; i++) {
+    lm_handle *h = &s->slots[i];
+    if (h->id && h->obj != DELETED && h->destroy) h->destroy(h->obj);
+  }
+  free(s->slots);
+  free(s);
+}
+
+static size_t slot_of(uint64_t id, size_t cap) { return (size_t)lm_hash_mix(id) & (cap - 1); }
+
+static lm_handle *find(const lm_session *s, uint64_t id) {
+  if (!s->cap || !id) return NULL;
+  for (size_t i = slot_of(id, s->cap), n = 0; n < s->cap; i = (i + 1) & (s->cap - 1), n++) {
+    lm_handle *h = &s->slots[i];
+    if (!h->id) return NULL;
+    if (h->id == id) return h->obj == DELETED ? NULL : h;
+  }
+  return NULL;
+}
+
+static int rehash(lm_session *s, size_t cap) {
+  lm_handle *old = s->slots;
+  size_t oldcap = s->cap;
+  lm_handle *slots = calloc(cap, sizeof *slots);
+  if (!slots) return -1;
+  for (size_t i = 0; i < oldcap; i++) {
+    if (!old[i].id || old[i].obj == DELETED) continue;
+    size_t j = slot_of(old[i].id, cap);
+    while (slots[j].id) j = (j + 1) & (cap - 1);
+    slots[j] = old[i];
+  }
+  free(old);
+  s->slots = slots;
+  s->cap = cap;
+  s->used = s->count;
+  return 0;
+}
+
+int lm_session_add(lm_session *s, uint32_t kind, void *obj, void (*destroy)(void *), uint64_t *out_id, lm_err *err) {
+  if ((s->used + 1) * 2 > s->cap) {
+    size_t cap = s->cap ? s->cap : 16;
+    while ((s->count + 1) * 2 > cap) cap *= 2;
+    if (rehash(s, cap) < 0) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory adding a handle");
+  }
+  uint64_t id = s->next_handle++;
+  size_t j = slot_of(id, s->cap);
+  while (s->slots[j].id) j = (j + 1) & (s->cap - 1);
+  s->slots[j] = (lm_handle){.id = id, .kind = kind, .obj = obj, .destroy = destroy};
+  s->count++;
+  s->used++;
+  *out_id = id;
+  return 0;
+}
+
+void *lm_session_get(const lm_session *s, uint64_t id, uint32_t kind) {
+  lm_handle *h = find(s, id);
+  return h && h->kind == kind ? h->obj : NULL;
+}
+
+int lm_session_remove(lm_session *s, uint64_t id, uint32_t kind, lm_err *err) {
+  lm_handle *h = find(s, id);
+  if (!h || h->kind != kind)
+    return lm_errf(err, LOOM_NOT_FOUND, "session %llu has no handle %llu of that kind", (unsigned long long)s->id,
+                   (unsigned long long)id);
+  void *obj = h->obj;
+  void (*destroy)(void *) = h->destroy;
+  h->obj = DELETED;
+  h->destroy = NULL;
+  s->count--;
+  if (destroy) destroy(obj);
+  return 0;
+}
+
+size_t lm_session_handle_count(const lm_session *s) { return s->count; }

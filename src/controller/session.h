@@ -1,0 +1,41 @@
+/* Sessions: one per client connection, owning every handle the client creates (arrays,
+ * executables, futures: issue 4 and later). Handles are session-scoped ids, never addresses;
+ * another session cannot name them; closing the session destroys them all. */
+#ifndef LM_CONTROLLER_SESSION_H
+#define LM_CONTROLLER_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "common/err.h"
+
+typedef struct lm_handle {
+  uint64_t id;                 /* 0 = empty slot */
+  uint32_t kind;               /* the owner's tag (array, executable, ...); checked on lookup */
+  void *obj;
+  void (*destroy)(void *obj);  /* called when the handle or its session goes; may be NULL */
+} lm_handle;
+
+typedef struct lm_session {
+  uint64_t id;                 /* controller-wide, never reused */
+  char name[64];               /* the client's name for itself (HELLO), printable */
+  char peer[64];               /* "1.2.3.4:5678" */
+  uint64_t opened_ms;
+  lm_handle *slots;            /* open addressing, capacity a power of two */
+  size_t cap, count, used;     /* used = count + deleted markers */
+  uint64_t next_handle;        /* ids start at 1 and are never reused within a session */
+} lm_session;
+
+/* NULL when out of memory. name/peer are copied (truncated, non-printable bytes replaced). */
+lm_session *lm_session_create(uint64_t id, const char *name, const char *peer, uint64_t now_ms);
+/* Destroys every handle (calling its destroy) and the session. NULL is a no-op. */
+void lm_session_destroy(lm_session *s);
+
+/* Adds obj under a new handle id (*out_id). On failure obj is not taken. */
+int lm_session_add(lm_session *s, uint32_t kind, void *obj, void (*destroy)(void *), uint64_t *out_id, lm_err *err);
+/* The object of handle id if it exists with that kind, else NULL. */
+void *lm_session_get(const lm_session *s, uint64_t id, uint32_t kind);
+/* Destroys handle id of that kind; LOOM_NOT_FOUND naming it when there is none. */
+int lm_session_remove(lm_session *s, uint64_t id, uint32_t kind, lm_err *err);
+size_t lm_session_handle_count(const lm_session *s);
+
+#endif

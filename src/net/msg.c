@@ -1,0 +1,119 @@
+/* The message table: frame type -> metadata message, and the encode/decode helpers.
+ *
+ *   type                       metadata (wire.proto)  sent by -> to         payload
+ *   1  ERROR                   ErrorReply             any -> requester     none
+ *   2  HELLO                   Hello                  client|worker -> ctl none
+ *   3  HELLO_REPLY             HelloReply             ctl -> client|worker none
+ *   4  REGISTER_WORKER         RegisterWorker         worker -> ctl        none
+ *   5  REGISTER_WORKER_REPLY   RegisterWorkerReply    ctl -> worker        none
+ *   6  HEARTBEAT               Heartbeat              worker -> ctl        none (one-way)
+ *   7  LIST_DEVICES            ListDevices            client -> ctl        none
+ *   8  LIST_DEVICES_REPLY      ListDevicesReply       ctl -> client        none
+ *   9  CLUSTER_STATUS          ClusterStatus          client -> ctl        none
+ *   10 CLUSTER_STATUS_REPLY    ClusterStatusReply     ctl -> client        none
+ *   11 PING                    Ping                   any -> ctl           none
+ *   12 PONG                    Pong                   ctl -> any           none
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "net/msg.h"
+
+typedef struct msg_info {
+  const char *name;
+  const ProtobufCMessageDescriptor *desc;
+} msg_info;
+
+static const msg_info g_msgs[] = {
+    [LM_MSG_ERROR] = {"ERROR", &lmw__error_reply__descriptor},
+    [LM_MSG_HELLO] = {"HELLO", &lmw__hello__descriptor},
+    [LM_MSG_HELLO_REPLY] = {"HELLO_REPLY", &lmw__hello_reply__descriptor},
+    [LM_MSG_REGISTER_WORKER] = {"REGISTER_WORKER", &lmw__register_worker__descriptor},
+    [LM_MSG_REGISTER_WORKER_REPLY] = {"REGISTER_WORKER_REPLY", &lmw__register_worker_reply__descriptor},
+    [LM_MSG_HEARTBEAT] = {"HEARTBEAT", &lmw__heartbeat__descriptor},
+    [LM_MSG_LIST_DEVICES] = {"LIST_DEVICES", &lmw__list_devices__descriptor},
+    [LM_MSG_LIST_DEVICES_REPLY] = {"LIST_DEVICES_REPLY", &lmw__list_devices_reply__descriptor},
+    [LM_MSG_CLUSTER_STATUS] = {"CLUSTER_STATUS", &lmw__cluster_status__descriptor},
+    [LM_MSG_CLUSTER_STATUS_REPLY] = {"CLUSTER_STATUS_REPLY", &lmw__cluster_status_reply__descriptor},
+    [LM_MSG_PING] = {"PING", &lmw__ping__descriptor},
+    [LM_MSG_PONG] = {"PONG", &lmw__pong__descriptor},
+};
+#define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
+
+const ProtobufCMessageDescriptor *lm_msg_descriptor(unsigned type) { return type < NMSGS ? g_msgs[type].desc : NULL; }
+
+const char *lm_msg_name(unsigned type) {
+  return type < NMSGS && g_msgs[type].name ? g_msgs[type].name : "unknown";
+}
+
+int lm_msg_encode(unsigned type, uint64_t request_id, const ProtobufCMessage *m, uint64_t payload_len, uint8_t **out,
+                  size_t *out_len, lm_err *err) {
+  *out = NULL;
+  *out_len = 0;
+  const ProtobufCMessageDescriptor *d = lm_msg_descriptor(type);
+  if (!d || !m || m->descriptor != d)
+    return lm_errf(err, LOOM_INTERNAL, "message %s does not belong to frame type %u (%s)",
+                   m ? m->descriptor->name : "(null)", type, lm_msg_name(type));
+  size_t mlen = protobuf_c_message_get_packed_size(m);
+  if (mlen > LM_FRAME_META_HARD_MAX)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "%s metadata of %zu bytes exceeds the limit of %u bytes",
+                   lm_msg_name(type), mlen, LM_FRAME_META_HARD_MAX);
+  if (payload_len > LM_FRAME_PAYLOAD_HARD_MAX)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "payload of %llu bytes exceeds the limit",
+                   (unsigned long long)payload_len);
+  uint8_t *buf = malloc(LM_FRAME_HEADER_SIZE + mlen);
+  if (!buf) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory encoding %s", lm_msg_name(type));
+  lm_frame_header h = {.type = (uint16_t)type, .meta_len = (uint32_t)mlen, .payload_len = payload_len,
+                       .request_id = request_id};
+  lm_frame_header_encode(&h, buf);
+  size_t packed = protobuf_c_message_pack(m, buf + LM_FRAME_HEADER_SIZE);
+  if (packed != mlen) {
+    free(buf);
+    return lm_errf(err, LOOM_INTERNAL, "%s packed to %zu bytes, expected %zu", lm_msg_name(type), packed, mlen);
+  }
+  *out = buf;
+  *out_len = LM_FRAME_HEADER_SIZE + mlen;
+  return 0;
+}
+
+int lm_msg_decode(const lm_frame *f, ProtobufCMessage **out, lm_err *err) {
+  *out = NULL;
+  const ProtobufCMessageDescriptor *d = lm_msg_descriptor(f->h.type);
+  if (!d) return lm_errf(err, LOOM_UNSUPPORTED, "unknown message type %u", f->h.type);
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, f->h.meta_len, f->meta);
+  if (!m)
+    return lm_errf(err, LOOM_PROTOCOL, "%s metadata (%u bytes) does not decode", lm_msg_name(f->h.type),
+                   f->h.meta_len);
+  *out = m;
+  return 0;
+}
+
+void lm_msg_free(ProtobufCMessage *m) {
+  if (m) protobuf_c_message_free_unpacked(m, NULL);
+}
+
+int lm_msg_error_status(const lm_frame *f, lm_err *err) {
+  ProtobufCMessage *m;
+  if (f->h.type != LM_MSG_ERROR) return lm_errf(err, LOOM_INTERNAL, "not an ERROR frame");
+  int rc = lm_msg_decode(f, &m, err);
+  if (rc < 0) return rc;
+  Lmw__ErrorReply *e = (Lmw__ErrorReply *)m;
+  int code = e->code < 0 ? e->code : LOOM_INTERNAL; /* an error is never OK */
+  char msg[512];
+  size_t n = strnlen(e->message, sizeof msg - 1);
+  memcpy(msg, e->message, n);
+  msg[n] = 0;
+  for (size_t i = 0; i < n; i++) /* a peer's text is shown to users: keep it on one line */
+    if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f) msg[i] = ' ';
+  lm_errf(err, code, "%s", n ? msg : lm_status_desc(code));
+  lm_msg_free(m);
+  return code;
+}
+
+int lm_msg_name_ok(const char *s, size_t max) {
+  if (!s) return 0;
+  size_t n = strnlen(s, max + 1);
+  if (n == 0 || n > max) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) return 0;
+  return 1;
+}

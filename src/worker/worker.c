@@ -1,0 +1,269 @@
+/* Worker event loop: connect (retrying while the controller starts), HELLO, REGISTER_WORKER,
+ * heartbeats every interval the controller asked for; stop on a signal or when the controller
+ * goes away. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+#include "common/log.h"
+#include "exec/exec.h"
+#include "net/conn.h"
+#include "net/msg.h"
+#include "net/sock.h"
+#include "worker/worker.h"
+
+
+#define RETRY_MS 200 /* between connection attempts while the controller is not up yet */
+
+enum { RID_HELLO = 1, RID_REGISTER = 2 };
+
+typedef struct wk {
+  uv_loop_t loop;
+  uv_signal_t sigint, sigterm;
+  uv_timer_t timer;            /* connection retries, then heartbeats */
+  lm_worker_config cfg;
+  struct sockaddr_storage addr;
+  lm_conn *conn;               /* NULL between attempts */
+  lm_conn_config conn_cfg;
+  lm_device **devices;         /* [cfg.devices] */
+  char host[256];
+  uint64_t first_attempt_ms;
+  bool registered, stopping, done;
+  uint32_t worker_id, heartbeat_ms;
+  uint64_t heartbeat_seq;
+  int rc;                      /* result of lm_worker_run */
+  lm_err err;
+} wk;
+
+void lm_worker_config_default(lm_worker_config *c) {
+  memset(c, 0, sizeof *c);
+  c->devices = 4;
+  c->device_memory = (uint64_t)2 << 30;
+  c->slice = "default";
+  c->connect_timeout_ms = 30000;
+}
+
+static void finish(wk *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void close_handles(wk *w) {
+  if (w->done) return;
+  w->done = true;
+  uv_close((uv_handle_t *)&w->sigint, NULL);
+  uv_close((uv_handle_t *)&w->sigterm, NULL);
+  uv_close((uv_handle_t *)&w->timer, NULL);
+  if (w->conn) lm_conn_close(w->conn, 0, "worker stopping");
+}
+
+/* Ends the run with rc (0 or a negative status and its message). */
+static void finish(wk *w, int rc, const char *fmt, ...) {
+  if (w->done) return;
+  w->rc = rc;
+  if (rc < 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    lm_verrf(&w->err, rc, fmt, ap);
+    va_end(ap);
+  }
+  close_handles(w);
+}
+
+static void send_or_finish(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m) {
+  lm_err err;
+  if (lm_conn_send(w->conn, type, rid, m, NULL, 0, NULL, NULL, &err) < 0)
+    finish(w, err.code, "cannot send %s to the controller: %s", lm_msg_name(type), err.msg);
+}
+
+static void on_heartbeat_tick(uv_timer_t *t) {
+  wk *w = t->data;
+  if (!w->conn || !w->registered) return;
+  uint32_t n = w->cfg.devices;
+  Lmw__DeviceStats *st = calloc(n, sizeof *st);
+  Lmw__DeviceStats **ptrs = calloc(n, sizeof *ptrs);
+  if (!st || !ptrs) {
+    free(st), free(ptrs);
+    lm_warn("out of host memory building a heartbeat");
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    lmw__device_stats__init(&st[i]);
+    st[i].local_index = i;
+    st[i].memory_used = lm_device_used(w->devices[i]);
+    ptrs[i] = &st[i];
+  }
+  Lmw__Heartbeat hb = LMW__HEARTBEAT__INIT;
+  hb.sequence = ++w->heartbeat_seq;
+  hb.n_devices = n;
+  hb.devices = ptrs;
+  send_or_finish(w, LM_MSG_HEARTBEAT, 0, &hb.base);
+  free(st);
+  free(ptrs);
+}
+
+static void send_register(wk *w) {
+  uint32_t n = w->cfg.devices;
+  Lmw__DeviceSpec *specs = calloc(n, sizeof *specs);
+  Lmw__DeviceSpec **ptrs = calloc(n, sizeof *ptrs);
+  if (!specs || !ptrs) {
+    free(specs), free(ptrs);
+    finish(w, LOOM_NO_MEMORY, "out of host memory registering");
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    lmw__device_spec__init(&specs[i]);
+    specs[i].local_index = i;
+    specs[i].kind = "cpu";
+    specs[i].memory_capacity = lm_device_capacity(w->devices[i]);
+    ptrs[i] = &specs[i];
+  }
+  Lmw__RegisterWorker m = LMW__REGISTER_WORKER__INIT;
+  m.host = w->host;
+  m.pid = (uint32_t)getpid();
+  m.slice = (char *)w->cfg.slice;
+  m.n_devices = n;
+  m.devices = ptrs;
+  /* m.dataplane_address: published here once the data plane exists (issue 4) */
+  send_or_finish(w, LM_MSG_REGISTER_WORKER, RID_REGISTER, &m.base);
+  free(specs);
+  free(ptrs);
+}
+
+static void on_frame(lm_conn *c, lm_frame *f) {
+  wk *w = lm_conn_user(c);
+  ProtobufCMessage *m;
+  lm_err err;
+  if (f->h.type == LM_MSG_ERROR) {
+    lm_msg_error_status(f, &err);
+    if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
+    else finish(w, err.code, "the controller refused this worker: %s", err.msg);
+    return;
+  }
+  int rc = lm_msg_decode(f, &m, &err);
+  if (rc < 0) {
+    lm_conn_close_with_error(c, f->h.request_id, rc, "%s", err.msg);
+    return;
+  }
+  if (f->h.type == LM_MSG_HELLO_REPLY && f->h.request_id == RID_HELLO) {
+    send_register(w);
+  } else if (f->h.type == LM_MSG_REGISTER_WORKER_REPLY && f->h.request_id == RID_REGISTER) {
+    Lmw__RegisterWorkerReply *r = (Lmw__RegisterWorkerReply *)m;
+    if (r->n_device_ids != w->cfg.devices) {
+      finish(w, LOOM_PROTOCOL, "the controller assigned %zu ids to %u devices", r->n_device_ids, w->cfg.devices);
+    } else {
+      w->registered = true;
+      w->worker_id = r->worker_id;
+      w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
+      if (w->heartbeat_ms < 10) w->heartbeat_ms = 10;
+      lm_conn_set_established(c);
+      lm_info("registered with %s as worker %u: %u devices, virtual ids %u-%u, %llu bytes each, slice %s",
+              w->cfg.controller, w->worker_id, w->cfg.devices, r->device_ids[0], r->device_ids[r->n_device_ids - 1],
+              (unsigned long long)w->cfg.device_memory, w->cfg.slice);
+      uv_timer_start(&w->timer, on_heartbeat_tick, w->heartbeat_ms, w->heartbeat_ms);
+    }
+  } else {
+    lm_warn("ignoring unexpected %s from the controller", lm_msg_name(f->h.type));
+  }
+  lm_msg_free(m);
+}
+
+static void try_connect(wk *w);
+
+static void on_retry(uv_timer_t *t) { try_connect(t->data); }
+
+static void on_connect(lm_conn *c) {
+  wk *w = lm_conn_user(c);
+  Lmw__Hello h = LMW__HELLO__INIT;
+  h.protocol_version = LM_PROTOCOL_VERSION;
+  h.role = LMW__ROLE__ROLE_WORKER;
+  h.software = "loom " LOOM_VERSION_STRING;
+  h.host = w->host;
+  h.pid = (uint32_t)getpid();
+  send_or_finish(w, LM_MSG_HELLO, RID_HELLO, &h.base);
+}
+
+static void on_close(lm_conn *c, int code, const char *reason) {
+  wk *w = lm_conn_user(c);
+  w->conn = NULL;
+  if (w->done || w->stopping) return;
+  if (w->registered) {
+    finish(w, LOOM_CLOSED, "lost the controller %s: %s", w->cfg.controller, reason);
+    return;
+  }
+  if (code == LOOM_CONNECT && uv_now(&w->loop) - w->first_attempt_ms < w->cfg.connect_timeout_ms) {
+    lm_debug("%s; retrying", reason);
+    uv_timer_start(&w->timer, on_retry, RETRY_MS, 0);
+    return;
+  }
+  finish(w, code < 0 ? code : LOOM_CONNECT, "cannot register with the controller %s: %s", w->cfg.controller, reason);
+}
+
+static const lm_conn_ops g_ops = {.on_frame = on_frame, .on_connect = on_connect, .on_close = on_close};
+
+static void try_connect(wk *w) {
+  if (w->done) return;
+  w->conn = lm_conn_new(&w->loop, &g_ops, &w->conn_cfg, w);
+  if (!w->conn) {
+    finish(w, LOOM_NO_MEMORY, "out of host memory connecting");
+    return;
+  }
+  lm_conn_connect(w->conn, (struct sockaddr *)&w->addr); /* failures arrive in on_close */
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  wk *w = s->data;
+  lm_info("stopping (%s)", signum == SIGINT ? "SIGINT" : "SIGTERM");
+  w->stopping = true;
+  close_handles(w);
+}
+
+int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
+  if (!cfg->controller) return lm_errf(err, LOOM_INVALID_ARGUMENT, "no controller address (--controller HOST:PORT)");
+  if (cfg->devices == 0 || cfg->devices > LM_WORKER_MAX_DEVICES)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "device count must be 1-%d (got %u)", LM_WORKER_MAX_DEVICES,
+                   cfg->devices);
+  if (cfg->device_memory == 0) return lm_errf(err, LOOM_INVALID_ARGUMENT, "device memory must be more than 0 bytes");
+  if (!lm_msg_name_ok(cfg->slice, 255))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "slice name must be 1-255 printable characters without spaces");
+  wk *w = calloc(1, sizeof *w);
+  if (!w) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  w->cfg = *cfg;
+  socklen_t sl;
+  int rc = lm_addr_resolve(cfg->controller, &w->addr, &sl, err);
+  if (rc < 0) {
+    free(w);
+    return rc;
+  }
+  w->devices = calloc(cfg->devices, sizeof *w->devices);
+  for (uint32_t i = 0; w->devices && i < cfg->devices; i++) {
+    w->devices[i] = lm_device_create((size_t)cfg->device_memory);
+    if (!w->devices[i]) rc = LOOM_NO_MEMORY;
+  }
+  if (!w->devices || rc < 0 || uv_loop_init(&w->loop) != 0) {
+    for (uint32_t i = 0; w->devices && i < cfg->devices; i++) lm_device_destroy(w->devices[i]);
+    free(w->devices);
+    free(w);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory creating devices");
+  }
+  if (gethostname(w->host, sizeof w->host - 1) != 0 || !lm_msg_name_ok(w->host, 255)) strcpy(w->host, "localhost");
+  signal(SIGPIPE, SIG_IGN);
+  lm_conn_config_default(&w->conn_cfg);
+  w->conn_cfg.handshake_timeout_ms = 0; /* we are the one who speaks first */
+  uv_signal_init(&w->loop, &w->sigint);
+  uv_signal_init(&w->loop, &w->sigterm);
+  uv_timer_init(&w->loop, &w->timer);
+  w->sigint.data = w->sigterm.data = w->timer.data = w;
+  uv_signal_start(&w->sigint, on_signal, SIGINT);
+  uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+  w->first_attempt_ms = uv_now(&w->loop);
+  try_connect(w);
+  uv_run(&w->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&w->loop);
+  rc = w->rc;
+  if (rc < 0 && err) *err = w->err;
+  for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devices[i]);
+  free(w->devices);
+  free(w);
+  return rc;
+}

@@ -1,0 +1,26 @@
+/* The worker daemon (`loom worker`): owns D CPU devices (memory budgets from the executor,
+ * src/exec/exec.h), connects to the controller, registers the devices and heartbeats their
+ * memory use. Later issues add buffers, execution queues and the data-plane endpoint here. */
+#ifndef LM_WORKER_H
+#define LM_WORKER_H
+
+#include <stdint.h>
+#include "common/err.h"
+
+#define LM_WORKER_MAX_DEVICES 1024
+
+typedef struct lm_worker_config {
+  const char *controller;        /* "HOST:PORT" */
+  uint32_t devices;              /* 1..LM_WORKER_MAX_DEVICES (default 4) */
+  uint64_t device_memory;        /* bytes per device (default 2 GiB) */
+  const char *slice;             /* slice name (default "default") */
+  uint32_t connect_timeout_ms;   /* keep retrying the first connection this long (default 30000) */
+} lm_worker_config;
+
+void lm_worker_config_default(lm_worker_config *c);
+
+/* Runs the worker until SIGINT/SIGTERM (returns 0) or until the controller cannot be reached,
+ * refuses the registration or goes away (returns a negative status with err set). */
+int lm_worker_run(const lm_worker_config *cfg, lm_err *err);
+
+#endif

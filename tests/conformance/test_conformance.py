@@ -1,0 +1,68 @@
+"""The external StableHLO conformance corpus through `loom interpret` (see corpus.py): fails on
+any FAIL or ERROR outside RUN-DISABLED files and when the PASS counts drop below floors.json.
+Skips, saying so, when ../shared/conformance/stablehlo is absent."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus  # noqa: E402
+
+LOOM = os.environ.get("LOOM_BIN") or os.path.join(corpus.SOURCE_DIR, "build", "bin", "loom")
+
+
+@pytest.fixture(scope="module")
+def results():
+    if not os.path.isdir(corpus.CORPUS):
+        pytest.skip(f"StableHLO conformance corpus not present at {corpus.CORPUS}: skipped")
+    if not os.path.exists(LOOM):
+        pytest.fail(f"loom binary not found at {LOOM} (set LOOM_BIN)")
+    cases = corpus.run(LOOM, timeout=900)
+    return cases, corpus.summarize(cases)
+
+
+def test_counts_and_floors(results, capsys):
+    cases, summary = results
+    with capsys.disabled():
+        print("\nStableHLO conformance corpus:\n" + corpus.markdown(summary, cases))
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "floors.json")) as f:
+        floors = json.load(f)
+    assert summary["testdata"]["files"].get("PASS", 0) >= floors["testdata_files_pass"], summary["testdata"]
+    assert summary["interpret"]["cases"].get("PASS", 0) >= floors["interpret_cases_pass"], summary["interpret"]
+
+
+def expected_failures():
+    out = {}
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected_failures.txt")) as f:
+        for line in f:
+            key = line.split("#", 1)[0].strip()
+            if key:
+                out[key] = line.split("#", 1)[1].strip() if "#" in line else ""
+    return out
+
+
+def case_key(c):
+    return f"{os.path.relpath(c['file'], corpus.CORPUS)}:{c['line']}"
+
+
+def test_no_failures(results):
+    cases, _ = results
+    known = expected_failures()
+    bad = [c for c in cases if c["status"] in ("FAIL", "ERROR") and not c["disabled"] and case_key(c) not in known]
+    msg = "\n".join(f"{c['status']} {case_key(c)}: {c['message'][:400]}" for c in bad)
+    assert not bad, f"{len(bad)} failing cases:\n{msg}"
+
+
+def test_expected_failures_still_fail(results):
+    cases, _ = results
+    status = {case_key(c): c["status"] for c in cases}
+    fixed = [k for k in expected_failures() if status.get(k) not in ("FAIL", "ERROR")]
+    assert not fixed, f"listed in expected_failures.txt but no longer failing (remove them): {fixed}"
+
+
+def test_unsupported_has_reason(results):
+    cases, _ = results
+    silent = [c for c in cases if c["status"] == "UNSUPPORTED" and not c["message"].strip()]
+    assert not silent, silent[:5]

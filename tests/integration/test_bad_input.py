@@ -1,0 +1,293 @@
+"""Hostile and broken peers against a real controller: garbage, frames over the size caps, wrong
+protocol version, anything before HELLO, undecodable metadata, truncated frames and disconnects,
+stalled (slowloris) frames, silent connections, bad registrations, floods of connections.
+Each one gets a clear ERROR or is dropped with a logged reason, and afterwards a well-behaved
+client still gets the full device list; the controller stays up and stops cleanly (no leaks)."""
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import Cluster, devices, wait_for
+import wire
+
+
+def assert_still_serving(c):
+    d = devices(c.addr)
+    assert len(d["devices"]) == 8 and all(x["healthy"] for x in d["devices"])
+    assert c.controller.poll() is None
+
+
+@pytest.fixture
+def tight(procs, tmp_path):
+    """2 workers x 4 devices behind a controller with short deadlines."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--frame-timeout", "500", "--handshake-timeout", "1500")
+    c.start_worker(4)
+    c.start_worker(4)
+    c.wait_devices(8)
+    return c
+
+
+def test_garbage(tight, procs):
+    conn = wire.Conn(tight.addr)
+    conn.send(os.urandom(16) + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    code, msg, _ = conn.expect_error()
+    assert code == wire.PROTOCOL and "magic" in msg
+    conn.expect_closed()
+    assert_still_serving(tight)
+    assert "bad frame magic" in procs.log(tight.controller)
+
+
+def test_oversized_frames(tight):
+    for kwargs, words in [({"meta_len": 1 << 30}, "metadata of 1073741824 bytes exceeds"),
+                          ({"payload_len": 1 << 50}, "payload of 1125899906842624 bytes exceeds"),
+                          ({"meta_len": 0xFFFFFFFF}, "exceeds the limit")]:
+        conn = wire.Conn(tight.addr)
+        conn.send(wire.frame(wire.HELLO, **kwargs))  # only the header: nothing may be allocated for it
+        code, msg, _ = conn.expect_error()
+        assert code == wire.PROTOCOL and words in msg, msg
+        conn.expect_closed()
+    # also after a good handshake
+    conn = wire.Conn(tight.addr)
+    conn.handshake()
+    conn.send(wire.frame(wire.PING, meta_len=64 << 20))
+    code, msg, _ = conn.expect_error()
+    assert code == wire.PROTOCOL and "exceeds the limit" in msg
+    conn.expect_closed()
+    assert_still_serving(tight)
+
+
+def test_wrong_version(tight, procs):
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(version=99), request_id=5))
+    code, msg, rid = conn.expect_error()
+    assert code == wire.VERSION_MISMATCH and rid == 5
+    assert "protocol version 99 is not supported" in msg and "speaks version 1" in msg
+    conn.expect_closed()
+    assert_still_serving(tight)
+    assert "protocol version 99" in procs.log(tight.controller)
+
+
+def test_reserved_bits_and_type_zero(tight):
+    for data in [wire.frame(wire.HELLO, wire.hello(), flags=1), wire.frame(wire.HELLO, wire.hello(), reserved=7),
+                 wire.frame(0, b"")]:
+        conn = wire.Conn(tight.addr)
+        conn.send(data)
+        code, _, _ = conn.expect_error()
+        assert code == wire.PROTOCOL
+        conn.expect_closed()
+    assert_still_serving(tight)
+
+
+def test_request_before_hello(tight):
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.LIST_DEVICES, request_id=1))
+    code, msg, _ = conn.expect_error()
+    assert code == wire.PROTOCOL and "expected HELLO first" in msg
+    conn.expect_closed()
+    assert_still_serving(tight)
+
+
+def test_undecodable_metadata(tight):
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, b"\xff" * 11 + b"\x01", request_id=1))
+    code, msg, _ = conn.expect_error()
+    assert code == wire.PROTOCOL and "does not decode" in msg
+    conn.expect_closed()
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.field_bytes(4, b"x" * 100)[:20], request_id=1))  # truncated field
+    code, _, _ = conn.expect_error()
+    assert code == wire.PROTOCOL
+    conn.expect_closed()
+    assert_still_serving(tight)
+
+
+def test_truncated_then_disconnect(tight, procs):
+    good = wire.frame(wire.HELLO, wire.hello(), request_id=1)
+    for cut in [1, 7, 31, 32, len(good) - 1]:
+        conn = wire.Conn(tight.addr)
+        conn.send(good[:cut])
+        conn.close()
+    conn = wire.Conn(tight.addr)
+    conn.handshake()
+    conn.send(wire.frame(wire.LIST_DEVICES, request_id=2)[:40])  # half a request after HELLO
+    conn.close()
+    assert_still_serving(tight)
+    wait_for(lambda: "disconnected in the middle of a frame" in procs.log(tight.controller), 5,
+             what="the controller to log the truncated frames")
+
+
+def test_slowloris_is_dropped_and_others_are_served_meanwhile(tight, procs):
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(), request_id=1)[:10])  # and then nothing
+    t0 = time.monotonic()
+    assert_still_serving(tight)  # served while the stalled frame is pending
+    code, msg, _ = conn.expect_error(timeout=10)
+    assert code == wire.TIMEOUT and "frame not completed" in msg
+    conn.expect_closed()
+    assert time.monotonic() - t0 < 5
+    # a byte every 200 ms never completes a frame in time either
+    conn = wire.Conn(tight.addr)
+    data = wire.frame(wire.HELLO, wire.hello(), request_id=1)
+    closed = False
+    for b in data:
+        try:
+            conn.send(bytes([b]))
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+            break
+        time.sleep(0.2)
+    assert closed or conn.expect_closed()
+    assert_still_serving(tight)
+
+
+def test_silent_connection_is_dropped(tight, procs):
+    conn = wire.Conn(tight.addr)
+    code, msg, _ = conn.expect_error(timeout=10)
+    assert code == wire.TIMEOUT and "no handshake within 1500 ms" in msg
+    conn.expect_closed()
+    assert_still_serving(tight)
+
+
+def test_unknown_type_and_wrong_role_keep_the_connection(tight):
+    conn = wire.Conn(tight.addr)
+    conn.handshake()
+    conn.send(wire.frame(77, b"\x08\x01", request_id=9))
+    code, msg, rid = conn.expect_error()
+    assert code == wire.UNSUPPORTED and rid == 9 and "unknown message type 77" in msg
+    conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(specs=[wire.device_spec(0)]), request_id=10))
+    code, msg, rid = conn.expect_error()
+    assert code == wire.PERMISSION and rid == 10
+    conn.send(wire.frame(wire.HELLO_REPLY, b"", request_id=11))  # a reply is not a request
+    code, _, rid = conn.expect_error()
+    assert code == wire.PROTOCOL and rid == 11
+    conn.send(wire.frame(wire.PING, wire.field_varint(1, 1234), request_id=12))
+    t, rid, meta, _ = conn.recv_frame()
+    assert (t, rid) == (wire.PONG, 12) and wire.parse_fields(meta)[1] == [1234]
+    conn.send(wire.frame(wire.LIST_DEVICES, request_id=13))
+    t, rid, meta, _ = conn.recv_frame()
+    assert (t, rid) == (wire.LIST_DEVICES_REPLY, 13) and len(wire.parse_fields(meta)[1]) == 8
+    conn.close()
+    assert_still_serving(tight)
+
+
+def test_bad_worker_registrations(tight):
+    bad = [
+        wire.register_worker(specs=[]),                                          # no devices
+        wire.register_worker(specs=[wire.device_spec(0, kind="tpu")]),           # unsupported kind
+        wire.register_worker(specs=[wire.device_spec(0), wire.device_spec(0)]),  # duplicate index
+        wire.register_worker(specs=[wire.device_spec(5)]),                       # index out of range
+        wire.register_worker(specs=[wire.device_spec(0, capacity=0)]),           # no memory
+        wire.register_worker(host="bad host", specs=[wire.device_spec(0)]),      # unprintable name
+        wire.register_worker(specs=[wire.device_spec(i) for i in range(1025)]),  # too many
+    ]
+    for meta in bad:
+        conn = wire.Conn(tight.addr)
+        conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+        assert conn.recv_frame()[0] == wire.HELLO_REPLY
+        conn.send(wire.frame(wire.REGISTER_WORKER, meta, request_id=2))
+        code, msg, rid = conn.expect_error()
+        assert code in (wire.INVALID_ARGUMENT, wire.UNSUPPORTED) and rid == 2 and "cannot register" in msg, msg
+        conn.expect_closed()
+    d = devices(tight.addr)
+    assert len(d["devices"]) == 8  # nothing half-registered
+    # a heartbeat before registering is refused
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    conn.recv_frame()
+    conn.send(wire.frame(wire.HEARTBEAT, wire.field_varint(1, 1)))
+    code, _, _ = conn.expect_error()
+    assert code == wire.PERMISSION
+    conn.close()
+    assert_still_serving(tight)
+
+
+def test_raw_worker_registers_and_loses_its_devices(tight):
+    """A worker written from the protocol description alone registers, then disconnects."""
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    assert conn.recv_frame()[0] == wire.HELLO_REPLY
+    specs = [wire.device_spec(1, capacity=3 << 20), wire.device_spec(0, capacity=5 << 20)]  # any order
+    conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(host="rawhost", pid=777, slice_name="raw",
+                                                                    specs=specs), request_id=2))
+    t, rid, meta, _ = conn.recv_frame()
+    assert (t, rid) == (wire.REGISTER_WORKER_REPLY, 2)
+    f = wire.parse_fields(meta)
+    assert f[1] == [2]  # third worker
+    ids = list(f[2][0])  # packed repeated uint32 (small values: one byte each)
+    assert ids == [8, 9]
+    d = devices(tight.addr)["devices"]
+    assert [(x["host"], x["pid"], x["slice"], x["memory_capacity"]) for x in d[8:]] == [
+        ("rawhost", 777, "raw", 5 << 20), ("rawhost", 777, "raw", 3 << 20)]
+    conn.close()
+    wait_for(lambda: not any(x["healthy"] for x in devices(tight.addr)["devices"][8:]), 2,
+             what="the raw worker's devices to turn unhealthy")
+    assert all(x["healthy"] for x in devices(tight.addr)["devices"][:8])
+
+
+def test_many_bad_peers_at_once(tight):
+    def attack(i):
+        try:
+            conn = wire.Conn(tight.addr)
+            kind = i % 4
+            if kind == 0:
+                conn.send(os.urandom(200))
+            elif kind == 1:
+                conn.send(wire.frame(wire.HELLO, meta_len=1 << 31))
+            elif kind == 2:
+                conn.send(wire.frame(wire.HELLO, wire.hello(), request_id=1)[:20])
+            else:
+                conn.send(wire.frame(wire.HELLO, wire.hello(version=2), request_id=1))
+            time.sleep(0.05)
+            conn.close()
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=attack, args=(i,)) for i in range(200)]
+    for t in threads:
+        t.start()
+    assert_still_serving(tight)  # while they are at it
+    for t in threads:
+        t.join(30)
+    assert_still_serving(tight)
+    s = devices(tight.addr)
+    assert s["totals"]["devices"] == 8
+
+
+def test_client_that_never_reads_is_not_a_problem(tight):
+    """A client pipelining requests without reading replies: the controller keeps serving others."""
+    conn = wire.Conn(tight.addr)
+    conn.handshake()
+    req = b"".join(wire.frame(wire.LIST_DEVICES, request_id=i) for i in range(2, 2002))
+    conn.sock.setblocking(False)
+    try:
+        conn.sock.send(req)
+    except BlockingIOError:
+        pass
+    assert_still_serving(tight)
+    conn.close()
+    assert_still_serving(tight)
+
+
+def test_bad_heartbeat_drops_the_worker(tight):
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    assert conn.recv_frame()[0] == wire.HELLO_REPLY
+    conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(specs=[wire.device_spec(0), wire.device_spec(1)]),
+                         request_id=2))
+    assert conn.recv_frame()[0] == wire.REGISTER_WORKER_REPLY
+    good = wire.field_varint(1, 1) + wire.field_bytes(2, wire.field_varint(1, 1) + wire.field_varint(2, 4096))
+    conn.send(wire.frame(wire.HEARTBEAT, good))
+    wait_for(lambda: devices(tight.addr)["devices"][9]["memory_used"] == 4096, 5, what="the heartbeat's figures")
+    bad = wire.field_varint(1, 2) + wire.field_bytes(2, wire.field_varint(1, 5))  # no device 5 on this worker
+    conn.send(wire.frame(wire.HEARTBEAT, bad))
+    code, msg, _ = conn.expect_error()
+    assert code == wire.INVALID_ARGUMENT and "bad heartbeat" in msg
+    conn.expect_closed()
+    d = devices(tight.addr)["devices"]
+    assert [x["healthy"] for x in d[8:]] == [False, False]
+    assert d[8]["health_reason"].startswith("bad heartbeat")
+    assert all(x["healthy"] for x in d[:8])
