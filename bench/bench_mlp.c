@@ -2,6 +2,7 @@
  * deterministic inputs many times and prints the best and median time per step. Keep
  * OPENBLAS_NUM_THREADS=1 for a single-threaded figure.
  *   build/bench/bench_mlp FILE.mlir [steps]      default 30 steps after 3 warm-ups */
+#include <cblas.h>
 #include "bench_ir.h"
 #if __has_include("hlo/parse.h")
 #include "hlo/parse.h"
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
   printf("loom_step_best_ms %.3f\n", t[0] * 1e3);
   printf("loom_step_median_ms %.3f\n", t[steps / 2] * 1e3);
   printf("loom_peak_bytes %zu\n", lm_device_peak(dev));
+  printf("loom_blas_core %s\n", openblas_get_corename());
   free(t);
   for (uint32_t i = 0; i < fn->nargs; i++) lm_buffer_release(args[i]);
   lm_program_destroy(p);
