@@ -539,10 +539,21 @@ int lm_conv_get(const lm_op *op, const lm_type *lhs, const lm_type *rhs, const l
     c->rs_s[i] = rs[ksd[i]];
     c->os_s[i] = os[osd[i]];
     c->out_sp[i] = res->dims[osd[i]];
-    /* (C26) number of windows */
-    int64_t dil_in = c->in_sp[i] == 0 ? 0 : (c->in_sp[i] - 1) * c->ldil[i] + 1;
-    int64_t padded = c->pad_lo[i] + dil_in + pad_hi[i];
-    int64_t dil_w = c->k_sp[i] == 0 ? 0 : (c->k_sp[i] - 1) * c->rdil[i] + 1;
+    /* (C26) number of windows; attributes are untrusted: products must not overflow */
+    int64_t dil_in = 0, padded = 0, dil_w = 0, reach = 0;
+    bool ovf = false;
+    if (c->in_sp[i] > 0) {
+      ovf |= __builtin_mul_overflow(c->in_sp[i] - 1, c->ldil[i], &dil_in);
+      dil_in += 1;
+    }
+    ovf |= __builtin_add_overflow(c->pad_lo[i], dil_in, &padded) || __builtin_add_overflow(padded, pad_hi[i], &padded);
+    if (c->k_sp[i] > 0) {
+      ovf |= __builtin_mul_overflow(c->k_sp[i] - 1, c->rdil[i], &dil_w);
+      dil_w += 1;
+    }
+    ovf |= __builtin_mul_overflow(c->out_sp[i], c->stride[i], &reach) || c->pad_lo[i] < -(INT64_C(1) << 60) ||
+           c->pad_lo[i] > (INT64_C(1) << 60) || dil_w > (INT64_C(1) << 60) || reach > (INT64_C(1) << 60);
+    if (ovf) return lm_op_err(err, op, LOOM_VERIFY, "window attributes of spatial dimension %d are too large", i);
     int64_t nw = (padded <= 0 || dil_w > padded) ? 0 : (padded - dil_w) / c->stride[i] + 1;
     ok = ok && c->out_sp[i] == nw;
   }

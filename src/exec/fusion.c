@@ -375,7 +375,8 @@ static void gather(const lm_ew_slot *s, const char *src, size_t t0, size_t len, 
 int lm_ew_prog_run(const lm_ew_prog *prog, const void *const *in, void *const *out, size_t lo, size_t hi,
                    lm_err *err) {
   if (hi <= lo) return 0;
-  size_t regsz = (size_t)LM_EW_TILE * prog->reg_esize;
+  size_t tile = hi - lo < LM_EW_TILE ? ((hi - lo + 15) & ~(size_t)15) : LM_EW_TILE; /* small runs: small registers */
+  size_t regsz = tile * prog->reg_esize;
   size_t total = regsz * (prog->nregs ? prog->nregs : 1);
   char *regs = aligned_alloc(64, (total + 63) & ~(size_t)63);
   void *ptr_local[64];
@@ -392,7 +393,7 @@ int lm_ew_prog_run(const lm_ew_prog *prog, const void *const *in, void *const *o
       size_t es = lm_dtype_size(sl->dtype);
       const char *v = sl->splat_src ? (const char *)sl->cval : (const char *)in[sl->arg];
       char *r = regs + sl->reg * regsz;
-      for (size_t i = 0; i < LM_EW_TILE; i++) memcpy(r + i * es, v, es);
+      for (size_t i = 0; i < tile; i++) memcpy(r + i * es, v, es);
     }
     if (sl->kind == LM_SLOT_SPLAT || sl->kind == LM_SLOT_GATHER || sl->kind == LM_SLOT_TMP) ptr[s] = regs + sl->reg * regsz;
   }
