@@ -544,12 +544,12 @@ int lm_conv_get(const lm_op *op, const lm_type *lhs, const lm_type *rhs, const l
     bool ovf = false;
     if (c->in_sp[i] > 0) {
       ovf |= __builtin_mul_overflow(c->in_sp[i] - 1, c->ldil[i], &dil_in);
-      dil_in += 1;
+      if (!ovf) dil_in += 1;
     }
     ovf |= __builtin_add_overflow(c->pad_lo[i], dil_in, &padded) || __builtin_add_overflow(padded, pad_hi[i], &padded);
     if (c->k_sp[i] > 0) {
       ovf |= __builtin_mul_overflow(c->k_sp[i] - 1, c->rdil[i], &dil_w);
-      dil_w += 1;
+      if (!ovf) dil_w += 1;
     }
     ovf |= __builtin_mul_overflow(c->out_sp[i], c->stride[i], &reach) || c->pad_lo[i] < -(INT64_C(1) << 60) ||
            c->pad_lo[i] > (INT64_C(1) << 60) || dil_w > (INT64_C(1) << 60) || reach > (INT64_C(1) << 60);
