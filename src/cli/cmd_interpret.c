@@ -19,6 +19,7 @@
 #include "exec/exec.h"
 #include "hlo/dump.h"
 #include "hlo/parse.h"
+#include "worker/spmd_local.h"
 
 typedef enum { ST_PASS, ST_FAIL, ST_UNSUPPORTED, ST_ERROR } case_status;
 static const char *const g_status_names[] = {"PASS", "FAIL", "UNSUPPORTED", "ERROR"};
@@ -365,6 +366,7 @@ static int run_file(run_cfg *c, const char *path) {
 
 int cmd_interpret(int argc, char **argv) {
   run_cfg c = {.device_memory = (size_t)2 << 30, .nthreads = 1};
+  lm_spmd_local_register(); /* interpreter.run_parallel: processes on threads of this process */
   const char **files = calloc((size_t)argc + 1, sizeof *files);
   c.inputs = calloc((size_t)argc + 1, sizeof *c.inputs);
   if (!files || !c.inputs) return 2;

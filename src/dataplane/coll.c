@@ -12,7 +12,6 @@
 #include "dataplane/dp_internal.h"
 
 #define DP_NONE UINT32_MAX
-#define DP_RD_MAX_BYTES (16u << 10) /* all_reduce: recursive doubling up to this size */
 
 /* ---- groups ---- */
 
@@ -300,7 +299,16 @@ static int cc_wait(dp_cc *cc, dp_req **rs, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!rs[i]) return cc->rc ? cc->rc : cc_fail(cc, LOOM_NO_MEMORY, "out of memory");
   pthread_mutex_lock(&cc->dp->mu);
-  int rc = dp_wait_locked(cc->dp, rs, n, cc->deadline, cc->cancel);
+  /* watch every worker of the group: a call cannot finish if any of them died, even one this
+   * worker is not waiting on right now (it may be waiting on a worker that left the call) */
+  dp_peer *lost = NULL;
+  int rc = dp_wait_watch_locked(cc->dp, rs, n, cc->deadline, cc->cancel, cc->g->node_peer, cc->g->nnodes, &lost);
+  if (rc == LOOM_WORKER_LOST && lost) {
+    char why[sizeof lost->why];
+    snprintf(why, sizeof why, "%s", lost->why);
+    pthread_mutex_unlock(&cc->dp->mu);
+    return cc_fail(cc, rc, "%s", why);
+  }
   pthread_mutex_unlock(&cc->dp->mu);
   if (rc == LOOM_TIMEOUT) {
     /* name the workers still owing us something */
@@ -313,7 +321,16 @@ static int cc_wait(dp_cc *cc, dp_req **rs, size_t n) {
   }
   if (rc == LOOM_CANCELLED) return cc_fail(cc, rc, "cancelled");
   for (size_t i = 0; i < n; i++)
-    if (rs[i]->status < 0) return cc_fail(cc, rs[i]->status, "%s", rs[i]->why);
+    if (rs[i]->status < 0) {
+      /* a peer that gave up on the call says why (its abort); that beats "request cancelled" */
+      pthread_mutex_lock(&cc->dp->mu);
+      const char *why = dp_retired_why_locked(cc->dp, cc->tag, cc->g->key);
+      int code = why ? LOOM_CANCELLED : rs[i]->status;
+      char buf[LM_ERR_MSG_MAX];
+      snprintf(buf, sizeof buf, "%s", why ? why : rs[i]->why);
+      pthread_mutex_unlock(&cc->dp->mu);
+      return cc_fail(cc, code, "%s", buf);
+    }
   return 0;
 }
 
@@ -326,13 +343,14 @@ static int cc_finish(dp_cc *cc) {
   if (cc->rc || cc->nreq) {
     pthread_mutex_lock(&dp->mu);
     if (cc->rc) {
-      dp_drain_locked(dp, cc->reqs, cc->nreq);
+      /* tell the others first: dropping our messages lets our sends complete */
       char why[LM_ERR_MSG_MAX + 64];
       snprintf(why, sizeof why, "%s (tag %" PRIu64 ") failed on worker %" PRIu64 ": %s", cc->what, cc->tag,
                dp->cfg.self_id, cc->why);
       dp_retire_locked(dp, cc->tag, cc->g->key, why);
       for (uint32_t k = 0; k < cc->g->nnodes; k++)
         if (k != cc->g->self_node) dp_send_abort_locked(dp, cc->g->node_peer[k], cc->tag, cc->g->key, cc->why);
+      dp_drain_locked(dp, cc->reqs, cc->nreq);
     } else {
       /* every request is done when a call succeeds; be safe anyway */
       dp_wait_locked(dp, cc->reqs, cc->nreq, cc->deadline, NULL);
@@ -412,56 +430,83 @@ static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red)
 
 /* all_reduce among nodes by a direct reduce-scatter and all-gather: node c owns chunk c of the
  * elements, receives every node's chunk c and folds them left to right in node order, then
- * sends the result to all. src and dst may be the same buffer. */
+ * sends the result to all. The reduce-scatter moves chunks in segments (dp->seg_bytes), two
+ * in flight, so what is folded is still in cache. src and dst may be the same buffer. */
 static int ar_pairwise(dp_cc *cc, const void *src, void *dst, size_t count, const lm_dp_reduction *red) {
   lm_dp_group *g = cc->g;
   uint32_t P = g->nnodes, me = g->self_node;
   size_t esz = lm_dtype_size(red->dtype);
+  size_t seg = cc->dp->seg_bytes / esz ? cc->dp->seg_bytes / esz : 1;
   size_t moff, mlen;
   dp_chunk(count, P, me, &moff, &mlen);
-  size_t mbytes = mlen * esz;
+  size_t nseg = (mlen + seg - 1) / seg, sbytes = seg * esz;
   bool use_tmp = src == dst && me > 0;
-  size_t slots = P - 1 + (use_tmp ? 1 : 0);
-  uint8_t *scr = dp_scratch_get(cc->dp, slots * mbytes);
-  if (!scr) return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (%zu bytes of scratch)", slots * mbytes);
-  dp_req **rr = calloc(P, sizeof *rr), **ss = calloc(P, sizeof *ss);
-  if (!rr || !ss) {
+  /* two segment buffers per other node, and one accumulator segment */
+  uint8_t *scr = dp_scratch_get(cc->dp, (2 * (size_t)(P - 1) + 1) * sbytes);
+  dp_req **rr = calloc(2 * (size_t)P, sizeof *rr), **ss = NULL;
+  size_t nss = 0;
+  for (uint32_t c = 0; c < P; c++) {
+    size_t off, len;
+    dp_chunk(count, P, c, &off, &len);
+    if (c != me) nss += (len + seg - 1) / seg;
+  }
+  ss = calloc(nss + P, sizeof *ss);
+  if (!scr || !rr || !ss) {
     free(rr);
     free(ss);
     dp_scratch_put(cc->dp, scr);
-    return cc_fail(cc, LOOM_NO_MEMORY, "out of memory");
+    return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (all_reduce scratch)");
   }
   const uint8_t *s8 = src;
-  uint8_t *d8 = dst;
-  /* reduce-scatter */
-  for (uint32_t j = 0; j < P; j++)
-    if (j != me) rr[j] = cc_recv(cc, j, 1, scr + (j < me ? j : j - 1) * mbytes, mbytes);
-  for (uint32_t k = 1; k < P; k++) { /* start with the next node: spreads the load */
-    uint32_t c = (me + k) % P;
+  uint8_t *d8 = dst, *tmp = scr + 2 * (size_t)(P - 1) * sbytes;
+#define SEGBUF(s, j) (scr + (((s) & 1) * (size_t)(P - 1) + ((j) < me ? (j) : (j) - 1)) * sbytes)
+  /* reduce-scatter: everything we send, at once (large messages wait at the receiver) */
+  size_t k = 0;
+  for (uint32_t d = 1; d < P; d++) { /* start with the next node: spreads the load */
+    uint32_t c = (me + d) % P;
     size_t off, len;
     dp_chunk(count, P, c, &off, &len);
-    ss[c] = cc_send(cc, c, 1, s8 + off * esz, len * esz);
-  }
-  const void *acc = NULL;
-  uint8_t *out = d8 + moff * esz, *tmp = use_tmp ? scr + (P - 1) * mbytes : NULL;
-  for (uint32_t j = 0; j < P && !cc->rc; j++) {
-    const void *x;
-    if (j == me) x = s8 + moff * esz;
-    else {
-      if (cc_wait1(cc, rr[j])) break;
-      x = scr + (j < me ? j : j - 1) * mbytes;
+    for (size_t q = 0; q * seg < len; q++) {
+      size_t n = len - q * seg < seg ? len - q * seg : seg;
+      ss[k++] = cc_send(cc, c, 0x10000u + (uint32_t)q, s8 + (off + q * seg) * esz, n * esz);
     }
-    if (j == 0) {
-      acc = x;
-      continue;
-    }
-    void *o = (j == P - 1 || !use_tmp) ? (void *)out : (void *)tmp;
-    if (cc_reduce(cc, red, acc, x, o, mlen)) break;
-    acc = o;
   }
+  for (size_t q = 0; q < nseg && q < 2; q++)
+    for (uint32_t j = 0; j < P; j++)
+      if (j != me) {
+        size_t n = mlen - q * seg < seg ? mlen - q * seg : seg;
+        rr[(q & 1) * P + j] = cc_recv(cc, j, 0x10000u + (uint32_t)q, SEGBUF(q, j), n * esz);
+      }
+  for (size_t q = 0; q < nseg && !cc->rc; q++) {
+    size_t n = mlen - q * seg < seg ? mlen - q * seg : seg;
+    uint8_t *out = d8 + (moff + q * seg) * esz;
+    const uint8_t *own = s8 + (moff + q * seg) * esz;
+    const void *acc = NULL;
+    for (uint32_t j = 0; j < P && !cc->rc; j++) {
+      const void *x = own;
+      if (j != me) {
+        if (cc_wait1(cc, rr[(q & 1) * P + j])) break;
+        x = SEGBUF(q, j);
+      }
+      if (j == 0) {
+        acc = x;
+        continue;
+      }
+      void *o = (j == P - 1 || !use_tmp) ? (void *)out : (void *)tmp;
+      if (cc_reduce(cc, red, acc, x, o, n)) break;
+      acc = o;
+    }
+    /* this segment's buffers are free: receive segment q + 2 into them */
+    if (!cc->rc && q + 2 < nseg)
+      for (uint32_t j = 0; j < P; j++)
+        if (j != me) {
+          size_t n2 = mlen - (q + 2) * seg < seg ? mlen - (q + 2) * seg : seg;
+          rr[(q & 1) * P + j] = cc_recv(cc, j, 0x10000u + (uint32_t)(q + 2), SEGBUF(q, j), n2 * esz);
+        }
+  }
+#undef SEGBUF
   /* all-gather (the chunks sent above must be out before dst may be overwritten) */
-  for (uint32_t c = 0; c < P && !cc->rc; c++)
-    if (c != me) cc_wait1(cc, ss[c]);
+  cc_wait(cc, ss, k);
   if (!cc->rc) {
     for (uint32_t j = 0; j < P; j++) {
       if (j == me) continue;
@@ -469,15 +514,11 @@ static int ar_pairwise(dp_cc *cc, const void *src, void *dst, size_t count, cons
       dp_chunk(count, P, j, &off, &len);
       rr[j] = cc_recv(cc, j, 2, d8 + off * esz, len * esz);
     }
-    for (uint32_t k = 1; k < P; k++) {
-      uint32_t c = (me + k) % P;
-      ss[c] = cc_send(cc, c, 2, out, mbytes);
-    }
+    k = 0;
+    for (uint32_t d = 1; d < P; d++) ss[k++] = cc_send(cc, (me + d) % P, 2, d8 + moff * esz, mlen * esz);
     for (uint32_t j = 0; j < P && !cc->rc; j++)
-      if (j != me) {
-        cc_wait1(cc, rr[j]);
-        if (!cc->rc) cc_wait1(cc, ss[j]);
-      }
+      if (j != me) cc_wait1(cc, rr[j]);
+    cc_wait(cc, ss, k);
   }
   free(rr);
   free(ss);
@@ -491,7 +532,7 @@ static int ar_nodes(dp_cc *cc, const void *src, void *dst, size_t count, const l
     if (src != dst && count) memcpy(dst, src, count * esz);
     return 0;
   }
-  if (count * esz <= DP_RD_MAX_BYTES || count < cc->g->nnodes) {
+  if (count * esz <= cc->dp->rd_max || count < cc->g->nnodes) {
     if (src != dst && count) memcpy(dst, src, count * esz);
     return ar_rd(cc, dst, count, red);
   }
@@ -891,7 +932,8 @@ int lm_dp_all_reduce(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *se
   const void *s1;
   void *r1;
   int64_t x0, x1;
-  uint64_t sig = dp_sig(1, count, red->dtype, red->op);
+  /* the thresholds pick the algorithm: workers configured differently must not match */
+  uint64_t sig = dp_sig(1, count, red->dtype, dp_mix(dp_mix(red->op, g->dp->rd_max), g->dp->seg_bytes));
   int rc = dp_begin(&c, g, rank, tag, sig, "all_reduce", send, recv, 0, 0, call, err, &s1, &r1, &x0, &x1);
   if (rc) return dp_end(&c, rc);
   if (red->op == LM_DP_CUSTOM && !g->contiguous) return dp_end(&c, dp_ar_gather_fold(&c, count, red));

@@ -160,6 +160,9 @@ typedef struct dp_scratch {
 struct lm_dp {
   lm_dp_config cfg;
   int64_t timeout_ns, spin_ns, liveness_ns;
+  size_t rd_max;               /* all_reduce: recursive doubling up to this many bytes */
+  size_t seg_bytes;            /* all_reduce: reduce-scatter segment */
+  size_t eager_max;            /* messages up to this size are sent eagerly (0: UCX decides) */
   /* UCX; every call on the worker is made holding mu */
   pthread_mutex_t mu;
   ucp_context_h ctx;
@@ -227,19 +230,26 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
  * callback must be dp_req_send_cb with r as user data). */
 void dp_req_track_locked(lm_dp *dp, dp_req *r, void *status_ptr, const char *what);
 void dp_req_send_cb(void *request, ucs_status_t status, void *user_data);
-/* Cancels a request that is not done: a posted receive leaves the table, a UCX operation is
- * cancelled (its completion still arrives through progress). */
+/* Withdraws a receive that is still waiting for its message (a transfer under way is left
+ * to finish). */
 void dp_req_cancel_locked(lm_dp *dp, dp_req *r);
 
 /* Waits until every reqs[i] is done, the deadline passes (LOOM_TIMEOUT) or *cancel is set
  * (LOOM_CANCELLED). mu held on entry and exit. Checks the liveness of the peers waited on. */
 int dp_wait_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel);
-/* After a failed call: cancels what is still pending in reqs and waits (bounded) until UCX no
- * longer uses any of their buffers; peers that do not let go are failed and disconnected. */
+/* The same, also watching the peers watch[0..nwatch) (NULLs ignored), e.g. every worker of a
+ * collective's group: when one of them is found dead the wait returns LOOM_WORKER_LOST with
+ * *lost set to it, even if no request waits on it now. */
+int dp_wait_watch_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel,
+                         dp_peer *const *watch, size_t nwatch, dp_peer **lost);
+/* After a failed call: cancels what is still pending in reqs and waits (bounded) for UCX to
+ * let go of them; what still runs then is abandoned (see dp_req_release_locked). */
 void dp_drain_locked(lm_dp *dp, dp_req *const *reqs, size_t n);
 
 /* Retires (tag, key2): drops late messages, fails receives posted for it (mu held). */
 void dp_retire_locked(lm_dp *dp, uint64_t tag, uint64_t key2, const char *why);
+/* Why (tag, key2) was retired (a peer's abort or a local failure), or NULL. */
+const char *dp_retired_why_locked(lm_dp *dp, uint64_t tag, uint64_t key2);
 /* Sends an ABORT for (tag, key2) to peer p (fire and forget; mu held). */
 void dp_send_abort_locked(lm_dp *dp, dp_peer *p, uint64_t tag, uint64_t key2, const char *why);
 

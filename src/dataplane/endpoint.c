@@ -217,6 +217,14 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   }
   dp->spin_ns = (int64_t)spin * 1000;
   dp->liveness_ns = (c->liveness_ms > 0 ? c->liveness_ms : 200) * 1000000ll;
+  /* algorithm thresholds (tuning knobs, see docs/dataplane.md) */
+  dp->rd_max = 16u << 10;
+  dp->seg_bytes = 128u << 10;
+  dp->eager_max = 64u << 10; /* measured: eager beats rendezvous for 16-64 KiB on shared memory */
+  const char *v;
+  if ((v = getenv("LOOM_DP_RD_MAX")) && *v) dp->rd_max = strtoull(v, NULL, 0);
+  if ((v = getenv("LOOM_DP_SEG")) && *v && strtoull(v, NULL, 0) >= 64) dp->seg_bytes = strtoull(v, NULL, 0);
+  if ((v = getenv("LOOM_DP_EAGER_MAX")) && *v) dp->eager_max = strtoull(v, NULL, 0);
   pthread_mutex_init(&dp->mu, NULL);
   pthread_mutex_init(&dp->gmu, NULL);
   dp_cond_init(&dp->cv);
@@ -658,6 +666,10 @@ void dp_send_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   prm.cb.send = dp_send_cb;
   prm.user_data = r;
+  if (len && len <= dp->eager_max) {
+    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
   void *st = ucp_am_send_nbx(ep, DP_AM_ID, r->hdr, DP_HDR_SIZE, buf, len, &prm);
   dp->stats.msgs_sent++;
   dp->stats.bytes_sent += len;
@@ -731,6 +743,11 @@ static dp_retired *dp_retired_find(lm_dp *dp, uint64_t tag, uint64_t key2) {
   return (dp_retired *)dp_map_find(&dp->retired, &k);
 }
 
+const char *dp_retired_why_locked(lm_dp *dp, uint64_t tag, uint64_t key2) {
+  dp_retired *t = dp_retired_find(dp, tag, key2);
+  return t ? t->why : NULL;
+}
+
 void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t tag, uint64_t key2, uint32_t slot,
                     uint64_t sig, void *buf, size_t len) {
   r->type = DP_REQ_RECV;
@@ -745,6 +762,7 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
     dp_ux_unlink(dp, u);
     dp_deliver_locked(dp, r, u->data, u->len, u->mode, u->sig, false);
     free(u);
+    if (r->ucx && dp->in_poll) ucp_worker_signal(dp->w); /* a rendezvous to drive */
     return;
   }
   if (p->failed) {
@@ -766,14 +784,13 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
 }
 
 void dp_req_cancel_locked(lm_dp *dp, dp_req *r) {
-  if (r->done) return;
-  if (r->posted) {
-    dp_map_remove(&dp->posted, &r->link);
-    r->posted = false;
-    dp_req_complete_locked(dp, r, LOOM_CANCELLED, "cancelled");
-  } else if (r->ucx) {
-    ucp_request_cancel(dp->w, r->ucx);
-  }
+  /* Only a receive still waiting for its message is withdrawn. A transfer UCX has started is
+   * left to finish: cancelling a send halfway could leave the peer's receive (which writes
+   * into its caller's buffer) waiting forever, and a receive under way writes into ours. */
+  if (r->done || !r->posted) return;
+  dp_map_remove(&dp->posted, &r->link);
+  r->posted = false;
+  dp_req_complete_locked(dp, r, LOOM_CANCELLED, "cancelled");
 }
 
 /* ---- retiring failed collectives ---- */
@@ -938,13 +955,17 @@ static void dp_housekeep_locked(lm_dp *dp, int64_t now) {
   }
 }
 
-static void dp_check_liveness_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    dp_peer *p = reqs[i]->peer;
-    if (reqs[i]->done || !p || p->failed || !p->same_host) continue;
-    if (!dp_proc_alive(p->pid, p->start_time))
-      dp_peer_fail_locked(dp, p, "worker %" PRIu64 " (pid %u on this host) exited", p->id, p->pid);
-  }
+static void dp_check_peer_locked(lm_dp *dp, dp_peer *p) {
+  if (!p || p->failed || !p->same_host) return;
+  if (!dp_proc_alive(p->pid, p->start_time))
+    dp_peer_fail_locked(dp, p, "worker %" PRIu64 " (pid %u on this host) exited", p->id, p->pid);
+}
+
+static void dp_check_liveness_locked(lm_dp *dp, dp_req *const *reqs, size_t n, dp_peer *const *watch,
+                                     size_t nwatch) {
+  for (size_t i = 0; i < n; i++)
+    if (!reqs[i]->done) dp_check_peer_locked(dp, reqs[i]->peer);
+  for (size_t i = 0; i < nwatch; i++) dp_check_peer_locked(dp, watch[i]);
 }
 
 /* ---- waiting ----
@@ -956,6 +977,11 @@ static void dp_check_liveness_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
  * waited for DP_BG_IDLE_NS, and gives it back as soon as one wants it. */
 
 int dp_wait_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel) {
+  return dp_wait_watch_locked(dp, reqs, n, deadline, cancel, NULL, 0, NULL);
+}
+
+int dp_wait_watch_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel,
+                         dp_peer *const *watch, size_t nwatch, dp_peer **lost) {
   size_t i = 0;
   bool prog = false;
   int rc = 0;
@@ -974,8 +1000,15 @@ int dp_wait_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, v
       rc = LOOM_CANCELLED;
       break;
     }
+    size_t w = 0;
+    while (w < nwatch && !(watch[w] && watch[w]->failed)) w++;
+    if (w < nwatch) {
+      if (lost) *lost = watch[w];
+      rc = LOOM_WORKER_LOST;
+      break;
+    }
     if (t >= next_live) {
-      dp_check_liveness_locked(dp, reqs + i, n - i);
+      dp_check_liveness_locked(dp, reqs + i, n - i, watch, nwatch);
       next_live = t + dp->liveness_ns;
       continue;
     }
@@ -1043,14 +1076,10 @@ int dp_wait_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, v
 
 void dp_drain_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
   for (size_t i = 0; i < n; i++) dp_req_cancel_locked(dp, reqs[i]);
-  if (dp_wait_locked(dp, reqs, n, dp_now_ns() + DP_DRAIN_GRACE_NS, NULL) == 0) return;
-  /* a peer that does not let go is failed and disconnected by force; not one without error
-   * handling on its endpoint (forcing it closed could break the live peer's side): its
-   * requests are left to finish on their own (the caller frees them on completion) */
-  for (size_t i = 0; i < n; i++)
-    if (!reqs[i]->done && reqs[i]->peer && reqs[i]->peer->err_peer)
-      dp_peer_fail_locked(dp, reqs[i]->peer, "worker %" PRIu64 ": a transfer of a failed call did not stop",
-                          reqs[i]->peer->id);
+  /* Peers that were told to give up release our sends (their dropped rendezvous messages are
+   * acknowledged); what still runs after the grace period is abandoned to UCX: the caller
+   * releases the requests and they are freed when UCX lets go of them. A live peer is never
+   * disconnected for it (a dead one is found by the liveness checks and fails everything). */
   dp_wait_locked(dp, reqs, n, dp_now_ns() + DP_DRAIN_GRACE_NS, NULL);
 }
 
