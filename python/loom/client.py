@@ -95,10 +95,10 @@ class Array:
     shards on the workers; numpy() (or np.asarray) fetches it assembled, waiting for the launch
     that produces it. Arrays are immutable; the fetched value is cached."""
 
-    __slots__ = ("_h", "client", "_npy", "_shape", "_dtype", "__weakref__")
+    __slots__ = ("_h", "client", "_npy", "_shape", "_dtype", "_shc", "__weakref__")
 
     def __init__(self, h, client):
-        self._h, self.client, self._npy = h, client, None
+        self._h, self.client, self._npy, self._shc = h, client, None, None
         self._shape = h.shape
         self._dtype = _dt.to_numpy(h.dtype)
 
@@ -112,8 +112,12 @@ class Array:
 
     @property
     def sharding(self):
-        s = Sharding._from_c(self._h.sharding())
-        return s
+        return Sharding._from_c(self._sharding_c())
+
+    def _sharding_c(self):
+        if self._shc is None:
+            self._shc = self._h.sharding()
+        return self._shc
 
     @property
     def devices(self):
@@ -198,6 +202,28 @@ class Array:
         return f"loom.Array({body}, dtype={self._dtype}, sharding={self.sharding})"
 
 
+_FITS = {}
+
+
+def _fits(have, want, shape, want_shape):
+    """True when an array of `shape` laid out as `have` has, on each device of `want`, the shard
+    `want` puts there (an array of the program's global shape), or is whole there (an array of
+    per-replica shape, for replica programs, which the controller also takes)."""
+    try:
+        hs = dict(have.shards(shape))
+        hshape = have.shard_shape(shape)
+    except ValueError:
+        return False
+    if tuple(shape) != tuple(want_shape):
+        return hshape == tuple(shape) and all(d in hs for d in want.devices)
+    try:
+        ws = want.shards(shape)
+        wshape = want.shard_shape(shape)
+    except ValueError:
+        return False
+    return hshape == wshape and all(hs.get(d) == off for d, off in ws)
+
+
 class ArraySpec:
     """What an executable takes or returns: global `shape`, `dtype` and `sharding`."""
 
@@ -216,12 +242,14 @@ class Executable:
     put with the sharding the program expects); it launches asynchronously and returns the
     outputs at once (one Array, or a tuple when the program returns several)."""
 
-    __slots__ = ("_h", "client", "name", "info", "inputs", "outputs", "_in_shardings")
+    __slots__ = ("_h", "client", "name", "info", "inputs", "outputs", "_in_c")
 
     def __init__(self, h, client, name):
         self._h, self.client, self.name = h, client, name
         self.info = h.info()
-        self.inputs = [ArraySpec(h.input(i)) for i in range(h.num_inputs)]
+        raw = [h.input(i) for i in range(h.num_inputs)]
+        self._in_c = [r[2] for r in raw]
+        self.inputs = [ArraySpec(r) for r in raw]
         self.outputs = [ArraySpec(h.output(i)) for i in range(h.num_outputs)]
 
     @property
@@ -233,17 +261,38 @@ class Executable:
         return self.info["form"]
 
     def launch(self, *args):
-        """Launches once: returns (outputs tuple, Future) without waiting."""
+        """Launches once: returns (outputs tuple, Future) without waiting. loom.Arrays whose
+        shards are where the program needs them pass as they are; other inputs (and loom.Arrays
+        laid out otherwise, through this host) are put with the program's input sharding."""
         h = self._h
         if len(args) != h.num_inputs:
             raise errors.InvalidArgumentError(
                 f"{self.name} takes {h.num_inputs} inputs, {len(args)} were given", -1)
-        ins = [a._h if type(a) is Array and a.client is self.client else self._as_input(a, i)
-               for i, a in enumerate(args)]
-        outs, fut = h.launch(ins)
         client = self.client
+        ins = []
+        for i, a in enumerate(args):
+            if type(a) is Array and a.client is client and self._fits(a, i):
+                ins.append(a._h)
+            else:
+                ins.append(self._as_input(a, i))
+        outs, fut = h.launch(ins)
         arrays = tuple(Array(o, client) for o in outs)
         return arrays, Future(fut, arrays)
+
+    def _fits(self, a, i):
+        """Does loom.Array a have, on every device of the program, the shard input i needs?"""
+        have = a._sharding_c()
+        want = self._in_c[i]
+        if have == want:
+            return True
+        key = (have, want, a._shape)
+        ok = _FITS.get(key)
+        if ok is None:
+            ok = _fits(Sharding._from_c(have), Sharding._from_c(want), a._shape, self.inputs[i].shape)
+            if len(_FITS) > 4096:
+                _FITS.clear()
+            _FITS[key] = ok
+        return ok
 
     def __call__(self, *args):
         outs, _ = self.launch(*args)
@@ -251,11 +300,11 @@ class Executable:
 
     def _as_input(self, x, i):
         spec = self.inputs[i]
-        if isinstance(x, Array):
-            if x.client is not self.client:
-                x = x.numpy()
-            else:
-                return x._h
+        if isinstance(x, Array):  # from another client, or laid out otherwise: through this host
+            if x.shape != spec.shape:
+                raise errors.ShapeMismatchError(
+                    f"{self.name}: input {i} has shape {x.shape}; the program takes {spec.shape}", -16)
+            x = x.numpy()
         x = np.asarray(x)
         if x.shape != spec.shape:
             raise errors.ShapeMismatchError(
