@@ -388,7 +388,8 @@ class Client:
         a = np.asarray(x)
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
-        a = np.ascontiguousarray(a)
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)  # (never for 0-d arrays, which it would make 1-d)
         code = _dt.from_numpy(a.dtype)
         sh = self.sharding(sharding)
         if sh is not None:

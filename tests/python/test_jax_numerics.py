@@ -100,7 +100,7 @@ CASES = [
     ("cond", lambda p, x: lax.cond(p > 0, lambda v: v * 2 + 1, lambda v: jnp.sin(v), x),
      (np.float32(-1.0), f32(7)), 1e-6, 1e-6),
     ("switch", lambda i, x: lax.switch(i, [jnp.sin, jnp.cos, jnp.exp], x), (np.int32(2), f32(9)), 1e-6, 1e-6),
-    ("gather_indexing", lambda x, i: (x[i], x[:, i[:3]], x[i, 2:5], jnp.take_along_axis(x, i[:, None] % 6, 1)),
+    ("gather_indexing", lambda x, i: (x[i], x[:, i[:3]], x[i, 2:5], jnp.take_along_axis(x[:8], i[:, None] % 6, 1)),
      (f32(10, 6), rng.integers(0, 10, 8).astype(np.int32)), 0, 0),
     ("scatter_add_set", lambda x, i, v: (x.at[i].add(v), x.at[i].set(v * 2), x.at[i, 1].max(v[:, 0])),
      (f32(10, 3), np.array([1, 4, 4, 9], np.int32), f32(4, 3)), 1e-6, 1e-6),
