@@ -310,6 +310,7 @@ typedef struct loom_executable_info {
   const int32_t *devices;             /* [num_devices]: process i runs on devices[i] */
   int32_t num_inputs, num_outputs;
   uint64_t fingerprint;               /* of the text and the options: equal for cached ones */
+  int32_t cached;                     /* 1 when the controller reused an identical compile */
 } loom_executable_info;               /* pointers live as long as the executable */
 
 LOOM_API loom_status loom_executable_info_get(const loom_executable *exe, loom_executable_info *out);

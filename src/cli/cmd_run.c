@@ -285,7 +285,9 @@ int cmd_run(int argc, char **argv) {
     printf(", \"form\": \"%s\", \"num_replicas\": %d, \"num_partitions\": %d, \"devices\": [", info.form,
            info.num_replicas, info.num_partitions);
     for (int i = 0; i < info.num_devices; i++) printf("%s%d", i ? ", " : "", info.devices[i]);
-    printf("], \"sequence\": %llu, \"results\": [", (unsigned long long)loom_future_sequence(fut));
+    printf("], \"fingerprint\": \"%016llx\", \"cached\": %s, \"sequence\": %llu, \"results\": [",
+           (unsigned long long)info.fingerprint, info.cached ? "true" : "false",
+           (unsigned long long)loom_future_sequence(fut));
   }
   for (int j = 0; j < info.num_outputs; j++) {
     loom_array *a = out_arrays[j];

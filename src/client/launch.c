@@ -158,6 +158,7 @@ struct loom_executable {
   uint32_t *mesh_udevs;      /* by mesh position (shared by every value's sharding) */
   int32_t *mesh_idevs;
   uint64_t fingerprint;
+  int32_t cached;
   int32_t nin, nout;
   exe_value *values;         /* [nin + nout] */
 };
@@ -272,6 +273,7 @@ loom_status loom_compile(loom_client *c, const char *text, size_t len, const loo
       e->ndev = (int32_t)cr->n_devices;
       for (size_t i = 0; i < cr->n_devices; i++) e->devices[i] = (int32_t)cr->devices[i];
       e->fingerprint = cr->fingerprint;
+      e->cached = cr->cached ? 1 : 0;
       e->nin = (int32_t)cr->n_inputs;
       e->nout = (int32_t)cr->n_outputs;
       /* the mesh's device order comes with the values (all share it); with none, the process order */
@@ -311,6 +313,7 @@ loom_status loom_executable_info_get(const loom_executable *e, loom_executable_i
       .num_inputs = e->nin,
       .num_outputs = e->nout,
       .fingerprint = e->fingerprint,
+      .cached = e->cached,
   };
   size_t keep = out->struct_size;
   memcpy(out, &full, keep < sizeof full ? keep : sizeof full);

@@ -250,7 +250,7 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
   for (size_t k = 0; k < m->n_ids; k++) {
     c_array *a = lm_session_get(p->session, m->ids[k], H_ARRAY);
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
-    for (uint32_t i = 0; a->devs && i < a->sh.ndev; i++) { /* a refused launch's outputs have no shards */
+    for (uint32_t i = 0; i < a->sh.ndev; i++) {
       uint32_t w = lm_registry_device(c->reg, a->devs[i])->worker;
       if (cnt[w] && ids[w][cnt[w] - 1] == a->id) continue;
       if (cnt[w] == 0 || (cnt[w] >= 8 && (cnt[w] & (cnt[w] - 1)) == 0)) { /* 8, 16, 32, ... */

@@ -88,6 +88,7 @@ static void failed_outputs(peer *p, const Lmw__Launch *m, int code, const char *
     a->code = code;
     a->msg = strdup(msg);
     lm_sharding_init(&a->sh);
+    a->sh.ndev = 0; /* no shards anywhere */
     if (lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
 }
@@ -274,9 +275,8 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     if (!a)
       rc = lm_errf(&err, LOOM_NOT_FOUND, "input %zu: array %llu %s", i, (unsigned long long)m->inputs[i],
                    lm_session_was_deleted(s, m->inputs[i]) ? "was deleted" : "does not exist in this session");
-    else if (a->state == A_FAILED)
-      rc = lm_errf(&err, a->code, "input %zu (array %llu) is unavailable: %s", i, (unsigned long long)a->id,
-                   a->msg ? a->msg : "its producer failed");
+    else if (a->state == A_FAILED) /* the producer's error, as it is: chains do not nest messages */
+      rc = lm_errf(&err, a->code, "%s", a->msg ? a->msg : "an input's producer failed");
     else
       rc = check_input(c, prog, (uint32_t)i, a, &err);
   }

@@ -122,9 +122,9 @@ int lm_dp_reduction_check(const lm_dp_reduction *red, lm_err *err);
  *
  * Called by every member of the group, each on its own thread, with the same tag and the same
  * sizes; `rank` is the caller's index in the group (its member must be on this worker). The
- * tag tells concurrent calls on a group apart: every (group, tag) pair must be used by at most
- * one call at a time, and a tag whose call failed must not be reused for that group (fold an
- * attempt number in when replaying). Suggested: launch sequence number << 20 | the index of
+ * tag tells calls on a group apart: a tag must not repeat for a group (members may still be
+ * finishing the previous call with it; a failed tag is refused for ten minutes), so fold an
+ * attempt number in when replaying. Suggested: launch sequence number << 20 | the index of
  * the collective executed in that launch. Calls block until the caller's result is complete;
  * the results are bitwise the same for the same inputs every time (docs/dataplane.md gives
  * the order of every reduction). send and recv may be the same buffer where sizes allow (all

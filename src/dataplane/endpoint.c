@@ -220,7 +220,7 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   /* algorithm thresholds (tuning knobs, see docs/dataplane.md) */
   dp->rd_max = 16u << 10;
   dp->seg_bytes = 128u << 10;
-  dp->eager_max = 0;
+  dp->eager_max = 64u << 10; /* measured: eager beats rendezvous for 16-64 KiB on shared memory */
   const char *v;
   if ((v = getenv("LOOM_DP_RD_MAX")) && *v) dp->rd_max = strtoull(v, NULL, 0);
   if ((v = getenv("LOOM_DP_SEG")) && *v && strtoull(v, NULL, 0) >= 64) dp->seg_bytes = strtoull(v, NULL, 0);
@@ -762,6 +762,7 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
     dp_ux_unlink(dp, u);
     dp_deliver_locked(dp, r, u->data, u->len, u->mode, u->sig, false);
     free(u);
+    if (r->ucx && dp->in_poll) ucp_worker_signal(dp->w); /* a rendezvous to drive */
     return;
   }
   if (p->failed) {

@@ -201,10 +201,9 @@ uint64_t lm_reduce_precision_bits(uint64_t bits, int ebits, int mbits, int to_eb
     else if ((int64_t)e <= ebias + min_e - 1) x = s;            /* underflow to zero */
   }
   if (is_nan) {
-    /* stay NaN: keep the (truncated) payload if any bit survives, else a quiet NaN */
-    uint64_t keep = to_mbits < mbits ? (bits & ~((one << (mbits - to_mbits)) - 1)) : bits;
-    if ((keep & man_mask) == 0) keep |= one << (mbits - 1);
-    x = keep | exp_mask;
+    /* a NaN stays the same NaN when the target format has mantissa bits to hold one; with none
+     * it becomes an infinity of its sign (as XLA and the reference interpreter do) */
+    x = to_mbits > 0 ? bits : (bits & sign_mask) | exp_mask;
   }
   return x;
 }

@@ -507,6 +507,7 @@ static bool fusable(const lm_op *op, const lm_func *fn) {
   if (code == LM_OP_BROADCAST_IN_DIM) return true;
   if (code == LM_OP_BITCAST_CONVERT) {
     const lm_type *t = &fn->value_types[op->in[0]];
+    if ((t->dtype == LOOM_DTYPE_PRED) != (rt->dtype == LOOM_DTYPE_PRED)) return false; /* i1 is one bit */
     return lm_dtype_size(t->dtype) == lm_dtype_size(rt->dtype) && same_dims(t, rt->rank, rt->dims) &&
            lm_dtype_is_complex(t->dtype) == lm_dtype_is_complex(rt->dtype);
   }

@@ -334,9 +334,19 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   LM_TRY(read_dims(op, true, &g, k->err));
   lm_buffer *ix = in[n];
   lm_buffer *const *up = in + n + 1;
-  const lm_type *rt = &out[0]->type, *it = &ix->type, *ut = &up[0]->type;
-  for (uint32_t i = 0; i < n; i++)
-    if (out[i]->nbytes) memcpy(out[i]->data, in[i]->data, out[i]->nbytes);
+  const lm_type *rt = &in[0]->type, *it = &ix->type, *ut = &up[0]->type; /* results have the inputs' types */
+  /* results: the inputs themselves where they die here (in place), else copies */
+  for (uint32_t i = 0; i < n; i++) {
+    bool mine = lm_input_donatable(k, i);
+    for (uint32_t j = n; j < op->nin && mine; j++)
+      if (in[j] == in[i] || in[j]->base == in[i]) mine = false;
+    if (mine) {
+      out[i] = lm_buffer_retain(in[i]);
+    } else {
+      LM_TRY(lm_kalloc(k, &k->fn->value_types[op->out[i]], &out[i]));
+      if (out[i]->nbytes) memcpy(out[i]->data, in[i]->data, out[i]->nbytes);
+    }
+  }
 
   body_kind kind = BODY_GENERIC;
   lm_binop_fn f = NULL;
@@ -483,5 +493,5 @@ done:
 void lm_register_gather_kernels(void) {
   lm_kernel_register(LM_OP_GATHER, k_gather, v_gather, 0);
   lm_kernel_register(LM_OP_DYNAMIC_GATHER, k_dynamic_gather, v_dynamic_gather, 0);
-  lm_kernel_register(LM_OP_SCATTER, k_scatter, v_scatter, 0);
+  lm_kernel_register(LM_OP_SCATTER, k_scatter, v_scatter, LM_KF_OWN_OUTPUTS);
 }

@@ -55,6 +55,7 @@ struct lm_run_state {
   const lm_run_opts *opts;
   lm_err *err;
   int depth;                   /* call depth, bounded */
+  uint64_t coll_seq;           /* collective calls made so far (collective.c: lm_coll_call.seq) */
 };
 
 const lm_plan_func *lm_program_func(const lm_program *p, const char *name);

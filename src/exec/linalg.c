@@ -7,7 +7,8 @@
  * NO_TRANSPOSE, TRANSPOSE or ADJOINT (conjugate transpose). cholesky reads only the triangle
  * named by `lower` (the input is taken as Hermitian), writes zeros in the other triangle, and
  * fills the whole matrix with NaN when the input is not positive-definite (a non-positive pivot),
- * as XLA does. */
+ * as XLA does. Also the LAPACK custom calls jax.numpy.linalg lowers to on CPU (potrf, getrf,
+ * trsm, geqrf, orgqr/ungqr; see below), computed the same way. */
 #include <complex.h>
 #include <math.h>
 #include <stdlib.h>

@@ -211,6 +211,15 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
   return compile(b, fn, nres, ret->in, NULL);
 }
 
+lm_sprog *lm_sprog_compile_func(const lm_func *f, uint32_t nres) {
+  if (lm_ops_generic_only || f->body.nblocks != 1) return NULL;
+  const lm_block *b = &f->body.blocks[0];
+  if (b->nops == 0 || b->nops > 4096) return NULL;
+  const lm_op *ret = &b->ops[b->nops - 1];
+  if ((ret->code != LM_OP_RETURN && ret->code != LM_OP_FUNC_RETURN) || ret->nin != nres) return NULL;
+  return compile(b, f, nres, ret->in, NULL);
+}
+
 lm_sprog *lm_sprog_compile_value(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t value) {
   if (lm_ops_generic_only || r >= op->nregions || op->regions[r].nblocks != 1) return NULL;
   const lm_block *b = &op->regions[r].blocks[0];

@@ -16,6 +16,9 @@ typedef struct lm_sprog lm_sprog;
  * region uses an unsupported op or type, does not return exactly nres values, or when
  * lm_ops_generic_only is set. */
 lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t nres);
+/* Compiles the body of function f (a comparator given as a function, e.g. ApproxTopK's), which
+ * must return nres values. */
+lm_sprog *lm_sprog_compile_func(const lm_func *f, uint32_t nres);
 /* Compiles only what value `value` of region r depends on, returning that value (one result). */
 lm_sprog *lm_sprog_compile_value(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t value);
 /* Evaluates: args[i] points at block argument i's element bytes, res[i] receives result i's. */

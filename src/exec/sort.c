@@ -1,4 +1,4 @@
-/* Op family: sort (StableHLO spec 'sort') and chlo.top_k.
+/* Op family: sort (StableHLO spec 'sort'), chlo.top_k and the @ApproxTopK custom call.
  *
  * sort: every 1-D slice along `dimension` of the operands is sorted together by a stable merge
  * sort of positions, using the comparator region on (lhs, rhs) pairs of every operand. A
@@ -400,7 +400,144 @@ static int k_top_k(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   return 0;
 }
 
+/* ---- @ApproxTopK custom call (jax.lax.approx_max_k / approx_min_k) ----
+ * XLA's CPU backend runs it as its fallback, an exact top-k: sort the operands along
+ * reduction_dim with the comparator function named by called_computations (the sort's comparator
+ * convention: (lhs0, rhs0, lhs1, rhs1, ...) -> i1), keep the first top_k. The init values only
+ * matter to the approximate TPU algorithm. Results must have top_k in reduction_dim
+ * (aggregate_to_topk). */
+
+static int64_t cfg_int(const lm_op *op, const char *name, int64_t dflt) {
+  const lm_attr *bc = lm_op_attr(op, "mhlo.backend_config");
+  if (!bc || (bc->kind != LM_ATTR_DICT && bc->kind != LM_ATTR_STRUCT)) return dflt;
+  return lm_attr_int_or(lm_attrs_get(bc->fields, bc->n, name), dflt);
+}
+
+static const char *approx_comparator(const lm_op *op) {
+  const lm_attr *cc = lm_op_attr(op, "called_computations");
+  if (!cc) return NULL;
+  if (cc->kind == LM_ATTR_SYMBOL) return cc->s;
+  if (cc->kind == LM_ATTR_ARRAY && cc->n == 1 && (cc->items[0].kind == LM_ATTR_SYMBOL || cc->items[0].kind == LM_ATTR_STRING))
+    return cc->items[0].s;
+  return NULL;
+}
+
+static int v_approx_top_k(const lm_op *op, const lm_func *fn, lm_err *err) {
+  if (op->nin < 2 || op->nin % 2 || op->nout != op->nin / 2)
+    return lm_op_err(err, op, LOOM_VERIFY, "@ApproxTopK expects N operands, N init values and N results");
+  uint32_t n = op->nout;
+  for (uint32_t i = 0; i < op->nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
+  for (uint32_t i = 0; i < n; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  const lm_type *a = lm_vtype(fn, op->in[0]);
+  int64_t rd = cfg_int(op, "reduction_dim", -1), k = cfg_int(op, "top_k", -1);
+  if (rd < 0) rd += a->rank;
+  if (rd < 0 || rd >= a->rank) return lm_op_err(err, op, LOOM_VERIFY, "@ApproxTopK reduction_dim is outside the operand rank");
+  if (k < 0 || k > a->dims[rd]) return lm_op_err(err, op, LOOM_VERIFY, "@ApproxTopK top_k is outside [0, %lld]", (long long)a->dims[rd]);
+  if (!approx_comparator(op)) return lm_op_err(err, op, LOOM_VERIFY, "@ApproxTopK needs one comparator in called_computations");
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_type *t = lm_vtype(fn, op->in[i]), *r = lm_vtype(fn, op->out[i]);
+    bool ok = t->rank == a->rank && r->rank == a->rank && r->dtype == t->dtype;
+    for (int d = 0; ok && d < a->rank; d++) ok = t->dims[d] == a->dims[d] && r->dims[d] == (d == rd ? k : a->dims[d]);
+    if (!ok) return lm_op_err(err, op, LOOM_UNSUPPORTED, "@ApproxTopK result %u must be operand %u with top_k in reduction_dim", i, i);
+  }
+  return 0;
+}
+
+typedef struct approx_ctx {
+  lm_kctx *k;
+  uint32_t n;
+  lm_buffer *const *in;
+  int64_t base, stride;
+  const void **args;   /* [2n] */
+  lm_sprog *sp;
+  const char *fname;
+  lm_buffer **scal;    /* [2n] scalar buffers for the function-call path */
+} approx_ctx;
+
+static int approx_less(void *c_, int64_t a, int64_t b) {
+  approx_ctx *c = c_;
+  for (uint32_t q = 0; q < c->n; q++) {
+    size_t es = lm_dtype_size(c->in[q]->type.dtype);
+    const char *p = c->in[q]->data;
+    c->args[2 * q] = p + (c->base + a * c->stride) * (int64_t)es;
+    c->args[2 * q + 1] = p + (c->base + b * c->stride) * (int64_t)es;
+  }
+  unsigned char r = 0;
+  if (c->sp) {
+    void *res[1] = {&r};
+    lm_sprog_run(c->sp, c->args, res);
+    return r != 0;
+  }
+  for (uint32_t q = 0; q < 2 * c->n; q++) memcpy(c->scal[q]->data, c->args[q], c->scal[q]->nbytes);
+  lm_buffer *out = NULL;
+  LM_TRY(lm_exec_call(c->k, c->fname, c->scal, 2 * c->n, &out, 1));
+  int v = out->type.kind == LM_TYPE_TENSOR && out->nbytes == 1 ? ((unsigned char *)out->data)[0] != 0 : -1;
+  lm_buffer_release(out);
+  return v < 0 ? lm_kerr(c->k, LOOM_VERIFY, "@ApproxTopK comparator must return tensor<i1>") : v;
+}
+
+static int k_approx_top_k(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  const lm_op *op = k->op;
+  uint32_t n = op->nout;
+  const lm_type *t = &in[0]->type;
+  int rank = t->rank;
+  int64_t rd = cfg_int(op, "reduction_dim", -1);
+  if (rd < 0) rd += rank;
+  int64_t kk = out[0]->type.dims[rd], len = t->dims[rd];
+  if (lm_type_numel(&out[0]->type) == 0) return 0;
+  approx_ctx c = {.k = k, .n = n, .in = in, .fname = approx_comparator(op)};
+  const lm_func *cf = lm_module_func(lm_program_module(k->prog), c.fname);
+  if (!cf) return lm_kerr(k, LOOM_NOT_FOUND, "@ApproxTopK comparator @%s is not in the module", c.fname);
+  if (cf->nargs != 2 * n) return lm_kerr(k, LOOM_VERIFY, "@ApproxTopK comparator @%s must take %u arguments", c.fname, 2 * n);
+  int rc = 0;
+  int64_t strides[LM_MAX_RANK], ostr[LM_MAX_RANK], outer[LM_MAX_RANK], idx[LM_MAX_RANK] = {0};
+  lm_row_strides(t, strides);
+  lm_row_strides(&out[0]->type, ostr);
+  memcpy(outer, t->dims, sizeof outer);
+  outer[rd] = 1;
+  c.stride = strides[rd];
+  c.args = calloc(2 * n, sizeof *c.args);
+  c.scal = calloc(2 * n, sizeof *c.scal);
+  int64_t *perm = malloc((size_t)len * sizeof *perm), *tmp = malloc((size_t)len * sizeof *tmp);
+  if (!c.args || !c.scal || !perm || !tmp) { rc = lm_kerr(k, LOOM_NO_MEMORY, "out of host memory"); goto done; }
+  c.sp = lm_sprog_compile_func(cf, 1);
+  if (!c.sp)
+    for (uint32_t q = 0; q < 2 * n && rc == 0; q++) rc = lm_kalloc(k, &cf->arg_types[q], &c.scal[q]);
+  if (rc < 0) goto done;
+  for (uint32_t q = 0; !c.sp && q < 2 * n; q++)
+    if (c.scal[q]->nbytes != lm_dtype_size(in[q / 2]->type.dtype)) {
+      rc = lm_kerr(k, LOOM_VERIFY, "@ApproxTopK comparator argument %u has the wrong type", q);
+      goto done;
+    }
+  sorter s = {approx_less, &c};
+  do {
+    int64_t ob = 0;
+    c.base = 0;
+    for (int d = 0; d < rank; d++) {
+      c.base += idx[d] * strides[d];
+      ob += idx[d] * ostr[d];
+    }
+    for (int64_t i = 0; i < len; i++) perm[i] = i;
+    if ((rc = merge_sort(&s, perm, tmp, len)) < 0) goto done;
+    for (uint32_t q = 0; q < n; q++) {
+      size_t es = lm_dtype_size(in[q]->type.dtype);
+      for (int64_t i = 0; i < kk; i++)
+        memcpy((char *)out[q]->data + (ob + i * ostr[rd]) * (int64_t)es,
+               (const char *)in[q]->data + (c.base + perm[i] * c.stride) * (int64_t)es, es);
+    }
+  } while (lm_index_next(rank, outer, idx));
+done:
+  for (uint32_t q = 0; c.scal && q < 2 * n; q++) lm_buffer_release(c.scal[q]);
+  free(c.scal);
+  free(c.args);
+  lm_sprog_free(c.sp);
+  free(perm);
+  free(tmp);
+  return rc;
+}
+
 void lm_register_sort_kernels(void) {
   lm_kernel_register(LM_OP_SORT, k_sort, v_sort, 0);
   lm_kernel_register(LM_OP_CHLO_TOP_K, k_top_k, v_top_k, 0);
+  lm_custom_call_register("ApproxTopK", k_approx_top_k, v_approx_top_k, 0);
 }

@@ -200,6 +200,7 @@ static int parse_alias(lm_parser *p, bool is_type) {
   /* `#loc3 = loc(...)`: the lexer already skipped the location itself */
   for (const char *c = eq_end; c + 4 <= p->tok.start; c++)
     if (!memcmp(c, "loc(", 4)) return 0;
+  if (p->naliases >= 4096) return lm_p_errf(p, &name, LOOM_UNSUPPORTED, "more than 4096 attribute/type aliases");
   lm_alias *al = lm_p_push(p, (void **)&p->aliases, &p->naliases, &p->capaliases, sizeof(lm_alias));
   if (!al) return p->err->code;
   al->name = name.s;

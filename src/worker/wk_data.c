@@ -135,8 +135,7 @@ static void finish_put(wk_dconn *dc, const lm_frame *f) {
     }
   }
   Lmw__ShardPut *m = dc->put;
-  /* Copy the replicas first: the loop below hands bufs[0] (the copies' source) to its slot. */
-  for (size_t i = 1; i < m->n_targets; i++)
+  for (size_t i = 1; i < m->n_targets; i++) /* the other devices that hold the same shard */
     if (dc->bufs[i]->nbytes) memcpy(dc->bufs[i]->data, dc->bufs[0]->data, dc->bufs[0]->nbytes);
   for (size_t i = 0; i < m->n_targets; i++) {
     wk_slot *s = wk_slot_new(m->session, m->targets[i]->array, m->targets[i]->local_index);

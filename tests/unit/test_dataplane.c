@@ -461,8 +461,15 @@ static int determinism_dev(h_worker *w, int dev) {
       if (rep == 0) memcpy(first, b, c * 4);
       else H_CHECK(memcmp(first, b, c * 4) == 0, "size %zu: repetition %d differs bitwise", c, rep);
     }
-    /* every member holds the same bits */
+    /* every member holds the same bits, and so does every run (the parent compares) */
     uint64_t h = hash_bytes(b, c * 4), *hs = calloc(n, 8);
+    if (w->arg && r == 0) {
+      FILE *f = fopen((const char *)w->arg, "a");
+      if (f) {
+        fprintf(f, "%u %zu %016" PRIx64 "\n", n, c, h);
+        fclose(f);
+      }
+    }
     int rc = lm_dp_all_gather(g, r, ++tag, &h, hs, 8, NULL, &e);
     H_CHECK(rc == 0, "all_gather: %s", e.msg);
     for (uint32_t j = 0; j < n && rc == 0; j++) H_CHECK(hs[j] == h, "size %zu: member %u's result differs", c, j);
@@ -497,10 +504,26 @@ static int determinism_body(h_worker *w) {
 }
 
 static void test_determinism(void **state) {
-  h_opts o = {.nproc = 4, .ndev = 1, .body = determinism_body};
-  assert_int_equal(h_run(&o), 0);
-  h_opts o2 = {.nproc = 2, .ndev = 3, .body = determinism_body};
-  assert_int_equal(h_run(&o2), 0);
+  /* two clusters of each shape, started separately: the result hashes must agree */
+  char path[] = "/tmp/loom-dpdet-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  for (int rep = 0; rep < 2; rep++) {
+    h_opts o = {.nproc = 4, .ndev = 1, .body = determinism_body, .arg = path};
+    assert_int_equal(h_run(&o), 0);
+    h_opts o2 = {.nproc = 2, .ndev = 3, .body = determinism_body, .arg = path};
+    assert_int_equal(h_run(&o2), 0);
+  }
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char lines[16][64];
+  int nl = 0;
+  while (nl < 16 && fgets(lines[nl], sizeof lines[nl], f)) nl++;
+  fclose(f);
+  unlink(path);
+  assert_int_equal(nl, 8); /* 2 runs x 2 shapes x 2 sizes */
+  for (int i = 0; i < 4; i++) assert_string_equal(lines[i], lines[i + 4]);
 }
 
 /* ---- point to point and one-sided ---- */

@@ -254,6 +254,17 @@ static void test_conv_variants(void **state) {
   check_conv(T4(LOOM_DTYPE_F16, 2, 7, 6, 3), T4(LOOM_DTYPE_F16, 3, 3, 3, 4), T4(LOOM_DTYPE_F16, 2, 4, 6, 4), &a, 1e-3);
   check_conv(T4(LOOM_DTYPE_C64, 2, 7, 6, 3), T4(LOOM_DTYPE_C64, 3, 3, 3, 4), T4(LOOM_DTYPE_C64, 2, 4, 6, 4), &a, 1e-6);
   check_conv(T4(LOOM_DTYPE_S8, 2, 7, 6, 3), T4(LOOM_DTYPE_S8, 3, 3, 3, 4), T4(LOOM_DTYPE_S8, 2, 4, 6, 4), &a, 0);
+  /* large enough for the im2col + gemm path: NHWC, grouped, NCHW with dilations, bf16 */
+  conv_spec big = {.ib = 0, .ifd = 3, .is = {1, 2}, .ki = 2, .ko = 3, .ks = {0, 1}, .ob = 0, .of = 3, .os = {1, 2}, .ns = 2,
+                   .stride = {1, 1}, .pad = {1, 1, 1, 1}, .ldil = {1, 1}, .rdil = {1, 1}, .G = 1, .BG = 1};
+  check_conv(T4(f, 4, 16, 16, 8), T4(f, 3, 3, 8, 16), T4(f, 4, 16, 16, 16), &big, 1e-5);
+  check_conv(T4(LOOM_DTYPE_BF16, 4, 16, 16, 8), T4(LOOM_DTYPE_BF16, 3, 3, 8, 16), T4(LOOM_DTYPE_F32, 4, 16, 16, 16), &big, 1e-5);
+  conv_spec bigg = big;
+  bigg.G = 4;
+  check_conv(T4(f, 4, 16, 16, 32), T4(f, 3, 3, 8, 16), T4(f, 4, 16, 16, 16), &bigg, 1e-5);
+  conv_spec bign = {.ib = 0, .ifd = 1, .is = {2, 3}, .ki = 1, .ko = 0, .ks = {2, 3}, .ob = 0, .of = 1, .os = {2, 3}, .ns = 2,
+                    .stride = {2, 1}, .pad = {2, 1, 0, 0}, .ldil = {2, 1}, .rdil = {1, 2}, .rev = {0, 1}, .G = 1, .BG = 2};
+  check_conv(T4(f, 4, 16, 12, 20), T4(f, 32, 16, 3, 3), T4(f, 2, 32, 12, 16), &bign, 1e-5);
 }
 
 int main(void) {
