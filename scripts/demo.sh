@@ -15,6 +15,8 @@ echo; echo "== loom devices"
 "$loom" devices
 echo; echo "== loom status"
 "$loom" status
+echo; echo "== python examples/tpu_workload.py   (the how-to's JAX program, run on the cluster)"
+"${PYTHON:-python3}" examples/tpu_workload.py
 echo; echo "== loom down"
 "$loom" down
 trap - EXIT
