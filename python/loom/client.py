@@ -97,10 +97,10 @@ class Array:
 
     __slots__ = ("_h", "client", "_npy", "_shape", "_dtype", "_shc", "__weakref__")
 
-    def __init__(self, h, client):
+    def __init__(self, h, client, shape=None, dtype=None):
         self._h, self.client, self._npy, self._shc = h, client, None, None
-        self._shape = h.shape
-        self._dtype = _dt.to_numpy(h.dtype)
+        self._shape = h.shape if shape is None else shape
+        self._dtype = _dt.to_numpy(h.dtype) if dtype is None else dtype
 
     shape = property(lambda self: self._shape)
     dtype = property(lambda self: self._dtype)
@@ -276,7 +276,7 @@ class Executable:
             else:
                 ins.append(self._as_input(a, i))
         outs, fut = h.launch(ins)
-        arrays = tuple(Array(o, client) for o in outs)
+        arrays = tuple(Array(o, client, spec.shape, spec.dtype) for o, spec in zip(outs, self.outputs))
         return arrays, Future(fut, arrays)
 
     def _fits(self, a, i):
