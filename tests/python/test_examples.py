@@ -26,3 +26,29 @@ def test_train_mlp(cluster):
     out, err = run_example(cluster, "train_mlp.py", "--steps", "60")
     assert "match" in out and "MISMATCH" not in out and "loss decreased" in out, out
     assert "60/60" in err  # the progress bar reached the end
+
+
+TOO_LATE = """
+import warnings, numpy as np, jax, jax.numpy as jnp
+jnp.ones(3).block_until_ready()  # JAX's backend starts with one CPU device
+import loom.jax
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    loom.jax.initialize()
+print("warned:", any("JAX_NUM_CPU_DEVICES=8" in str(x.message) for x in w))
+print("jit:", loom.jax.jit(lambda x: x + 1)(np.ones(2)))
+try:
+    jax.pmap(lambda v: v * 2)(np.arange(8.0))
+except RuntimeError as e:
+    print("pmap:", e)
+"""
+
+
+def test_jax_configured_too_late_says_so(cluster):
+    r = subprocess.run([sys.executable, "-c", TOO_LATE], env=cluster.env, capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "warned: True" and lines[1] == "jit: [2. 2.]", r.stdout
+    assert lines[2].startswith("pmap: pmap(<lambda>): JAX's CPU backend started with 1 device(s)"), r.stdout
+    assert "loom.jax.initialize() before the first JAX computation" in lines[2]

@@ -25,6 +25,7 @@ put on the cluster with the program's sharding (through this host).
 import os
 import re
 import threading
+import warnings
 
 import jax
 import jax.numpy as jnp  # noqa: F401  (users of loom.jax expect jnp to be importable alongside)
@@ -109,7 +110,9 @@ def initialize(address=None, *, patch_jax=True, timeout=30.0):
     with _lock:
         if _default is None or _default.closed:
             _default = Client(address, timeout=timeout, name="python (loom.jax)")
-        configure_jax(_default.device_count())
+        if not configure_jax(_default.device_count()):
+            warnings.warn(f"loom.jax: {_jax_note}; single-device jit works, pmap and shard_map over more "
+                          f"devices will not", RuntimeWarning, stacklevel=2)
         if patch_jax:
             jax.devices, jax.device_count = devices, device_count
             jax.local_devices, jax.local_device_count = devices, device_count
@@ -286,8 +289,13 @@ class LoomFunction:
         client()  # connects and configures JAX before anything lowers
         if self._lowerable is None:
             self._lowerable = self._make_lowerable()
-        with jax.default_device(_jax_devices("cpu")[0]):
-            lowered = self._lowerable.lower(*largs, **lkw)
+        try:
+            with jax.default_device(_jax_devices("cpu")[0]):
+                lowered = self._lowerable.lower(*largs, **lkw)
+        except Exception as e:
+            if _jax_note and (self.kind != "jit" or "devices" in str(e)):  # JAX lacks the CPU devices
+                raise RuntimeError(f"{self.kind}({self.__name__}): {_jax_note}") from e
+            raise
         return lowered, largs
 
     def _compile(self, args, kwargs, leaves, tree):
