@@ -236,7 +236,8 @@ static int wait_calls(loom_client *c, lm_call **calls, size_t n, lm_err *err) {
 }
 
 static bool same_region(const Lmw__ShardLocation *a, const Lmw__ShardLocation *b) {
-  return a->n_offsets == b->n_offsets && !memcmp(a->offsets, b->offsets, a->n_offsets * sizeof *a->offsets);
+  return a->n_offsets == b->n_offsets &&
+         (!a->n_offsets || !memcmp(a->offsets, b->offsets, a->n_offsets * sizeof *a->offsets));
 }
 
 static void array_delete_remote(loom_client *c, uint64_t id) {

@@ -107,8 +107,8 @@ static void log_record(ctl *c, c_launch *l, const Lmw__Launch *m) {
   e->ids = malloc((m->n_inputs + m->n_outputs + 1) * sizeof *e->ids);
   e->phys = malloc(((size_t)2 * e->ndev + 1) * sizeof *e->phys);
   if (e->ids) {
-    memcpy(e->ids, m->inputs, m->n_inputs * sizeof *e->ids);
-    memcpy(e->ids + m->n_inputs, m->outputs, m->n_outputs * sizeof *e->ids);
+    if (m->n_inputs) memcpy(e->ids, m->inputs, m->n_inputs * sizeof *e->ids);
+    if (m->n_outputs) memcpy(e->ids + m->n_inputs, m->outputs, m->n_outputs * sizeof *e->ids);
   }
   for (uint32_t i = 0; e->phys && i < e->ndev; i++) {
     const lm_reg_device *d = lm_registry_device(c->reg, l->prog->devices[i]);
@@ -315,7 +315,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   l->prog = prog;
   prog->refs++;
   l->nout = (uint32_t)m->n_outputs;
-  memcpy(l->outputs, m->outputs, m->n_outputs * sizeof *l->outputs);
+  if (m->n_outputs) memcpy(l->outputs, m->outputs, m->n_outputs * sizeof *l->outputs);
   c->launches_total++;
   /* outputs exist from now on, pending */
   uint32_t *mesh_devs = calloc(info->nproc, sizeof *mesh_devs);

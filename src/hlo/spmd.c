@@ -109,7 +109,8 @@ static bool same_mesh(const mesh *a, const mesh *b) {
   if (a->device_ids) {
     if (a->device_ids->n != b->device_ids->n) return false;
     if (a->device_ids->kind == LM_ATTR_INTS && b->device_ids->kind == LM_ATTR_INTS)
-      return memcmp(a->device_ids->ints, b->device_ids->ints, a->device_ids->n * sizeof(int64_t)) == 0;
+      return !a->device_ids->n ||
+             memcmp(a->device_ids->ints, b->device_ids->ints, a->device_ids->n * sizeof(int64_t)) == 0;
   }
   return true;
 }

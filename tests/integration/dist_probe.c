@@ -13,7 +13,11 @@
  *   dist_probe hold ADDR MIB               puts MIB MiB on every device, prints "ready", then
  *                                          waits for stdin to close (the test reads memory use)
  *   dist_probe wait ADDR FILE DEVICES      launches FILE (no inputs) on DEVICES (e.g. 0-7),
- *                                          prints "launched", waits, prints the outcome */
+ *                                          prints "launched", waits, prints the outcome
+ *   dist_probe loop ADDR FILE N K L IN...  a training loop: inputs from raw files IN (shaped as the
+ *                                          executable says), N launches chained without waiting,
+ *                                          outputs 0..K-1 feeding inputs 0..K-1 of the next one;
+ *                                          then prints output L (an f32 scalar) of every step */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,6 +535,61 @@ static int mode_wait(const char *addr, const char *file, const char *list) {
   return 0;
 }
 
+static int mode_loop(const char *addr, const char *file, int n, int k, int li, char **files, int nfiles) {
+  loom_client *c = connect_to(addr);
+  loom_executable *e = compile_file(c, file, NULL, 0);
+  loom_executable_info info = {.struct_size = sizeof info};
+  loom_executable_info_get(e, &info);
+  CHECK(info.num_inputs == nfiles && info.num_inputs <= 32 && info.num_outputs <= 32);
+  CHECK(k <= info.num_outputs && k <= info.num_inputs && li < info.num_outputs);
+  loom_array *in[32], *out[32];
+  for (int i = 0; i < nfiles; i++) {
+    loom_array_spec spec = {.struct_size = sizeof spec};
+    loom_sharding s;
+    loom_sharding_initialize(&s);
+    CHECK(loom_executable_input(e, i, &spec, &s) == LOOM_OK);
+    size_t len;
+    char *data = read_file(files[i], &len);
+    in[i] = put(c, spec.dtype, spec.rank, spec.dims, &s, data, len);
+    free(data);
+  }
+  loom_array **losses = calloc((size_t)n + 1, sizeof *losses);
+  loom_future *f = NULL;
+  double t0 = now_s();
+  for (int step = 0; step < n; step++) {
+    loom_future_destroy(f);
+    CHECK(loom_launch(e, in, info.num_inputs, NULL, out, info.num_outputs, &f) == LOOM_OK);
+    for (int j = 0; j < info.num_outputs; j++) {
+      if (j < k) {
+        loom_array_release(in[j]);
+        in[j] = out[j];
+      } else if (j == li) {
+        losses[step] = out[j];
+      } else {
+        loom_array_release(out[j]);
+      }
+    }
+  }
+  loom_status st = loom_future_wait(f, -1);
+  double t1 = now_s();
+  if (st != LOOM_OK) fprintf(stderr, "loop: %s\n", loom_future_errmsg(f));
+  CHECK(st == LOOM_OK);
+  for (int step = 0; step < n; step++) {
+    float v = 0;
+    CHECK(losses[step] && loom_array_nbytes(losses[step]) == 4);
+    CHECK(loom_array_get(losses[step], &v, 4) == LOOM_OK);
+    printf("loss %d %.9g\n", step, v);
+    loom_array_release(losses[step]);
+  }
+  printf("ok loop %d steps in %.3f s\n", n, t1 - t0);
+  free(losses);
+  for (int i = 0; i < info.num_inputs; i++) loom_array_release(in[i]);
+  loom_future_destroy(f);
+  loom_executable_destroy(e);
+  loom_disconnect(c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 3 && !strcmp(argv[1], "shardings")) return mode_shardings(argv[2]);
@@ -540,6 +599,8 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "oom")) return mode_oom(argv[2]);
   if (argc >= 4 && !strcmp(argv[1], "hold")) return mode_hold(argv[2], atoi(argv[3]));
   if (argc >= 5 && !strcmp(argv[1], "wait")) return mode_wait(argv[2], argv[3], argv[4]);
-  fprintf(stderr, "usage: dist_probe shardings|big|chain|errors|oom|hold|wait ADDR ...\n");
+  if (argc >= 7 && !strcmp(argv[1], "loop"))
+    return mode_loop(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), argv + 7, argc - 7);
+  fprintf(stderr, "usage: dist_probe shardings|big|chain|errors|oom|hold|wait|loop ADDR ...\n");
   return 2;
 }
