@@ -115,7 +115,7 @@ def initialize(address=None, *, patch_jax=True, timeout=30.0):
                           f"devices will not", RuntimeWarning, stacklevel=2)
         if patch_jax:
             jax.devices, jax.device_count = devices, device_count
-            jax.local_devices, jax.local_device_count = devices, device_count
+            jax.local_devices, jax.local_device_count = _local_devices, _local_device_count
             jax.pmap = pmap
         return _default
 
@@ -146,6 +146,19 @@ def device_count(backend=None):
     if backend not in (None, "loom"):
         return _jax_device_count(backend)
     return client().device_count()
+
+
+def _local_devices(process_index=None, backend=None, host_id=None):
+    """jax.local_devices after initialize(): the one client process sees every cluster device."""
+    if backend not in (None, "loom") or process_index not in (None, 0) or host_id not in (None, 0):
+        return _jax_local_devices(process_index, backend, host_id)
+    return devices()
+
+
+def _local_device_count(backend=None):
+    if backend not in (None, "loom"):
+        return _jax_local_device_count(backend)
+    return device_count()
 
 
 def cpu_device(d):
