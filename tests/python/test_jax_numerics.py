@@ -246,3 +246,18 @@ def test_automatic_partitioning_is_refused(client, mesh):
     f = lj.jit(lambda a: a * 2, in_shardings=lj.NamedSharding(mesh, P("x", "y")))
     with pytest.raises(loom.LoomError, match="partition"):
         f(f32(4, 8))
+
+
+@pytest.mark.parametrize("spec", [P("x", "y"), P(("x", "y")), P(("y", "x")), P(None, "x"), P("y"), P()],
+                         ids=str)
+def test_named_sharding_places_shards_where_jax_does(client, spec):
+    # A mesh whose device order is not the identity: the mapping must follow mesh.devices.
+    mesh = lj.Mesh(np.array([[6, 4, 5, 7], [2, 0, 3, 1]]), ("x", "y"))
+    ns = lj.NamedSharding(mesh, spec)
+    x = np.arange(8 * 16, dtype=np.int32).reshape(8, 16)
+    a = lj.put(x, ns)
+    want = {d.id: tuple(s.start or 0 for s in idx) for d, idx in ns.devices_indices_map(x.shape).items()}
+    got = {dev: tuple(offs) for dev, offs, dims in a.shards_info()}
+    assert got == want
+    for i, (dev, offs, dims) in enumerate(a.shards_info()):
+        np.testing.assert_array_equal(a.shard(i), x[tuple(slice(o, o + n) for o, n in zip(offs, dims))])
