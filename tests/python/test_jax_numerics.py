@@ -261,3 +261,19 @@ def test_named_sharding_places_shards_where_jax_does(client, spec):
     assert got == want
     for i, (dev, offs, dims) in enumerate(a.shards_info()):
         np.testing.assert_array_equal(a.shard(i), x[tuple(slice(o, o + n) for o, n in zip(offs, dims))])
+
+
+def test_shard_map_on_a_permuted_mesh(client):
+    mesh = lj.Mesh(np.array([[6, 4, 5, 7], [2, 0, 3, 1]]), ("x", "y"))
+
+    def body(a):
+        me = (lax.axis_index("x") * 4 + lax.axis_index("y")).astype(jnp.float32)
+        return a * 100 + me, lax.ppermute(a, "x", perm=[(0, 1), (1, 0)]) + lax.psum(a, "y")
+
+    specs = dict(mesh=mesh, in_specs=P("x", "y"), out_specs=(P("x", "y"), P("x", "y")))
+    x = f32(4, 8)
+    got = lj.shard_map(body, **specs)(x)
+    want = jax.jit(jax.shard_map(body, **specs))(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-6, atol=1e-6)
+    assert [d for d, _, _ in got[0].shards_info()] == [6, 4, 5, 7, 2, 0, 3, 1]
