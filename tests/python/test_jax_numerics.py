@@ -174,6 +174,9 @@ def test_pmap_psum(client):
     np.testing.assert_allclose(mean.numpy(), want[2], rtol=1e-6, atol=1e-6)
     four = lj.pmap(lambda v: v * lax.axis_index("i"), axis_name="i")(np.ones((4, 2), np.float32))
     np.testing.assert_array_equal(four.numpy(), np.arange(4)[:, None] * np.ones((4, 2)))
+    other = lj.pmap(lambda v: lax.psum(v, "i"), axis_name="i", devices=[7, 2, 5])(np.arange(3.0, dtype=np.float32))
+    np.testing.assert_array_equal(other.numpy(), [3, 3, 3])
+    assert other.sharding.devices == (7, 2, 5)
 
 
 @pytest.fixture(scope="module")
