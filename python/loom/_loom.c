@@ -10,38 +10,6 @@
 #include <string.h>
 #include "loom/loom.h"
 
-/* Until issue 4's implementation is in every libloom this package may meet, its functions are
- * weak references: the module loads against an older libloom and says what is missing. */
-#pragma weak loom_sharding_initialize
-#pragma weak loom_put_args_initialize
-#pragma weak loom_array_put
-#pragma weak loom_array_get
-#pragma weak loom_array_get_shard
-#pragma weak loom_array_block_until_ready
-#pragma weak loom_array_delete
-#pragma weak loom_array_release
-#pragma weak loom_array_dtype
-#pragma weak loom_array_rank
-#pragma weak loom_array_dims
-#pragma weak loom_array_nbytes
-#pragma weak loom_array_id
-#pragma weak loom_array_is_deleted
-#pragma weak loom_array_sharding
-#pragma weak loom_array_num_shards
-#pragma weak loom_array_shard_info
-#pragma weak loom_compile_options_initialize
-#pragma weak loom_compile
-#pragma weak loom_executable_destroy
-#pragma weak loom_executable_info_get
-#pragma weak loom_executable_input
-#pragma weak loom_executable_output
-#pragma weak loom_launch
-#pragma weak loom_future_wait
-#pragma weak loom_future_status
-#pragma weak loom_future_errmsg
-#pragma weak loom_future_sequence
-#pragma weak loom_future_destroy
-
 /* ---- errors ---- */
 
 static PyObject *g_errors;    /* dict: status code -> exception class (set by _init) */
@@ -151,13 +119,6 @@ static void child_unlink(Child *ch) {
   Py_DECREF(o);
 }
 
-static PyObject *missing(const char *fn) {
-  char msg[MSG_CAP];
-  snprintf(msg, sizeof msg, "this libloom (%s) has no %s: it predates the array and launch API", loom_version(), fn);
-  return raise_status(LOOM_UNSUPPORTED, msg);
-}
-#define NEED(fn) \
-  if (!(fn)) return missing(#fn)
 
 static PyObject *closed_error(void) { return raise_status(LOOM_CLOSED, "the client is closed"); }
 
@@ -500,7 +461,6 @@ static PyObject *wrap_array(ClientObject *owner, loom_array *h) {
  * array; libloom reads them in place, no copy is made here. */
 static PyObject *Client_put(ClientObject *self, PyObject *args) {
   CLIENT_OPEN(self);
-  NEED(loom_array_put);
   PyObject *buf, *dimsobj, *shobj = Py_None;
   int dtype;
   if (!PyArg_ParseTuple(args, "OiO|O", &buf, &dtype, &dimsobj, &shobj)) return NULL;
@@ -552,7 +512,6 @@ static void exe_free_handle(Child *ch) {
 /* compile(text, devices=None, name=None) */
 static PyObject *Client_compile(ClientObject *self, PyObject *args, PyObject *kw) {
   CLIENT_OPEN(self);
-  NEED(loom_compile);
   static char *kwlist[] = {"text", "devices", "name", NULL};
   Py_buffer text;
   PyObject *devs = Py_None;
@@ -831,7 +790,6 @@ static void future_free_handle(Child *ch) {
 /* launch(inputs) -> (outputs tuple, Future). Returns at once (the launch is asynchronous). */
 static PyObject *Executable_launch(ExecutableObject *self, PyObject *seq) {
   HANDLE_OPEN(self, e);
-  NEED(loom_launch);
   ClientObject *owner = self->base.owner;
   PyObject *fast = PySequence_Fast(seq, "launch takes a sequence of loom arrays");
   if (!fast) return NULL;
