@@ -54,7 +54,6 @@ def main():
         os.environ["LOOM_STATE_DIR"] = state
         subprocess.run([str(LOOM), "up", "--detach"], check=True, stdout=subprocess.DEVNULL)
     try:
-        import jax
         import loom.jax
         client = loom.jax.initialize(patch_jax=False)
         progs = [

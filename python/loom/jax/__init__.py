@@ -32,9 +32,8 @@ import jax.numpy as jnp  # noqa: F401  (users of loom.jax expect jnp to be impor
 import numpy as np
 from jax import tree_util
 
-from .. import client as _client_mod
 from .. import errors
-from ..client import Array, Client, Device
+from ..client import Array, Client
 from ..sharding import Sharding
 
 __all__ = ["initialize", "client", "devices", "device_count", "Mesh", "make_mesh", "jit", "pmap", "shard_map", "put",
