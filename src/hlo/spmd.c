@@ -200,41 +200,52 @@ typedef struct vbind {
   lm_sharding sh;
 } vbind;
 
+/* Checks the uses, inside op and its regions, of values defined at the top of @main: outside the
+ * manual computations every device holds whole values only, so each must be replicated. */
+static int check_outside_uses(const lm_op *op, const lm_op *at, const uint8_t *top, vbind *vb, const mesh *ms,
+                              const lm_func *f, lm_err *err) {
+  for (uint32_t i = 0; i < op->nin; i++) {
+    uint32_t v = op->in[i];
+    if (!top[v]) continue;
+    if (!vb[v].bound) { /* an argument only used here: every device needs all of it */
+      lm_sharding_init(&vb[v].sh);
+      vb[v].sh.mesh_rank = ms->rank;
+      for (int a = 0; a < ms->rank; a++) vb[v].sh.mesh_shape[a] = ms->sizes[a];
+      vb[v].sh.ndev = (uint32_t)ms->ndev;
+      vb[v].bound = true;
+      continue;
+    }
+    if (!lm_sharding_is_replicated(&vb[v].sh)) {
+      char b[96];
+      return loc_errf(err, LOOM_UNSUPPORTED, &at->loc,
+                      "%s uses a sharded value (%s) outside every sdy.manual_computation: that needs automatic SPMD "
+                      "partitioning, which Loom does not have yet (only replicated values can be used outside "
+                      "shard_map)",
+                      at->name, lm_type_str(&f->value_types[v], b, sizeof b));
+    }
+  }
+  for (uint32_t r = 0; r < op->nregions; r++)
+    for (uint32_t b = 0; b < op->regions[r].nblocks; b++)
+      for (uint32_t k = 0; k < op->regions[r].blocks[b].nops; k++)
+        LM_TRY(check_outside_uses(&op->regions[r].blocks[b].ops[k], at, top, vb, ms, f, err));
+  return 0;
+}
+
 static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info *info, lm_err *err) {
   const lm_block *body = &f->body.blocks[0];
   mesh ms;
   bool have_mesh = false;
-  vbind *vb = calloc(f->nvalues ? f->nvalues : 1, sizeof *vb);
-  if (!vb) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   int rc = 0;
   char what[160];
+  /* the mesh: every sharding of every manual computation must use the same one */
   for (uint32_t k = 0; rc == 0 && k < body->nops; k++) {
     const lm_op *op = &body->ops[k];
-    if (op->code == LM_OP_FUNC_RETURN) break;
-    if (op->code != LM_OP_SDY_MANUAL_COMPUTATION) {
-      rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
-                    "%s is outside every sdy.manual_computation, on global arrays: running it across devices "
-                    "needs automatic SPMD partitioning, which Loom does not have yet (put all the work inside "
-                    "shard_map)",
-                    op->name);
-      break;
-    }
+    if (op->code != LM_OP_SDY_MANUAL_COMPUTATION) continue;
     const lm_attr *ins = lm_op_attr(op, "in_shardings"), *outs = lm_op_attr(op, "out_shardings");
-    const lm_attr *man = lm_op_attr(op, "manual_axes");
     if (!ins || !outs || ins->kind != LM_ATTR_ARRAY || outs->kind != LM_ATTR_ARRAY || ins->n != op->nin ||
         outs->n != op->nout || op->nregions != 1 || op->regions[0].nblocks != 1 ||
-        op->regions[0].blocks[0].nargs != op->nin || op->regions[0].blocks[0].nops == 0) {
-      rc = loc_errf(err, LOOM_VERIFY, &op->loc, "malformed sdy.manual_computation");
-      break;
-    }
-    const lm_block *mb = &op->regions[0].blocks[0];
-    const lm_op *ret = &mb->ops[mb->nops - 1];
-    if (ret->code != LM_OP_SDY_RETURN || ret->nin != op->nout) {
-      rc = loc_errf(err, LOOM_VERIFY, &op->loc, "sdy.manual_computation's body must end in sdy.return of %u values",
-                    op->nout);
-      break;
-    }
-    /* the mesh: every sharding of every manual computation must use the same one */
+        op->regions[0].blocks[0].nargs != op->nin || op->regions[0].blocks[0].nops == 0)
+      return loc_errf(err, LOOM_VERIFY, &op->loc, "malformed sdy.manual_computation");
     for (uint32_t i = 0; rc == 0 && i < ins->n + outs->n; i++) {
       const lm_attr *sh = i < ins->n ? &ins->items[i] : &outs->items[i - ins->n];
       mesh m2;
@@ -247,9 +258,41 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
         rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc, "manual computations over different meshes are not supported");
       }
     }
-    if (rc < 0) break;
-    if (!have_mesh) {
-      rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc, "sdy.manual_computation with neither operands nor results");
+  }
+  if (rc < 0) return rc;
+  if (!have_mesh) return lm_errf(err, LOOM_UNSUPPORTED, "the manual computations in @main have no shardings (no mesh)");
+  vbind *vb = calloc(f->nvalues ? f->nvalues : 1, sizeof *vb);
+  uint8_t *top = calloc(f->nvalues ? f->nvalues : 1, 1); /* defined at the top level of @main */
+  if (!vb || !top) {
+    free(vb);
+    free(top);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  for (uint32_t a = 0; a < body->nargs; a++) top[body->args[a]] = 1;
+  for (uint32_t k = 0; rc == 0 && k < body->nops; k++) {
+    const lm_op *op = &body->ops[k];
+    if (op->code == LM_OP_FUNC_RETURN) break;
+    if (op->code != LM_OP_SDY_MANUAL_COMPUTATION) {
+      /* work outside the manual computations runs on every device, on whole (replicated) values */
+      rc = check_outside_uses(op, op, top, vb, &ms, f, err);
+      for (uint32_t j = 0; rc == 0 && j < op->nout; j++) {
+        uint32_t v = op->out[j];
+        lm_sharding_init(&vb[v].sh);
+        vb[v].sh.mesh_rank = ms.rank;
+        for (int a = 0; a < ms.rank; a++) vb[v].sh.mesh_shape[a] = ms.sizes[a];
+        vb[v].sh.ndev = (uint32_t)ms.ndev;
+        vb[v].bound = true;
+        top[v] = 1;
+      }
+      continue;
+    }
+    const lm_attr *ins = lm_op_attr(op, "in_shardings"), *outs = lm_op_attr(op, "out_shardings");
+    const lm_attr *man = lm_op_attr(op, "manual_axes");
+    const lm_block *mb = &op->regions[0].blocks[0];
+    const lm_op *ret = &mb->ops[mb->nops - 1];
+    if (ret->code != LM_OP_SDY_RETURN || ret->nin != op->nout) {
+      rc = loc_errf(err, LOOM_VERIFY, &op->loc, "sdy.manual_computation's body must end in sdy.return of %u values",
+                    op->nout);
       break;
     }
     /* every mesh axis of size > 1 must be manual */
@@ -264,6 +307,9 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
                       "need automatic SPMD partitioning, which Loom does not have yet",
                       ms.names[a]);
     }
+    /* values of the body from outside it (not operands) would be global values inside a
+     * per-device body: only replicated ones may be captured */
+    for (uint32_t i = 0; rc == 0 && i + 1 < mb->nops; i++) rc = check_outside_uses(&mb->ops[i], op, top, vb, &ms, f, err);
     for (uint32_t i = 0; rc == 0 && i < op->nin; i++) {
       uint32_t v = op->in[i];
       const lm_type *gt = &f->value_types[v];
@@ -275,19 +321,13 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       if (vb[v].bound) {
         if (!same_dim_axes(&vb[v].sh, &s, gt->rank))
           rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
-                        "%s is used with a different sharding than before: resharding between manual computations "
-                        "is not supported",
+                        lm_sharding_is_replicated(&vb[v].sh)
+                            ? "%s is a whole (replicated) value, but the computation takes it sharded: slicing it "
+                              "per device is not supported yet (pass it as an argument of @main instead)"
+                            : "%s is used with a different sharding than before: resharding between manual "
+                              "computations is not supported",
                         what);
       } else {
-        bool is_arg = false;
-        for (uint32_t a = 0; a < body->nargs; a++) is_arg |= body->args[a] == v;
-        if (!is_arg) {
-          rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
-                        "%s is computed outside the manual computations: that needs automatic SPMD partitioning, "
-                        "which Loom does not have yet",
-                        what);
-          break;
-        }
         vb[v].bound = true;
         vb[v].sh = s;
       }
@@ -311,6 +351,7 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       if (rc < 0) break;
       vb[v].bound = true;
       vb[v].sh = s;
+      top[v] = 1;
       lm_type lt;
       local_type(gt, &s, &lt);
       const lm_type *rt = &f->value_types[ret->in[j]];
@@ -322,7 +363,7 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       }
     }
   }
-  if (rc == 0 && !have_mesh) rc = lm_errf(err, LOOM_UNSUPPORTED, "no sdy.manual_computation in main");
+  free(top);
   if (rc == 0 && ms.ndev != info->num_partitions)
     rc = lm_errf(err, LOOM_VERIFY, "the mesh%s%s has %lld devices but mhlo.num_partitions is %lld", ms.sym ? " @" : "",
                  ms.sym ? ms.sym : "", (long long)ms.ndev, (long long)info->num_partitions);
@@ -382,10 +423,16 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
   const lm_op *fret = &body->ops[body->nops - 1];
   for (uint32_t j = 0; rc == 0 && j < f->nresults; j++) {
     uint32_t v = fret->in[j];
-    if (!vb[v].bound) {
-      rc = loc_errf(err, LOOM_UNSUPPORTED, &fret->loc, "result %u of main is not a manual computation's result", j);
-      break;
+    if (!vb[v].bound) { /* an argument returned as it is, never used: replicated */
+      lm_sharding_init(&vb[v].sh);
+      vb[v].sh.mesh_rank = ms.rank;
+      for (int a = 0; a < ms.rank; a++) vb[v].sh.mesh_shape[a] = ms.sizes[a];
+      vb[v].sh.ndev = (uint32_t)ms.ndev;
+      vb[v].bound = true;
     }
+    snprintf(what, sizeof what, "result %u of main", j);
+    rc = check_tensor(&f->value_types[v], what, &fret->loc, err);
+    if (rc < 0) break;
     lm_spmd_value *pv = &info->outputs[j];
     pv->global = f->value_types[v];
     pv->sh = vb[v].sh;
@@ -522,7 +569,7 @@ int lm_spmd_localize(lm_module *m, lm_err *err) {
   uint32_t *subst = lm_arena_array(&m->arena, f->nvalues ? f->nvalues : 1, sizeof *subst);
   uint32_t nops = 0;
   for (uint32_t k = 0; k < body->nops; k++)
-    if (body->ops[k].code == LM_OP_SDY_MANUAL_COMPUTATION) nops += body->ops[k].regions[0].blocks[0].nops - 1;
+    nops += body->ops[k].code == LM_OP_SDY_MANUAL_COMPUTATION ? body->ops[k].regions[0].blocks[0].nops - 1 : 1;
   lm_op *ops = lm_arena_array(&m->arena, (size_t)nops + 1, sizeof *ops);
   lm_type *arg_types = lm_arena_array(&m->arena, f->nargs ? f->nargs : 1, sizeof *arg_types);
   lm_type *res_types = lm_arena_array(&m->arena, f->nresults ? f->nresults : 1, sizeof *res_types);
@@ -539,7 +586,11 @@ int lm_spmd_localize(lm_module *m, lm_err *err) {
       ops[n++] = *op;
       break;
     }
-    /* analysis guarantees every other top-level op is a manual computation */
+    if (op->code != LM_OP_SDY_MANUAL_COMPUTATION) { /* replicated work: every device does all of it */
+      remap_op(op, subst);
+      ops[n++] = *op;
+      continue;
+    }
     lm_block *mb = &op->regions[0].blocks[0];
     for (uint32_t i = 0; i < op->nin; i++) subst[mb->args[i]] = subst[op->in[i]];
     remap_block(mb, subst);

@@ -70,8 +70,6 @@ static int prepare_put(wk_dconn *dc, Lmw__ShardPut *m, uint64_t payload_len, lm_
   if (__builtin_mul_overflow(numel, (uint64_t)lm_dtype_size((lm_dtype)m->dtype), &nbytes) || nbytes != payload_len)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "the payload has %llu bytes, the shard's shape needs %llu",
                    (unsigned long long)payload_len, (unsigned long long)nbytes);
-  if (wk_store_session_closed(&w->store, m->session))
-    return lm_errf(err, LOOM_NOT_FOUND, "session %llu is closed", (unsigned long long)m->session);
   for (size_t i = 0; i < m->n_targets; i++) {
     const Lmw__ShardTarget *t = m->targets[i];
     if (t->local_index >= w->cfg.devices)
@@ -84,6 +82,8 @@ static int prepare_put(wk_dconn *dc, Lmw__ShardPut *m, uint64_t payload_len, lm_
       return lm_errf(err, LOOM_PERMISSION, "the token for array %llu on device %u is not valid",
                      (unsigned long long)t->array, t->local_index);
   }
+  if (wk_store_session_closed(&w->store, m->session)) /* after the tokens: only its owner hears this */
+    return lm_errf(err, LOOM_NOT_FOUND, "session %llu is closed", (unsigned long long)m->session);
   lm_type ty;
   int64_t dims[LM_MAX_RANK];
   for (size_t i = 0; i < m->n_dims; i++) dims[i] = (int64_t)m->dims[i];

@@ -51,3 +51,36 @@ def test_session_cleanup_frees_device_memory(cluster):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_worker_data_port_refuses_bad_tokens(cluster):
+    import re
+
+    import wire
+    from dist import EXAMPLES, loom_run
+    SHARD_PUT, SHARD_GET, PONG = 33, 34, 12
+    log = cluster.procs.log(cluster.workers[0])
+    port = re.search(r"data port (\S+)", log).group(1)
+    c = wire.Conn(port)
+    try:
+        c.handshake()
+        # a get with a made-up token
+        get = wire.field_varint(1, 1) + wire.field_varint(2, 5) + wire.field_varint(3, 0) + wire.field_bytes(4, b"x" * 8)
+        c.send(wire.frame(SHARD_GET, get, request_id=2))
+        code, msg, rid = c.expect_error()
+        assert rid == 2 and code == wire.PERMISSION and "token" in msg, msg
+        c.send(wire.frame(wire.PING, wire.field_varint(1, 7), request_id=3))  # the connection stays
+        t, rid, _, _ = c.recv_frame()
+        assert (t, rid) == (PONG, 3)
+        # a put with a made-up token: refused before its payload is taken, then the connection closes
+        target = wire.field_varint(1, 5) + wire.field_varint(2, 0) + wire.field_bytes(3, b"y" * 8)
+        put = (wire.field_varint(1, 1) + wire.field_varint(2, 12) + wire.field_bytes(3, wire.varint(4))
+               + wire.field_bytes(4, target))
+        c.send(wire.frame(SHARD_PUT, put, payload=b"\0" * 16, request_id=4))
+        code, msg, _ = c.expect_error()
+        assert code == wire.PERMISSION and "token" in msg, msg
+        c.expect_closed()
+    finally:
+        c.close()
+    r, _ = loom_run(cluster.addr, EXAMPLES / "distributed_sum.mlir")
+    assert r.stdout == "[8 8 8 8 8 8 8 8]\n"

@@ -114,3 +114,13 @@ def test_unknown_handles_over_the_wire(cluster):
         c.close()
     r, _ = loom_run(cluster.addr, EXAMPLES / "distributed_sum.mlir")
     assert r.stdout == "[8 8 8 8 8 8 8 8]\n"
+
+
+def test_replicated_work_outside_shard_map(cluster, tmp_path):
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal(4).astype(np.float32)
+    x = rng.integers(-3, 4, (16, 4)).astype(np.float32)
+    r, res = loom_run(cluster.addr, PROGRAMS / "outside_8.mlir", inputs=[w, x], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(res[0], w - 0.5 * (x.sum(axis=0) * w), rtol=1e-6)
+    np.testing.assert_allclose(res[1], np.tanh(w).sum(), rtol=1e-5)

@@ -222,6 +222,51 @@ static void test_two_maps_run(void **state) {
   lm_spmd_info_free(info);
 }
 
+/* Replicated work outside the manual computations (a constant fed in whole, a reduction of a
+ * replicated result) runs on every process. */
+static const char *k_outside =
+    "module attributes {mhlo.num_partitions = 4 : i32} {\n"
+    "  sdy.mesh @mesh = <[\"x\"=4]>\n"
+    "  func.func @main(%a: tensor<8xf32>, %s: tensor<f32>) -> (tensor<f32>, tensor<8xf32>) {\n"
+    "    %c = stablehlo.constant dense<2.0> : tensor<2xf32>\n"
+    "    %0:2 = sdy.manual_computation(%a, %c) in_shardings=[<@mesh, [{\"x\"}]>, <@mesh, [{}]>] "
+    "out_shardings=[<@mesh, []>, <@mesh, [{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<2xf32>, %k: tensor<2xf32>) {\n"
+    "      %m = stablehlo.multiply %b, %k : tensor<2xf32>\n"
+    "      %z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+    "      %r = stablehlo.reduce(%k init: %z) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>\n"
+    "      sdy.return %r, %m : tensor<f32>, tensor<2xf32>\n"
+    "    } : (tensor<8xf32>, tensor<2xf32>) -> (tensor<f32>, tensor<8xf32>)\n"
+    "    %t = stablehlo.add %0#0, %s : tensor<f32>\n"
+    "    return %t, %0#1 : tensor<f32>, tensor<8xf32>\n"
+    "  }\n"
+    "}\n";
+
+static void test_replicated_outside(void **state) {
+  (void)state;
+  lm_module *m = parse(k_outside);
+  lm_spmd_info *info;
+  lm_err err;
+  if (lm_spmd_analyze(m, &info, &err) < 0) fail_msg("analyze: %s", err.msg);
+  assert_true(lm_sharding_is_replicated(&info->inputs[1].sh));
+  assert_true(lm_sharding_is_replicated(&info->outputs[0].sh));
+  assert_int_equal(info->outputs[1].local.dims[0], 2);
+  if (lm_spmd_localize(m, &err) < 0) fail_msg("localize: %s", err.msg);
+  lm_program *p;
+  if (lm_program_create(m, &p, &err) < 0) fail_msg("create: %s", err.msg);
+  lm_device *dev = lm_device_create(1 << 20);
+  float a[2] = {1, 2}, s = 10;
+  lm_buffer *args[2], *res[2];
+  assert_int_equal(lm_buffer_from_data(dev, &info->inputs[0].local, a, sizeof a, &args[0], NULL), 0);
+  assert_int_equal(lm_buffer_from_data(dev, &info->inputs[1].local, &s, sizeof s, &args[1], NULL), 0);
+  run1(p, dev, 1, args, 2, res, 2);
+  assert_float_equal(*(float *)res[0]->data, 14.0f, 0); /* 2 + 2 + 10 */
+  assert_float_equal(((float *)res[1]->data)[1], 4.0f, 0);
+  for (int i = 0; i < 2; i++) lm_buffer_release(args[i]), lm_buffer_release(res[i]);
+  lm_program_destroy(p);
+  lm_device_destroy(dev);
+  lm_spmd_info_free(info);
+}
+
 static void expect_error(const char *text, int code, const char *needle) {
   lm_module *m = parse(text);
   lm_spmd_info *info = (lm_spmd_info *)1;
@@ -265,7 +310,29 @@ static void test_forms_and_errors(void **state) {
                "      sdy.return %b : tensor<2xf32>\n"
                "    } : (tensor<4xf32>) -> tensor<4xf32>\n"
                "    return %0 : tensor<4xf32>\n  }\n}\n",
-               LOOM_UNSUPPORTED, "stablehlo.sine");
+               LOOM_UNSUPPORTED, "slicing it per device");
+  /* a sharded value used outside */
+  expect_error("module attributes {mhlo.num_partitions = 2 : i32} {\n"
+               "  sdy.mesh @mesh = <[\"x\"=2]>\n"
+               "  func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+               "    %0 = sdy.manual_computation(%a) in_shardings=[<@mesh, [{\"x\"}]>] out_shardings=[<@mesh, [{\"x\"}]>] "
+               "manual_axes={\"x\"} (%b: tensor<2xf32>) {\n"
+               "      sdy.return %b : tensor<2xf32>\n"
+               "    } : (tensor<4xf32>) -> tensor<4xf32>\n"
+               "    %s = stablehlo.sine %0 : tensor<4xf32>\n"
+               "    return %s : tensor<4xf32>\n  }\n}\n",
+               LOOM_UNSUPPORTED, "uses a sharded value");
+  /* a replicated constant passed sharded */
+  expect_error("module attributes {mhlo.num_partitions = 2 : i32} {\n"
+               "  sdy.mesh @mesh = <[\"x\"=2]>\n"
+               "  func.func @main() -> tensor<4xf32> {\n"
+               "    %c = stablehlo.constant dense<1.0> : tensor<4xf32>\n"
+               "    %0 = sdy.manual_computation(%c) in_shardings=[<@mesh, [{\"x\"}]>] out_shardings=[<@mesh, [{\"x\"}]>] "
+               "manual_axes={\"x\"} (%b: tensor<2xf32>) {\n"
+               "      sdy.return %b : tensor<2xf32>\n"
+               "    } : (tensor<4xf32>) -> tensor<4xf32>\n"
+               "    return %0 : tensor<4xf32>\n  }\n}\n",
+               LOOM_UNSUPPORTED, "slicing it per device is not supported");
   /* a shape that does not divide */
   expect_error("module attributes {mhlo.num_partitions = 4 : i32} {\n"
                "  sdy.mesh @mesh = <[\"x\"=4]>\n"
@@ -327,7 +394,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sharding_regions), cmocka_unit_test(test_sharding_errors),
       cmocka_unit_test(test_pmap_form),        cmocka_unit_test(test_two_maps_run),
-      cmocka_unit_test(test_forms_and_errors),
+      cmocka_unit_test(test_forms_and_errors), cmocka_unit_test(test_replicated_outside),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

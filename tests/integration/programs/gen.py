@@ -43,6 +43,11 @@ def main():
     save("auto_8.mlir", jax.jit(lambda a: a * 2, in_shardings=sh, out_shardings=sh).lower(jnp.zeros(16, jnp.float32)))
     # pmap with psum over its input (a real all_reduce)
     save("pmap_psum_8.mlir", jax.pmap(lambda v: lax.psum(v, "i"), axis_name="i").lower(jnp.arange(8.0)))
+    # replicated work around a shard_map: the update of w outside it, on replicated values
+    g = jax.shard_map(lambda w, x: lax.psum(x.sum(axis=0) * w, "d"), mesh=mesh8, in_specs=(P(), P("d")),
+                      out_specs=P())
+    save("outside_8.mlir", jax.jit(lambda w, x: (w - 0.5 * g(w, x), jnp.tanh(w).sum()))
+         .lower(jnp.zeros(4, jnp.float32), jnp.zeros((16, 4), jnp.float32)))
     collectives(mesh24)
     mlp(mesh8)
 
