@@ -21,6 +21,8 @@ echo; echo "== loom run examples/distributed_sum.mlir      (jax.pmap(lambda v: l
 "$loom" run "$src/examples/distributed_sum.mlir"
 echo; echo "== loom run examples/distributed_psum.mlir --input 0=examples/arange8.npy      (psum(v * v) across both workers)"
 "$loom" run "$src/examples/distributed_psum.mlir" --input "0=$src/examples/arange8.npy"
+echo; echo "== python examples/tpu_workload.py      (the how-to's JAX program, run on the cluster by loom.jax)"
+"${PYTHON:-python3}" "$src/examples/tpu_workload.py"
 echo; echo "== loom down"
 "$loom" down
 trap - EXIT

@@ -99,6 +99,7 @@ static void report(run_cfg *c, const char *file, uint32_t line, const char *fn, 
     printf(", \"status\": \"%s\", \"message\": ", g_status_names[st]);
     json_str(stdout, msg ? msg : "");
     printf("}\n");
+    fflush(stdout); /* whole lines even if a later case brings the process down */
     return;
   }
   if (c->quiet && (st == ST_PASS || st == ST_UNSUPPORTED)) return;
@@ -106,6 +107,7 @@ static void report(run_cfg *c, const char *file, uint32_t line, const char *fn, 
   if (fn) printf(" @%s", fn);
   if (msg && *msg) printf(": %s", msg);
   printf("\n");
+  fflush(stdout);
 }
 
 static case_status status_of(int rc) {
@@ -280,10 +282,12 @@ static void run_case(run_cfg *c, const char *file, const char *text, size_t len,
       lm_module_free(m);
       return;
     }
+  char first[256]; /* the names live in m, which lm_program_create frees on failure */
+  snprintf(first, sizeof first, "%s", names[0]);
   lm_program *prog;
   rc = lm_program_create(m, &prog, &err); /* takes m */
   if (rc < 0) {
-    report(c, file, line, nnames == 1 ? names[0] : NULL, status_of(rc) == ST_FAIL ? ST_ERROR : status_of(rc), err.msg);
+    report(c, file, line, nnames == 1 ? first : NULL, status_of(rc) == ST_FAIL ? ST_ERROR : status_of(rc), err.msg);
     return;
   }
   const lm_module *pm = lm_program_module(prog);

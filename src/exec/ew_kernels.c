@@ -84,6 +84,11 @@ DEF_INT_BIN(isub, WRAP_SUB(a, b))
 DEF_INT_BIN(imul, WRAP_MUL(a, b))
 DEF_INT_BIN(idiv, b == 0 ? (T)-1 : (SIGNED && b == (T)-1 && a == TMIN) ? a : (T)(a / b))
 DEF_INT_BIN(irem, b == 0 ? a : (SIGNED && b == (T)-1) ? (T)0 : (T)(a % b))
+/* chlo.mulhi: the high half of the double-width product */
+static inline uint64_t mulhi_u64(uint64_t a, uint64_t b) { return (uint64_t)(((unsigned __int128)a * b) >> 64); }
+static inline int64_t mulhi_s64(int64_t a, int64_t b) { return (int64_t)(((__int128)a * b) >> 64); }
+DEF_INT_BIN(imulhi, BITS == 64 ? (SIGNED ? (T)mulhi_s64((int64_t)a, (int64_t)b) : (T)mulhi_u64((uint64_t)a, (uint64_t)b))
+                               : (T)(SIGNED ? ((int64_t)a * (int64_t)b) >> BITS : (int64_t)(((uint64_t)a * (uint64_t)b) >> BITS)))
 DEF_INT_BIN(imax, a > b ? a : b)
 DEF_INT_BIN(imin, a < b ? a : b)
 DEF_INT_BIN(iand, a & b)
@@ -546,6 +551,7 @@ static const ew_entry g_tab[LM_OP_COUNT] = {
   [LM_OP_SHIFT_RIGHT_ARITHMETIC] = {INTS(ishra), .nin = 2},
   [LM_OP_COMPARE] = {.pred = pred_cmp, INTS(icmp), F(fcmp), .c64 = ccmp_c64, .c128 = ccmp_c128, .out = OUT_PRED, .nin = 2},
   [LM_OP_COMPLEX] = {F(mkcomplex), .out = OUT_COMPLEX, .nin = 2},
+  [LM_OP_CHLO_MULHI] = {INTS(imulhi), .nin = 2},
   [LM_OP_CHLO_NEXT_AFTER] = {F(fnextafter), .f16 = fnextafter_f16, .bf16 = fnextafter_bf16, .nin = 2},
   [LM_OP_CHLO_POLYGAMMA] = {F(fpolygamma), .nin = 2},
   [LM_OP_CHLO_ZETA] = {F(fzeta), .nin = 2},

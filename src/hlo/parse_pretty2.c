@@ -15,7 +15,10 @@ static int opt_dict(lm_parser *p, lm_opb *b) {
 
 static int sig_colon_functional(lm_parser *p, lm_opb *b) {
   LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's type"));
-  return lm_p_sig_functional(p, b);
+  lm_arena *saved = lm_p_scratch_on(p); /* signatures only live until the op is committed */
+  int rc = lm_p_sig_functional(p, b);
+  lm_p_scratch_off(p, saved);
+  return rc;
 }
 
 static lm_attr ints_attr(void) {

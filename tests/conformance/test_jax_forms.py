@@ -57,6 +57,12 @@ def programs():
     out["sort_argmax"] = jax.jit(lambda x: (jnp.sort(x), jnp.argsort(x), jnp.argmax(x), lax.top_k(x, 2))).lower(jnp.ones(5))
     out["gather_scatter"] = jax.jit(lambda x, i: (x[i], x.at[i].add(1.0), x[1:3, ::2])).lower(jnp.ones((4, 5)), jnp.array([0, 2]))
     out["random"] = jax.jit(lambda k: (jax.random.normal(k, (3,)), jax.random.bernoulli(k, 0.5, (4,)))).lower(jax.random.PRNGKey(0))
+    out["remat_grad"] = jax.jit(jax.grad(lambda x: jax.checkpoint(lambda y: jnp.sin(y) * y)(x).sum())).lower(jnp.ones(3))
+    out["linalg"] = jax.jit(lambda a: (jnp.linalg.inv(a), jnp.linalg.eigh(a)[0], jnp.linalg.qr(a)[0])).lower(jnp.eye(3))
+    out["approx_top_k"] = jax.jit(lambda x: lax.approx_max_k(x, 2)).lower(jnp.ones(8))  # a func ending in stablehlo.return
+    out["specials"] = jax.jit(lambda x: (jnp.zeros((0, 3)), x[:0], jnp.array([2**32 - 1], jnp.uint32),
+                                         jnp.array([-0.0, np.inf, -np.inf, np.nan]), jnp.array([1 + 2j], jnp.complex64),
+                                         x.astype(jnp.bfloat16) * 2, x.astype(jnp.float16))).lower(jnp.ones(4))
     out["pmap_psum"] = jax.pmap(lambda x: (lax.psum(x, "i"), lax.all_gather(x, "i")), axis_name="i").lower(jnp.ones((8, 3)))
     try:
         from jax import shard_map
