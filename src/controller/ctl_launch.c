@@ -13,7 +13,14 @@
 #include "common/log.h"
 #include "controller/ctl.h"
 
+#define LM_LAUNCH_MAX_VALUES 65536 /* inputs or outputs of one launch */
+
 static size_t bucket(uint64_t seq) { return (size_t)(seq % C_LAUNCH_BUCKETS); }
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
 
 static c_launch *find_launch(ctl *c, uint64_t seq) {
   for (c_launch *l = c->by_seq[bucket(seq)]; l; l = l->hnext)
@@ -251,16 +258,29 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   lm_session *s = p->session;
   uint64_t rid = f->h.request_id;
   lm_err err;
-  /* the new ids must be new: otherwise nothing can be created for them */
+  if (m->n_inputs > LM_LAUNCH_MAX_VALUES || m->n_outputs > LM_LAUNCH_MAX_VALUES) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "a launch takes at most %d inputs and outputs (got %zu and %zu)",
+                    LM_LAUNCH_MAX_VALUES, m->n_inputs, m->n_outputs);
+    return;
+  }
+  /* the new ids must be new (and distinct): otherwise nothing can be created for them */
+  uint64_t *sorted = malloc((m->n_outputs + 1) * sizeof *sorted);
+  if (!sorted) {
+    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  if (m->n_outputs) memcpy(sorted, m->outputs, m->n_outputs * sizeof *sorted);
+  qsort(sorted, m->n_outputs, sizeof *sorted, cmp_u64);
   for (size_t j = 0; j < m->n_outputs; j++) {
-    bool dup = false;
-    for (size_t k = 0; k < j; k++) dup |= m->outputs[k] == m->outputs[j];
-    if (!m->outputs[j] || dup || lm_session_has(s, m->outputs[j]) || lm_session_was_deleted(s, m->outputs[j])) {
+    uint64_t id = sorted[j];
+    if (!id || (j && sorted[j - 1] == id) || lm_session_has(s, id) || lm_session_was_deleted(s, id)) {
+      free(sorted);
       ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "output id %llu is not new in this session",
-                      (unsigned long long)m->outputs[j]);
+                      (unsigned long long)id);
       return;
     }
   }
+  free(sorted);
   int rc = 0;
   c_exe *e = lm_session_get(s, m->executable, H_EXECUTABLE);
   c_program *prog = e ? e->prog : NULL;
