@@ -350,19 +350,23 @@ LOOM_API void loom_launch_options_initialize(loom_launch_options *options);
  * completion. Inputs may be outputs of launches that have not finished. The controller gives
  * every launch a global sequence number; every device runs its launches in that order.
  *
- * Errors found by the controller (an unknown, deleted or foreign array, the wrong dtype, shape
- * or sharding for an input) complete the future with that error and make the outputs fail the
- * same way when used; errors in the call itself (NULL pointers, wrong counts, a broken
- * connection) return here with no outputs and no future. An input's error (its producer
- * failed) propagates to this launch's outputs and future. A worker lost during the launch
- * fails it with LOOM_WORKER_LOST naming the worker. options may be NULL. */
+ * Errors in the call itself return here, with no outputs and no future: NULL pointers, wrong
+ * counts, an array of another client, an input this client already deleted (LOOM_NOT_FOUND,
+ * "input 0 (array 7) was deleted"), a broken connection. Errors only the controller can find
+ * (the wrong dtype, shape or sharding for an input, an array the controller does not know, a
+ * device whose worker is lost) complete the future with that error and make the outputs fail
+ * the same way when used. An input's error (its producer failed or was cancelled) propagates,
+ * status and message as they are, to this launch's outputs and future. A worker lost during
+ * the launch fails it with LOOM_WORKER_LOST naming the worker. options may be NULL. */
 LOOM_API loom_status loom_launch(loom_executable *exe, loom_array *const *inputs, int32_t num_inputs,
                                  const loom_launch_options *options, loom_array **outputs, int32_t num_outputs,
                                  loom_future **out_future);
 
 /* Waits for completion: LOOM_OK, or the operation's error (message: loom_future_errmsg). Stops
  * waiting with LOOM_TIMEOUT after timeout_ms (< 0: no limit) or LOOM_CANCELLED when the
- * client's interrupt hook fires; the future then stays pending and may be waited again. */
+ * client's interrupt hook fires; the future then stays pending and may be waited again
+ * (loom_future_status tells this LOOM_CANCELLED, still LOOM_PENDING, from a launch that was
+ * cancelled). */
 LOOM_API loom_status loom_future_wait(loom_future *future, int64_t timeout_ms);
 /* Without waiting: LOOM_PENDING while running, else what loom_future_wait would return. */
 LOOM_API loom_status loom_future_status(loom_future *future);
@@ -370,6 +374,25 @@ LOOM_API loom_status loom_future_status(loom_future *future);
 LOOM_API const char *loom_future_errmsg(loom_future *future);
 /* The launch's global sequence number once it completed successfully, else 0. */
 LOOM_API uint64_t loom_future_sequence(loom_future *future);
+/* Cancels the launch: the controller completes its future with LOOM_CANCELLED ("launch 12 was
+ * cancelled by the client") and tells the workers still running it to stop. On a device where
+ * it has not started yet it is dropped from the queue; where it runs, it stops at the next op
+ * boundary (a collective waiting for its peers returns too). Either way its devices go on with
+ * the launches queued after it. Its outputs fail with LOOM_CANCELLED when used (read, waited
+ * for); launches that consume them, issued before or after the cancel, fail with that same
+ * status and message, as any input's error propagates.
+ *
+ * Returns the future's final status, what loom_future_wait returns from now on: LOOM_CANCELLED
+ * (message in loom_future_errmsg and loom_errmsg), or, when the launch had already completed
+ * before the controller saw the request, how it completed (LOOM_OK or its error), and then
+ * nothing is changed. A future that had completed already is not touched (no communication):
+ * cancelling it, or cancelling twice, is a no-op returning its status. The call waits for the
+ * controller's acknowledgement, a round trip, bounded by the client's timeout and stopped by its
+ * interrupt hook: it then fails with LOOM_TIMEOUT or LOOM_CANCELLED while the future is still
+ * pending (loom_future_status says LOOM_PENDING), and the request, already sent, still takes
+ * effect. Cancelling cannot undo what the launch already did on a device; it frees nothing but
+ * the devices' time (release the outputs as usual). Thread-safe, like loom_future_wait. */
+LOOM_API loom_status loom_future_cancel(loom_future *future);
 /* Frees the future; a pending operation carries on (its outputs still become ready). NULL ok. */
 LOOM_API void loom_future_destroy(loom_future *future);
 

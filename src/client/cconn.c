@@ -333,6 +333,8 @@ bool lm_call_done(lm_call *call) {
   return done;
 }
 
+uint64_t lm_call_request_id(const lm_call *call) { return call->rid; } /* set before sending, never changed */
+
 int lm_call_take_reply(lm_call *call, lm_reply *out, lm_err *err) {
   lm_cconn *c = call->conn;
   pthread_mutex_lock(&c->mu);

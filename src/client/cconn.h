@@ -58,6 +58,8 @@ int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const 
  * leave the call pending: wait again or release it. */
 int lm_call_wait(lm_call *call, int64_t timeout_ms, lm_interrupt_fn intr, void *intr_arg, lm_err *err);
 bool lm_call_done(lm_call *call);
+/* The request id the call was sent with (CANCEL_LAUNCH names a launch by it). */
+uint64_t lm_call_request_id(const lm_call *call);
 /* Moves a completed call's reply to *out (once). */
 int lm_call_take_reply(lm_call *call, lm_reply *out, lm_err *err);
 /* Frees the call; a pending call is abandoned (its reply is dropped when it comes; if its reply

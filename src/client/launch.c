@@ -18,6 +18,7 @@ struct lm_fut {
   loom_client *c;
   pthread_mutex_t mu;
   lm_call *call;             /* until settled and nobody waits on it */
+  uint64_t rid;              /* the LAUNCH's request id: what CANCEL_LAUNCH names */
   int waiters;
   bool settled;
   int status;
@@ -35,6 +36,7 @@ static lm_fut *fut_new(loom_client *c, lm_call *call) {
   atomic_init(&f->refs, 1);
   f->c = c;
   f->call = call;
+  f->rid = lm_call_request_id(call);
   pthread_mutex_init(&f->mu, NULL);
   return f;
 }
@@ -132,6 +134,44 @@ uint64_t loom_future_sequence(loom_future *fu) {
   uint64_t s = f->settled && f->status == 0 ? f->seq : 0;
   pthread_mutex_unlock(&f->mu);
   return s;
+}
+
+/* Asks the controller to cancel the launch; returns its final status (see loom.h). */
+static int fut_cancel(lm_fut *f, lm_err *err) {
+  pthread_mutex_lock(&f->mu);
+  settle_locked(f);
+  bool settled = f->settled;
+  pthread_mutex_unlock(&f->mu);
+  if (!settled) {
+    loom_client *c = f->c;
+    Lmw__CancelLaunch m = LMW__CANCEL_LAUNCH__INIT;
+    m.launch = f->rid;
+    lm_call *call;
+    int rc = lm_cconn_start(c->conn, LM_MSG_CANCEL_LAUNCH, &m.base, NULL, 0, NULL, 0, &call, err);
+    if (rc < 0) return rc;
+    /* the controller answers the launch (ERROR CANCELLED, or how it completed) before this ACK,
+     * on the same connection: once the ACK is in, the future is settled */
+    rc = lm_call_wait(call, c->timeout_ms, c->intr, c->intr_arg, err);
+    lm_call_release(call);
+    if (rc == LOOM_TIMEOUT || rc == LOOM_CANCELLED) {
+      const char *how = rc == LOOM_TIMEOUT ? "timed out" : "was interrupted";
+      return lm_errf(err, rc, "loom_future_cancel: waiting for the controller %s (the cancel request was sent)", how);
+    }
+    if (rc < 0 && rc != LOOM_CLOSED && rc != LOOM_UNSUPPORTED) return rc;
+    if (rc == LOOM_UNSUPPORTED) /* a controller older than CANCEL_LAUNCH */
+      return lm_errf(err, LOOM_UNSUPPORTED, "loom_future_cancel: the controller (%s) cannot cancel launches",
+                     lm_cconn_server_software(c->conn));
+    /* LOOM_CLOSED: the connection broke; the launch's call completed with that too */
+  }
+  return lm_fut_wait(f, f->c->timeout_ms, err); /* settled: returns at once */
+}
+
+loom_status loom_future_cancel(loom_future *fu) {
+  if (!fu) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_future_cancel: future is NULL");
+  lm_err err;
+  int rc = fut_cancel(fu->f, &err);
+  if (rc < 0) return fail(fu->f->c, &err);
+  return LOOM_OK;
 }
 
 void loom_future_destroy(loom_future *fu) {

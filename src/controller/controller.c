@@ -404,6 +404,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   case LM_MSG_COMPILE:
   case LM_MSG_EXECUTABLE_DESTROY:
   case LM_MSG_LAUNCH:
+  case LM_MSG_CANCEL_LAUNCH:
     if (p->role != ROLE_CLIENT) {
       reply_error(p, f, LOOM_PERMISSION, "%s is only for clients", lm_msg_name(type));
       break;
@@ -413,7 +414,8 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     else if (type == LM_MSG_ARRAY_DELETE) ctl_on_array_delete(p, f, (Lmw__ArrayDelete *)m);
     else if (type == LM_MSG_COMPILE) ctl_on_compile(p, f, (Lmw__Compile *)m);
     else if (type == LM_MSG_EXECUTABLE_DESTROY) ctl_on_executable_destroy(p, f, (Lmw__ExecutableDestroy *)m);
-    else ctl_on_launch(p, f, (Lmw__Launch *)m);
+    else if (type == LM_MSG_LAUNCH) ctl_on_launch(p, f, (Lmw__Launch *)m);
+    else ctl_on_cancel_launch(p, f, (Lmw__CancelLaunch *)m);
     break;
   default:
     reply_error(p, f, LOOM_PROTOCOL, "%s is not a request the controller answers", lm_msg_name(type));

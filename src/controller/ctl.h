@@ -183,6 +183,9 @@ void ctl_programs_free(ctl *c);
 
 /* launches */
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);
+/* CANCEL_LAUNCH: fails the session's launch with LOOM_CANCELLED (its reply goes out first), aborts
+ * it on its workers, then ACKs; a launch already completed (or refused) is left alone. */
+void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m);
 void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m);
 void ctl_launches_client_gone(ctl *c, peer *p);
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);

@@ -162,21 +162,27 @@ static void launch_free(ctl *c, c_launch *l) {
   free(l);
 }
 
-/* The launch failed (a worker reported an error or was lost): fail it now, abort it elsewhere. */
-static void launch_fail(ctl *c, c_launch *l, int code, const char *msg) {
-  if (l->failed) return;
+/* Completes the launch now with an error (message full) and aborts it on the workers still
+ * running it (reason travels in ABORT_LAUNCH); it stays active until they all report RUN_DONE. */
+static void launch_end_early(ctl *c, c_launch *l, int code, const char *full, const char *reason) {
   l->failed = true;
-  c->launches_failed++;
-  char full[LM_ERR_MSG_MAX];
-  snprintf(full, sizeof full, "launch %llu failed: %s", (unsigned long long)l->seq, msg);
   set_outputs(c, l, A_FAILED, code, full);
   if (l->client) ctl_reply_error(l->client, l->rid, code, "%s", full);
   log_status(c, l->seq, code < 0 ? code : LOOM_INTERNAL);
   Lmw__AbortLaunch ab = LMW__ABORT_LAUNCH__INIT;
   ab.seq = l->seq;
-  ab.reason = full;
+  ab.reason = (char *)reason;
   for (uint32_t i = 0; i < l->nworkers; i++)
     if (!l->done[i]) ctl_worker_send(c, l->workers[i], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0);
+}
+
+/* The launch failed (a worker reported an error or was lost): fail it now, abort it elsewhere. */
+static void launch_fail(ctl *c, c_launch *l, int code, const char *msg) {
+  if (l->failed) return;
+  c->launches_failed++;
+  char full[LM_ERR_MSG_MAX];
+  snprintf(full, sizeof full, "launch %llu failed: %.960s", (unsigned long long)l->seq, msg);
+  launch_end_early(c, l, code, full, full);
 }
 
 static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
@@ -232,6 +238,22 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
     }
     l = n;
   }
+}
+
+void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m) {
+  ctl *c = p->ctl;
+  /* the session's launch with that LAUNCH request id; not found: it already completed (its reply
+   * went out before this ACK) or was refused, and there is nothing to do */
+  for (c_launch *l = c->active; l; l = l->next) {
+    if (l->client != p || l->rid != m->launch || l->failed) continue;
+    char full[LM_ERR_MSG_MAX];
+    snprintf(full, sizeof full, "launch %llu was cancelled by the client", (unsigned long long)l->seq);
+    lm_debug("session %llu cancelled launch %llu", (unsigned long long)l->session, (unsigned long long)l->seq);
+    launch_end_early(c, l, LOOM_CANCELLED, full, "cancelled by the client");
+    break;
+  }
+  Lmw__Ack ack = LMW__ACK__INIT;
+  ctl_reply(p, f, LM_MSG_ACK, &ack.base);
 }
 
 void ctl_launches_client_gone(ctl *c, peer *p) {

@@ -36,6 +36,7 @@
  *   33 SHARD_PUT               ShardPut               client -> worker     the shard's bytes
  *   34 SHARD_GET               ShardGet               client -> worker     none
  *   35 SHARD_GET_REPLY         ShardGetReply          worker -> client     the shard's bytes
+ *   36 CANCEL_LAUNCH           CancelLaunch           client -> ctl        none (reply ACK)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,7 @@ static const msg_info g_msgs[] = {
     [LM_MSG_SHARD_PUT] = {"SHARD_PUT", &lmw__shard_put__descriptor},
     [LM_MSG_SHARD_GET] = {"SHARD_GET", &lmw__shard_get__descriptor},
     [LM_MSG_SHARD_GET_REPLY] = {"SHARD_GET_REPLY", &lmw__shard_get_reply__descriptor},
+    [LM_MSG_CANCEL_LAUNCH] = {"CANCEL_LAUNCH", &lmw__cancel_launch__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

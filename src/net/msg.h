@@ -49,6 +49,7 @@ enum {
   LM_MSG_SHARD_PUT = LMW__MSG_TYPE__MSG_SHARD_PUT,
   LM_MSG_SHARD_GET = LMW__MSG_TYPE__MSG_SHARD_GET,
   LM_MSG_SHARD_GET_REPLY = LMW__MSG_TYPE__MSG_SHARD_GET_REPLY,
+  LM_MSG_CANCEL_LAUNCH = LMW__MSG_TYPE__MSG_CANCEL_LAUNCH,
 };
 
 /* The metadata descriptor of a frame type; NULL for a type this build does not know. */

@@ -438,6 +438,9 @@ static wk_launch *find_launch(wk *w, uint64_t seq) {
   return NULL;
 }
 
+/* Cancels a launch: tasks still queued leave their device's queue at once (their outputs fail,
+ * so launches and gets waiting on them go on), running ones stop at the next op or collective
+ * call, which poll the launch's cancel flag. Loop thread. */
 static void cancel_launch(wk *w, wk_launch *l, const char *why) {
   if (l->cancel) return;
   snprintf(l->cancel_reason, sizeof l->cancel_reason, "%s", why);
@@ -445,6 +448,35 @@ static void cancel_launch(wk *w, wk_launch *l, const char *why) {
   pthread_mutex_lock(&w->store.mu); /* wake device threads waiting for inputs */
   pthread_cond_broadcast(&w->store.cv);
   pthread_mutex_unlock(&w->store.mu);
+  char msg[LM_ERR_MSG_MAX];
+  snprintf(msg, sizeof msg, "launch %llu was aborted: %s", (unsigned long long)l->seq, why);
+  for (uint32_t i = 0; w->devs && i < w->cfg.devices; i++) {
+    wk_dev *d = &w->devs[i];
+    if (!d->started) continue;
+    wk_task *dropped = NULL;
+    pthread_mutex_lock(&d->mu);
+    wk_task *prev = NULL;
+    for (wk_task *t = d->head; t;) {
+      wk_task *n = t->next;
+      if (t->l == l) {
+        if (prev) prev->next = n;
+        else d->head = n;
+        if (d->tail == t) d->tail = prev;
+        t->next = dropped;
+        dropped = t;
+      } else {
+        prev = t;
+      }
+      t = n;
+    }
+    pthread_mutex_unlock(&d->mu);
+    while (dropped) { /* outside the queue's lock: finishing slots takes the store's */
+      wk_task *n = dropped->next;
+      fail_outputs(w, dropped, LOOM_CANCELLED, msg);
+      task_done(w, dropped); /* may hand l to the finished list: freed later, on this thread */
+      dropped = n;
+    }
+  }
 }
 
 void wk_on_abort(wk *w, const Lmw__AbortLaunch *m) {

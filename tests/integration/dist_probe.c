@@ -14,10 +14,19 @@
  *                                          waits for stdin to close (the test reads memory use)
  *   dist_probe wait ADDR FILE DEVICES      launches FILE (no inputs) on DEVICES (e.g. 0-7),
  *                                          prints "launched", waits, prints the outcome
+ *   dist_probe cancel ADDR FOREVER LOCAL ADD_ONE
+ *                                          loom_future_cancel: FOREVER (8 processes looping forever
+ *                                          with an all_reduce per iteration) running, LOCAL (4
+ *                                          looping forever, no collectives) queued behind it on
+ *                                          devices 2-5, a consumer of FOREVER's output (ADD_ONE,
+ *                                          x -> x + 1 on 8 devices) queued too; cancelled, then
+ *                                          the devices run the next launch; a cancel from another
+ *                                          thread while waiting; finished and refused launches
  *   dist_probe loop ADDR FILE N K L IN...  a training loop: inputs from raw files IN (shaped as the
  *                                          executable says), N launches chained without waiting,
  *                                          outputs 0..K-1 feeding inputs 0..K-1 of the next one;
  *                                          then prints output L (an f32 scalar) of every step */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -590,6 +599,119 @@ static int mode_loop(const char *addr, const char *file, int n, int k, int li, c
   return 0;
 }
 
+/* A thread that cancels a future after a moment, while the main thread waits on it. */
+typedef struct canceller {
+  loom_future *f;
+  loom_status st;
+} canceller;
+
+static void *cancel_later(void *arg) {
+  canceller *k = arg;
+  usleep(300 * 1000);
+  k->st = loom_future_cancel(k->f);
+  return NULL;
+}
+
+static int mode_cancel(const char *addr, const char *forever, const char *local, const char *add_one) {
+  loom_client *c = connect_to(addr);
+  int32_t mid[4] = {2, 3, 4, 5}; /* two devices of each worker */
+  loom_executable *ef = compile_file(c, forever, NULL, 0);
+  loom_executable *el = compile_file(c, local, mid, 4);
+  loom_executable *ea = compile_file(c, add_one, NULL, 0);
+  loom_array *a, *b, *q, *y, *x, *d;
+  loom_future *fa, *fb, *fq, *fy, *fd;
+  char cmsg[512];
+
+  /* a: runs forever on 0-7; b consumes it; q waits behind it on 2-5 */
+  CHECK(loom_launch(ef, NULL, 0, NULL, &a, 1, &fa) == LOOM_OK);
+  CHECK(loom_launch(ea, &a, 1, NULL, &b, 1, &fb) == LOOM_OK);
+  CHECK(loom_launch(el, NULL, 0, NULL, &q, 1, &fq) == LOOM_OK);
+  usleep(500 * 1000);
+  CHECK(loom_future_status(fa) == LOOM_PENDING && loom_future_wait(fa, 300) == LOOM_TIMEOUT);
+  CHECK(loom_future_status(fb) == LOOM_PENDING && loom_future_status(fq) == LOOM_PENDING);
+  printf("ok running and queued\n");
+
+  /* the queued launch first: it never started anywhere */
+  CHECK(loom_future_cancel(fq) == LOOM_CANCELLED);
+  CHECK(strstr(loom_errmsg(c), "was cancelled by the client") != NULL);
+  CHECK(loom_future_status(fq) == LOOM_CANCELLED && strstr(loom_future_errmsg(fq), "cancelled by the client"));
+  int32_t buf[16];
+  CHECK(loom_array_get(q, buf, sizeof buf) == LOOM_CANCELLED);
+  printf("ok queued launch cancelled: %s\n", loom_future_errmsg(fq));
+  CHECK(loom_future_status(fa) == LOOM_PENDING);
+
+  /* the running one: stops everywhere, in the middle of its collectives */
+  double t0 = now_s();
+  CHECK(loom_future_cancel(fa) == LOOM_CANCELLED);
+  double t1 = now_s();
+  CHECK(loom_future_status(fa) == LOOM_CANCELLED);
+  snprintf(cmsg, sizeof cmsg, "%s", loom_future_errmsg(fa));
+  CHECK(strstr(cmsg, "was cancelled by the client") != NULL);
+  printf("ok running launch cancelled in %.1f ms: %s\n", (t1 - t0) * 1e3, cmsg);
+  CHECK(loom_future_wait(fb, 60000) == LOOM_CANCELLED);
+  printf("ok consumer issued before the cancel: %s\n", loom_future_errmsg(fb));
+  CHECK(loom_array_get(a, buf, sizeof buf) == LOOM_CANCELLED);
+  CHECK(loom_array_block_until_ready(b, 1000) == LOOM_CANCELLED);
+  /* idempotent, and what wait says from now on */
+  CHECK(loom_future_cancel(fa) == LOOM_CANCELLED && loom_future_wait(fa, 0) == LOOM_CANCELLED);
+  CHECK(strcmp(loom_future_errmsg(fa), cmsg) == 0);
+  printf("ok cancelling again: %s\n", loom_status_name(loom_future_cancel(fa)));
+  CHECK(loom_launch(ea, &a, 1, NULL, &y, 1, &fy) == LOOM_OK);
+  CHECK(loom_future_wait(fy, 60000) == LOOM_CANCELLED && strcmp(loom_future_errmsg(fy), cmsg) == 0);
+  printf("ok consumer issued after the cancel: %s\n", loom_future_errmsg(fy));
+  loom_future_destroy(fy);
+  loom_array_release(y);
+
+  /* every device of both launches is free: the next launch on all 8 runs (devices run in order) */
+  x = put_like_input(c, ea, 41);
+  CHECK(loom_launch(ea, &x, 1, NULL, &d, 1, &fd) == LOOM_OK);
+  CHECK(loom_future_wait(fd, 60000) == LOOM_OK);
+  double t2 = now_s();
+  CHECK(loom_array_get(d, buf, sizeof buf) == LOOM_OK);
+  for (int i = 0; i < 16; i++) CHECK(buf[i] == 42);
+  printf("ok next launch on the same devices done %.1f ms after the cancel\n", (t2 - t1) * 1e3);
+  /* a finished future: nothing to do, its status */
+  CHECK(loom_future_cancel(fd) == LOOM_OK && loom_future_status(fd) == LOOM_OK && loom_future_sequence(fd) > 0);
+  printf("ok cancelling a finished launch: OK\n");
+  /* a launch the controller refused: its error */
+  int64_t three[1] = {3};
+  int32_t v3[3] = {1, 2, 3};
+  loom_array *bad = put(c, LOOM_DTYPE_S32, 1, three, NULL, v3, sizeof v3);
+  CHECK(loom_launch(ea, &bad, 1, NULL, &y, 1, &fy) == LOOM_OK);
+  CHECK(loom_future_cancel(fy) == LOOM_SHAPE_MISMATCH && loom_future_status(fy) == LOOM_SHAPE_MISMATCH);
+  printf("ok cancelling a refused launch: %s\n", loom_status_name(loom_future_status(fy)));
+  loom_future_destroy(fy);
+  loom_array_release(y);
+  loom_array_release(bad);
+  CHECK(loom_future_cancel(NULL) == LOOM_INVALID_ARGUMENT);
+
+  /* cancelled from another thread while this one waits (what a binding's Ctrl-C does) */
+  loom_array *e;
+  loom_future *fe;
+  CHECK(loom_launch(el, NULL, 0, NULL, &e, 1, &fe) == LOOM_OK);
+  canceller k = {.f = fe};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, cancel_later, &k) == 0);
+  loom_status st = loom_future_wait(fe, 60000);
+  double t3 = now_s();
+  pthread_join(th, NULL);
+  CHECK(st == LOOM_CANCELLED && k.st == LOOM_CANCELLED && loom_future_status(fe) == LOOM_CANCELLED);
+  printf("ok cancelled from another thread: %s\n", loom_future_errmsg(fe));
+  loom_future_destroy(fd);
+  loom_array_release(d);
+  CHECK(loom_launch(ea, &x, 1, NULL, &d, 1, &fd) == LOOM_OK);
+  CHECK(loom_future_wait(fd, 60000) == LOOM_OK);
+  printf("ok devices free again: the next launch done %.1f ms after the cancel\n", (now_s() - t3) * 1e3);
+
+  loom_future_destroy(fa), loom_future_destroy(fb), loom_future_destroy(fq), loom_future_destroy(fd);
+  loom_future_destroy(fe);
+  loom_array_release(a), loom_array_release(b), loom_array_release(q), loom_array_release(x);
+  loom_array_release(d), loom_array_release(e);
+  loom_executable_destroy(ef), loom_executable_destroy(el), loom_executable_destroy(ea);
+  loom_disconnect(c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 3 && !strcmp(argv[1], "shardings")) return mode_shardings(argv[2]);
@@ -599,8 +721,9 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "oom")) return mode_oom(argv[2]);
   if (argc >= 4 && !strcmp(argv[1], "hold")) return mode_hold(argv[2], atoi(argv[3]));
   if (argc >= 5 && !strcmp(argv[1], "wait")) return mode_wait(argv[2], argv[3], argv[4]);
+  if (argc >= 6 && !strcmp(argv[1], "cancel")) return mode_cancel(argv[2], argv[3], argv[4], argv[5]);
   if (argc >= 7 && !strcmp(argv[1], "loop"))
     return mode_loop(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), argv + 7, argc - 7);
-  fprintf(stderr, "usage: dist_probe shardings|big|chain|errors|oom|hold|wait|loop ADDR ...\n");
+  fprintf(stderr, "usage: dist_probe shardings|big|chain|errors|oom|hold|wait|cancel|loop ADDR ...\n");
   return 2;
 }

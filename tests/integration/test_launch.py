@@ -124,3 +124,17 @@ def test_replicated_work_outside_shard_map(cluster, tmp_path):
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(res[0], w - 0.5 * (x.sum(axis=0) * w), rtol=1e-6)
     np.testing.assert_allclose(res[1], np.tanh(w).sum(), rtol=1e-5)
+
+
+def test_cancel_running_and_queued_launches(cluster):
+    """loom_future_cancel: a launch looping forever (with an all_reduce per iteration) on all 8
+    devices stops, a launch queued behind it on devices of both workers is dropped, consumers of
+    the cancelled output fail with LOOM_CANCELLED, and the devices run the next launch."""
+    out = probe("cancel", cluster.addr, PROGRAMS / "forever_8.mlir", PROGRAMS / "forever_local_4.mlir",
+                PROGRAMS / "add_one_8.mlir", timeout=180)
+    for what in ["running and queued", "queued launch cancelled: launch", "running launch cancelled in",
+                 "consumer issued before the cancel:", "cancelling again: CANCELLED", "consumer issued after the cancel:",
+                 "next launch on the same devices done", "cancelling a finished launch: OK",
+                 "cancelling a refused launch: SHAPE_MISMATCH", "cancelled from another thread:", "devices free again"]:
+        assert f"ok {what}" in out, out
+    print(out)
