@@ -912,12 +912,32 @@ static PyObject *Future_wait(FutureObject *self, PyObject *args) {
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
   }
-  if (st == LOOM_TIMEOUT || st == LOOM_CANCELLED) {
+  /* still pending: the wait timed out or was interrupted (not a cancelled launch) */
+  if ((st == LOOM_TIMEOUT || st == LOOM_CANCELLED) && loom_future_status(self->f) == LOOM_PENDING) {
     char msg[MSG_CAP];
-    snprintf(msg, sizeof msg, "%s", st == LOOM_TIMEOUT ? "the launch did not complete in time" : "waiting was cancelled");
+    snprintf(msg, sizeof msg, "%s", st == LOOM_TIMEOUT ? "the launch did not complete in time" : "waiting was interrupted");
     return raise_status(st, msg);
   }
   return raise_status(st, loom_future_errmsg(self->f));
+}
+
+/* cancel(): loom_future_cancel. Returns the launch's final status (0, CANCELLED, or the error it
+ * had completed with); raises when the request itself failed while the launch is still pending
+ * (KeyboardInterrupt, TimeoutError). */
+static PyObject *Future_cancel(FutureObject *self, PyObject *unused) {
+  (void)unused;
+  HANDLE_OPEN(self, f);
+  ClientObject *owner = self->base.owner;
+  loom_status st, now;
+  char msg[MSG_CAP];
+  CALL_BEGIN(owner);
+  st = loom_future_cancel(self->f);
+  now = loom_future_status(self->f);
+  if (st != LOOM_OK) grab_msg(owner->c, msg);
+  CALL_END(owner);
+  if (now == LOOM_PENDING) return raise_status(st, msg);
+  if (PyErr_Occurred()) return NULL;
+  return PyLong_FromLong((long)now);
 }
 
 static PyObject *Future_status(FutureObject *self, PyObject *unused) {
@@ -940,6 +960,7 @@ static PyObject *Future_get_sequence(FutureObject *self, void *u) {
 static PyMethodDef Future_methods[] = {
     {"wait", (PyCFunction)Future_wait, METH_VARARGS, "wait(timeout_ms=-1)"},
     {"status", (PyCFunction)Future_status, METH_NOARGS, "0, PENDING or the error code, without waiting"},
+    {"cancel", (PyCFunction)Future_cancel, METH_NOARGS, "cancel() -> the launch's final status (loom_future_cancel)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1074,6 +1095,7 @@ PyMODINIT_FUNC PyInit__loom(void) {
     }
   }
   PyModule_AddIntConstant(m, "PENDING", LOOM_PENDING);
+  PyModule_AddIntConstant(m, "CANCELLED", LOOM_CANCELLED);
   PyModule_AddIntConstant(m, "MAX_RANK", LOOM_MAX_RANK);
   PyModule_AddIntConstant(m, "MAX_MESH_AXES", LOOM_MAX_MESH_AXES);
   return m;

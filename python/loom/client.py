@@ -13,6 +13,7 @@ from . import errors
 from .sharding import Sharding
 
 _PENDING = _loom.PENDING
+_CANCELLED = _loom.CANCELLED
 
 
 def _timeout_ms(timeout):
@@ -49,22 +50,96 @@ class Device:
         return hash(("loom.Device", self.id))
 
 
+class _Launch:
+    """A launch as its outputs remember it: the libloom future (`h`) and the launches that were
+    still pending when it was issued and whose outputs it reads (`deps`, None when none). No
+    reference to any array: holding outputs alive is the arrays' business. When Ctrl-C stops a
+    wait, the launch waited for and the pending launches it depends on are cancelled."""
+
+    __slots__ = ("h", "deps")
+
+    def __init__(self, h, deps):
+        self.h, self.deps = h, deps
+
+    def pending(self):
+        try:
+            return self.h.status() == _PENDING
+        except errors.LoomError:  # the client is closed
+            return False
+
+
+def _depends_on(deps, launch):
+    """Adds launch (an input's producer) to deps when it is still pending; returns deps. Prunes the
+    producer's own finished dependencies on the way, so chains of launches keep only what is
+    pending."""
+    if launch is None or (deps is not None and launch in deps) or not launch.pending():
+        return deps
+    if launch.deps is not None:
+        launch.deps = [d for d in launch.deps if d.pending()] or None
+    if deps is None:
+        return [launch]
+    deps.append(launch)
+    return deps
+
+
+def _cancel_interrupted(launches):
+    """Ctrl-C stopped a wait for `launches`: cancels those still pending and, through their
+    dependencies, every pending launch they wait on, so none is left running on the cluster.
+    Errors are ignored (KeyboardInterrupt is what the caller re-raises); a second Ctrl-C while
+    this talks to the controller propagates (the cancel requests already sent take effect)."""
+    seen = set()
+    todo = [launch for launch in launches if launch is not None]
+    todo.reverse()  # the first one first
+    while todo:
+        launch = todo.pop()
+        if id(launch) in seen:
+            continue
+        seen.add(id(launch))
+        if not launch.pending():
+            continue
+        try:
+            launch.h.cancel()
+        except errors.LoomError:
+            pass
+        if launch.deps:
+            todo.extend(reversed(launch.deps))
+
+
 class Future:
-    """Completion of a launch. wait() blocks (Ctrl-C stops waiting with KeyboardInterrupt; the
-    launch itself carries on), done() asks without blocking, result() waits and returns the
-    launch's outputs."""
+    """Completion of a launch. wait() blocks, done() asks without blocking, result() waits and
+    returns the launch's outputs, cancel() stops the launch on the cluster. Ctrl-C during a wait
+    raises KeyboardInterrupt after cancelling the launch and the pending launches it depends on."""
 
-    __slots__ = ("_h", "_outputs")
+    __slots__ = ("_h", "_outputs", "_launch")
 
-    def __init__(self, h, outputs):
+    def __init__(self, h, outputs, launch=None):
         self._h, self._outputs = h, outputs
+        self._launch = launch if launch is not None else _Launch(h, None)
 
     def wait(self, timeout=None):
-        """Blocks until the launch completes; raises its error, or loom.TimeoutError."""
-        self._h.wait(_timeout_ms(timeout))
+        """Blocks until the launch completes; raises its error (loom.CancelledError once
+        cancelled), or loom.TimeoutError."""
+        try:
+            self._h.wait(_timeout_ms(timeout))
+        except KeyboardInterrupt:
+            _cancel_interrupted([self._launch])
+            raise
 
     def done(self):
         return self._h.status() != _PENDING
+
+    def cancel(self):
+        """Cancels the launch (only this one, not what it depends on): the controller fails it
+        with loom.CancelledError and its devices stop running it (a queued launch is dropped, a
+        running one stops at its next operation) and go on with later launches. Its outputs and
+        launches that consume them then raise loom.CancelledError. Returns True when the launch
+        ended cancelled, False when it had completed before (nothing changes then). Waits for
+        the controller's acknowledgement (one round trip)."""
+        return self._h.cancel() == _CANCELLED
+
+    def cancelled(self):
+        """True once the launch was cancelled (by cancel() or Ctrl-C)."""
+        return self._h.status() == _CANCELLED
 
     def exception(self, timeout=None):
         try:
@@ -95,10 +170,10 @@ class Array:
     shards on the workers; numpy() (or np.asarray) fetches it assembled, waiting for the launch
     that produces it. Arrays are immutable; the fetched value is cached."""
 
-    __slots__ = ("_h", "client", "_npy", "_shape", "_dtype", "_shc", "__weakref__")
+    __slots__ = ("_h", "client", "_npy", "_shape", "_dtype", "_shc", "_launch", "__weakref__")
 
-    def __init__(self, h, client, shape=None, dtype=None):
-        self._h, self.client, self._npy, self._shc = h, client, None, None
+    def __init__(self, h, client, shape=None, dtype=None, launch=None):
+        self._h, self.client, self._npy, self._shc, self._launch = h, client, None, None, launch
         self._shape = h.shape if shape is None else shape
         self._dtype = _dt.to_numpy(h.dtype) if dtype is None else dtype
 
@@ -127,7 +202,11 @@ class Array:
         """The whole array as a (read-only) numpy array, fetched once."""
         if self._npy is None:
             out = np.empty(self._shape, self._dtype)
-            self._h.get(out)
+            try:
+                self._h.get(out)
+            except KeyboardInterrupt:
+                _cancel_interrupted([self._launch])
+                raise
             out.flags.writeable = False
             self._npy = out
         return self._npy
@@ -136,7 +215,11 @@ class Array:
         """The shard on the sharding's device `index`, as numpy."""
         dev, offs, dims, nbytes = self._h.shard_info(index)
         out = np.empty(dims, self._dtype)
-        self._h.get(out, index)
+        try:
+            self._h.get(out, index)
+        except KeyboardInterrupt:
+            _cancel_interrupted([self._launch])
+            raise
         return out
 
     def shards_info(self):
@@ -144,8 +227,14 @@ class Array:
         return [self._h.shard_info(i)[:3] for i in range(self._h.num_shards)]
 
     def block_until_ready(self, timeout=None):
-        """Waits until the data exists (raises the producing launch's error); returns self."""
-        self._h.block_until_ready(_timeout_ms(timeout))
+        """Waits until the data exists (raises the producing launch's error); returns self.
+        Ctrl-C raises KeyboardInterrupt after cancelling the producing launch and the pending
+        launches it depends on."""
+        try:
+            self._h.block_until_ready(_timeout_ms(timeout))
+        except KeyboardInterrupt:
+            _cancel_interrupted([self._launch])
+            raise
         return self
 
     def is_ready(self):
@@ -270,14 +359,18 @@ class Executable:
                 f"{self.name} takes {h.num_inputs} inputs, {len(args)} were given", -1)
         client = self.client
         ins = []
+        deps = None
         for i, a in enumerate(args):
             if type(a) is Array and a.client is client and self._fits(a, i):
                 ins.append(a._h)
+                if a._launch is not None:
+                    deps = _depends_on(deps, a._launch)
             else:
                 ins.append(self._as_input(a, i))
         outs, fut = h.launch(ins)
-        arrays = tuple(Array(o, client, spec.shape, spec.dtype) for o, spec in zip(outs, self.outputs))
-        return arrays, Future(fut, arrays)
+        launch = _Launch(fut, deps)
+        arrays = tuple(Array(o, client, spec.shape, spec.dtype, launch) for o, spec in zip(outs, self.outputs))
+        return arrays, Future(fut, arrays, launch)
 
     def _fits(self, a, i):
         """Does loom.Array a have, on every device of the program, the shard input i needs?"""

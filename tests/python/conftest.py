@@ -115,7 +115,7 @@ def wait_for(cond, timeout, interval=0.1, what="condition"):
         time.sleep(interval)
 
 
-def python_script(code, env, **kw):
-    """Starts `python -c code` with env (a cluster's), stdout piped, in its own process group."""
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, **kw)
+def python_script(code, env, argv=(), **kw):
+    """Starts `python -c code ARGV...` with env (a cluster's), stdout piped, in its own process group."""
+    return subprocess.Popen([sys.executable, "-c", code, *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)

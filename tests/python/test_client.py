@@ -1,9 +1,11 @@
 """The loom package's client API against a real local cluster (2 workers x 4 devices): devices,
-put/get of every dtype and sharding, hand-written StableHLO programs, futures, errors, Ctrl-C
-in a client, and the cleanup of a session whose client process dies."""
+put/get of every dtype and sharding, hand-written StableHLO programs, futures, errors, cancelling
+launches and Ctrl-C in a client (which cancels what it waited for), and the cleanup of a session
+whose client process dies."""
 import gc
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -193,9 +195,8 @@ def test_delete(client):
     a = client.put(np.ones(4, np.float32))
     a.delete()
     assert a.is_deleted
-    with pytest.raises(loom.NotFoundError, match="deleted"):  # at the call, or from the launch
-        y, fut = exe.launch(a, a)
-        fut.wait(timeout=30)
+    with pytest.raises(loom.NotFoundError, match="was deleted"):  # at the call: no outputs, no future
+        exe.launch(a, a)
 
 
 def test_close(cluster):
@@ -228,7 +229,7 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_stops_waiting_and_the_launch(client, cluster):
+def test_ctrl_c_then_exit(client, cluster):
     p = python_script(LONG_RUN, cluster.env)
     try:
         assert p.stdout.readline().strip() == "waiting", p.stderr.read()
@@ -242,11 +243,108 @@ def test_ctrl_c_stops_waiting_and_the_launch(client, cluster):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    # The endless launch does not hold device 0 forever: the session's end aborts it.
+    # The endless launch does not hold device 0 forever: Ctrl-C cancelled it (and the session's end
+    # would have aborted it anyway).
     exe = client.compile(ADD)
     y = exe(np.ones(4, np.float32), np.ones(4, np.float32))
     y.block_until_ready(timeout=60)
     np.testing.assert_array_equal(y.numpy(), np.full(4, 2, np.float32))
+
+
+# A pmap over all 8 devices (both workers) whose while loop never ends (its condition is always
+# true), with an all_reduce (pmax) in every iteration: only cancelling it stops it.
+FOREVER = """
+import numpy as np
+from jax import lax
+import loom.jax
+loom.jax.initialize(patch_jax=False)
+forever = loom.jax.pmap(lambda x: lax.while_loop(lambda c: True, lambda c: lax.pmax(c + 1, "i"), x), axis_name="i")
+plus_one = loom.jax.pmap(lambda v: v + 1, axis_name="i")
+"""
+
+INTERRUPTED_WAIT = FOREVER + """
+import sys
+what = sys.argv[1]
+y, fut = forever.launch(np.zeros(8, np.int32))
+z = plus_one(y)  # queued behind y on every device, and consumes it
+print("waiting", flush=True)
+try:
+    if what == "numpy":
+        z.numpy()  # waits for z's launch, which waits for y's
+    elif what == "block_until_ready":
+        y.block_until_ready()
+    else:
+        fut.wait()
+    print("finished?!", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    print("cancelled", fut.cancelled(), flush=True)
+    try:
+        z.numpy()
+    except loom.CancelledError as e:
+        print("consumer:", e, flush=True)
+    sys.stdin.readline()  # the session stays open while the test uses the same devices
+    raise
+"""
+
+
+@pytest.mark.parametrize("what", ["numpy", "block_until_ready", "future"])
+def test_ctrl_c_cancels_what_it_waited_for(client, cluster, what):
+    p = python_script(INTERRUPTED_WAIT, cluster.env, stdin=subprocess.PIPE, argv=[what])
+    try:
+        assert p.stdout.readline().strip() == "waiting", p.stderr.read()
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGINT)
+        assert p.stdout.readline().strip() == "interrupted", p.stderr.read()
+        elapsed = time.monotonic() - t0
+        assert elapsed < 5, f"Ctrl-C took {elapsed:.1f} s to stop waiting"
+        assert p.stdout.readline().strip() == "cancelled True"
+        line = p.stdout.readline().strip()
+        assert line.startswith("consumer:") and "cancelled by the client" in line, line
+        # The client is still connected: its launches were cancelled, not ended with its session.
+        # Devices run launches in order, so this one completes only if the endless one stopped
+        # on all 8 devices (and the consumer queued behind it went away).
+        exe = client.compile(REPLICA_SUM)
+        y = exe(np.ones((8, 2), np.float32))
+        y.block_until_ready(timeout=60)
+        np.testing.assert_array_equal(y.numpy(), np.full((8, 2), 8, np.float32))
+        p.stdin.close()  # the script goes on: it re-raises KeyboardInterrupt
+        p.wait(timeout=30)
+        err = p.stderr.read()
+        assert p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, (p.returncode, err)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_future_cancel(client):
+    import loom.jax
+    from jax import lax
+    forever = loom.jax.pmap(lambda x: lax.while_loop(lambda c: True, lambda c: lax.pmax(c + 1, "i"), x),
+                            axis_name="i")
+    plus_one = loom.jax.pmap(lambda v: v + 1, axis_name="i")
+    y, fut = forever.launch(np.zeros(8, np.int32))
+    z = plus_one(y)
+    with pytest.raises(loom.TimeoutError):
+        fut.wait(timeout=0.3)
+    assert not fut.done() and not fut.cancelled()
+    assert fut.cancel() is True
+    assert fut.done() and fut.cancelled() and fut.cancel() is True  # idempotent
+    with pytest.raises(loom.CancelledError, match="cancelled by the client"):
+        fut.wait()
+    assert isinstance(fut.exception(), loom.CancelledError)
+    for a in (y, z):
+        with pytest.raises(loom.CancelledError, match="cancelled by the client"):
+            a.numpy()
+    with pytest.raises(loom.CancelledError):
+        plus_one(y).block_until_ready(timeout=30)  # a consumer issued after the cancel
+    # the devices go on; a finished launch is not changed by cancel()
+    w, done = plus_one.launch(np.arange(8, dtype=np.int32))
+    done.wait(timeout=60)
+    assert done.cancel() is False and not done.cancelled()
+    np.testing.assert_array_equal(w.numpy(), np.arange(1, 9, dtype=np.int32))
 
 
 HOLD_MEMORY = """
