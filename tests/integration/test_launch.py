@@ -89,7 +89,7 @@ def test_compile_time_mismatches(cluster, tmp_path):
 
 
 def test_unknown_handles_over_the_wire(cluster):
-    LAUNCH, ARRAY_LOCATE, ARRAY_DELETE, ACK = 24, 19, 20, 13
+    LAUNCH, ARRAY_LOCATE, ARRAY_DELETE, ACK, CANCEL_LAUNCH = 24, 19, 20, 13, 36
     c = wire.Conn(cluster.addr)
     try:
         c.handshake()
@@ -106,6 +106,11 @@ def test_unknown_handles_over_the_wire(cluster):
         c.send(wire.frame(ARRAY_DELETE, wire.field_varint(1, 123), request_id=4))
         t, rid, _, _ = c.recv_frame()
         assert (t, rid) == (ACK, 4)
+        # cancelling the refused launch, or one never sent: nothing to do, ACK (and nothing else)
+        for launch_rid, rid in ((2, 6), (999, 7)):
+            c.send(wire.frame(CANCEL_LAUNCH, wire.field_varint(1, launch_rid), request_id=rid))
+            t, got, _, _ = c.recv_frame()
+            assert (t, got) == (ACK, rid)
         # a worker's message from a client is refused, the client stays
         c.send(wire.frame(29, wire.field_varint(1, 1), request_id=5))  # RUN_DONE
         code, msg, rid = c.expect_error()
