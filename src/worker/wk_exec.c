@@ -438,9 +438,8 @@ static wk_launch *find_launch(wk *w, uint64_t seq) {
   return NULL;
 }
 
-/* Cancels a launch: tasks still queued leave their device's queue at once (their outputs fail,
- * so launches and gets waiting on them go on), running ones stop at the next op or collective
- * call, which poll the launch's cancel flag. Loop thread. */
+/* Sets a launch's cancel flag: running tasks stop at the next op or collective call, which poll
+ * it; tasks waiting for inputs wake up and give up. Loop thread. */
 static void cancel_launch(wk *w, wk_launch *l, const char *why) {
   if (l->cancel) return;
   snprintf(l->cancel_reason, sizeof l->cancel_reason, "%s", why);
@@ -448,22 +447,28 @@ static void cancel_launch(wk *w, wk_launch *l, const char *why) {
   pthread_mutex_lock(&w->store.mu); /* wake device threads waiting for inputs */
   pthread_cond_broadcast(&w->store.cv);
   pthread_mutex_unlock(&w->store.mu);
+}
+
+/* Takes the tasks of cancelled launches out of every device's queue at once (one pass per
+ * queue, however many launches were cancelled): their outputs fail now, so launches and gets
+ * waiting on them go on, and the devices never see them. Loop thread. */
+static void drop_cancelled(wk *w) {
   char msg[LM_ERR_MSG_MAX];
-  snprintf(msg, sizeof msg, "launch %llu was aborted: %s", (unsigned long long)l->seq, why);
   for (uint32_t i = 0; w->devs && i < w->cfg.devices; i++) {
     wk_dev *d = &w->devs[i];
     if (!d->started) continue;
-    wk_task *dropped = NULL;
+    wk_task *dropped = NULL, **tail = &dropped;
     pthread_mutex_lock(&d->mu);
     wk_task *prev = NULL;
     for (wk_task *t = d->head; t;) {
       wk_task *n = t->next;
-      if (t->l == l) {
+      if (t->l->cancel) {
         if (prev) prev->next = n;
         else d->head = n;
         if (d->tail == t) d->tail = prev;
-        t->next = dropped;
-        dropped = t;
+        t->next = NULL;
+        *tail = t; /* keep queue order: launches are reported in it */
+        tail = &t->next;
       } else {
         prev = t;
       }
@@ -472,6 +477,9 @@ static void cancel_launch(wk *w, wk_launch *l, const char *why) {
     pthread_mutex_unlock(&d->mu);
     while (dropped) { /* outside the queue's lock: finishing slots takes the store's */
       wk_task *n = dropped->next;
+      wk_launch *l = dropped->l;
+      snprintf(msg, sizeof msg, "launch %llu was aborted: %s", (unsigned long long)l->seq,
+               l->cancel_reason[0] ? l->cancel_reason : "cancelled");
       fail_outputs(w, dropped, LOOM_CANCELLED, msg);
       task_done(w, dropped); /* may hand l to the finished list: freed later, on this thread */
       dropped = n;
@@ -481,12 +489,15 @@ static void cancel_launch(wk *w, wk_launch *l, const char *why) {
 
 void wk_on_abort(wk *w, const Lmw__AbortLaunch *m) {
   wk_launch *l = find_launch(w, m->seq);
-  if (l) cancel_launch(w, l, m->reason && m->reason[0] ? m->reason : "aborted by the controller");
+  if (!l || l->cancel) return;
+  cancel_launch(w, l, m->reason && m->reason[0] ? m->reason : "aborted by the controller");
+  drop_cancelled(w);
 }
 
 void wk_on_session_closed(wk *w, uint64_t session) {
   for (wk_launch *l = w->active; l; l = l->next)
     if (l->session == session) cancel_launch(w, l, "its session closed");
+  drop_cancelled(w);
   wk_store_close_session(&w->store, session);
   wk_data_session_closed(w, session);
 }
