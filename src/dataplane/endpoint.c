@@ -501,12 +501,12 @@ int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, l
     p->dp = dp;
     p->next = dp->peers;
     dp->peers = p;
-  } else if (p->blob && p->blob_len == len && memcmp(p->blob, blob, len) == 0) {
+  } else if (!p->failed && p->blob && p->blob_len == len && memcmp(p->blob, blob, len) == 0) {
     pthread_mutex_unlock(&dp->mu); /* the same address again */
     free(copy);
     return 0;
   } else {
-    /* a restarted worker: drop the old connection */
+    /* a restarted worker, or one declared dead that is back: start over with a new connection */
     ucp_ep_h old = p->ep;
     p->ep = NULL;
     dp_close_ep_locked(dp, old);
