@@ -47,7 +47,7 @@ $(ASAN_BUILD)/CMakeCache.txt:
 
 test-asan: $(ASAN_BUILD)/CMakeCache.txt
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && $(CTEST) $(CTEST_ARGS) -L c
+	cd $(ASAN_BUILD) && $(CTEST) $(CTEST_ARGS) -L '^c$$'
 
 install: build
 	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
@@ -55,5 +55,10 @@ install: build
 bench: build
 	@echo "benchmarks are in $(BUILD)/bench; see bench/README.md"
 
+# libFuzzer targets (clang) in build-fuzz/; e.g. build-fuzz/tests/fuzz/fuzz_parse tests/fuzz/corpus/parse
+fuzz:
+	$(CMAKE) -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DLOOM_FUZZ=ON
+	$(CMAKE) --build build-fuzz -j $(JOBS) --target fuzz_parse fuzz_npy
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

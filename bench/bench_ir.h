@@ -18,13 +18,13 @@ typedef struct bi {
   lm_block *body;
 } bi;
 
-static void *bi_alloc(bi *b, size_t n) {
+static inline void *bi_alloc(bi *b, size_t n) {
   void *p = lm_arena_alloc(&b->m->arena, n);
   if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
   return p;
 }
 
-static void bi_init(bi *b) {
+static inline void bi_init(bi *b) {
   b->m = calloc(1, sizeof *b->m);
   lm_arena_init(&b->m->arena, 0);
   b->m->nfuncs = 1;
@@ -41,19 +41,19 @@ static void bi_init(bi *b) {
   b->body->args = bi_alloc(b, 16 * sizeof(uint32_t));
 }
 
-static uint32_t bi_value(bi *b, lm_type t) {
+static inline uint32_t bi_value(bi *b, lm_type t) {
   b->fn->value_types[b->fn->nvalues] = t;
   return b->fn->nvalues++;
 }
 
-static uint32_t bi_arg(bi *b, lm_type t) {
+static inline uint32_t bi_arg(bi *b, lm_type t) {
   uint32_t v = bi_value(b, t);
   b->body->args[b->body->nargs++] = v;
   b->fn->arg_types[b->fn->nargs++] = t;
   return v;
 }
 
-static lm_op *bi_op(bi *b, lm_opcode code, uint32_t nin, const uint32_t *in, lm_type out) {
+static inline lm_op *bi_op(bi *b, lm_opcode code, uint32_t nin, const uint32_t *in, lm_type out) {
   lm_op *op = &b->body->ops[b->body->nops++];
   memset(op, 0, sizeof *op);
   op->code = (uint16_t)code;
@@ -69,14 +69,14 @@ static lm_op *bi_op(bi *b, lm_opcode code, uint32_t nin, const uint32_t *in, lm_
   return op;
 }
 
-static lm_attr *bi_attr(bi *b, lm_op *op, const char *name) {
+static inline lm_attr *bi_attr(bi *b, lm_op *op, const char *name) {
   lm_named_attr *na = &op->attrs[op->nattrs++];
   memset(na, 0, sizeof *na);
   na->name = name;
   return &na->value;
 }
 
-static lm_attr bi_ints(bi *b, int n, const int64_t *v) {
+static inline lm_attr bi_ints(bi *b, int n, const int64_t *v) {
   lm_attr a;
   memset(&a, 0, sizeof a);
   a.kind = LM_ATTR_INTS;
@@ -111,7 +111,7 @@ static inline uint32_t bi_bcast_scalar(bi *b, uint32_t x, lm_type t) {
   return op->out[0];
 }
 
-static void bi_finish(bi *b, uint32_t n, const uint32_t *vals) {
+static inline void bi_finish(bi *b, uint32_t n, const uint32_t *vals) {
   b->fn->nresults = n;
   b->fn->result_types = bi_alloc(b, n * sizeof(lm_type));
   b->fn->result_attrs = bi_alloc(b, n * sizeof(lm_attr));
@@ -125,7 +125,7 @@ static void bi_finish(bi *b, uint32_t n, const uint32_t *vals) {
   memcpy(r->in, vals, n * sizeof(uint32_t));
 }
 
-static double bench_now(void) {
+static inline double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;

@@ -1,5 +1,6 @@
-/* Loom's public C client API: connect to a cluster's controller and see its devices as one
- * machine. Link with -lloom (libloom.so or libloom.a); docs/c-api.md has a walk-through and
+/* Loom's public C client API: connect to a cluster's controller, see its devices as one
+ * machine, put sharded arrays on them, compile StableHLO programs once and launch them on every
+ * device asynchronously. Link with -lloom (libloom.so or libloom.a); docs/c-api.md has a walk-through and
  * docs/examples/list_devices.c a complete program.
  *
  * Conventions (stable across versions):
@@ -120,6 +121,257 @@ typedef struct loom_device_desc {
  * next loom_refresh_devices or loom_disconnect on this client. LOOM_NOT_FOUND for an id out of
  * range. */
 LOOM_API loom_status loom_device_info(loom_client *client, int32_t id, loom_device_desc *out);
+
+/* ==== arrays, executables, launches (issue 4) ====
+ *
+ * A typical program:
+ *
+ *   int32_t devs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+ *   loom_sharding sh;
+ *   loom_sharding_tiled(&sh, devs, 8, 0);              // split dim 0 over the 8 devices
+ *   int64_t dims[1] = {8};
+ *   loom_put_args put;
+ *   loom_put_args_initialize(&put);
+ *   put.dtype = LOOM_DTYPE_S32; put.rank = 1; put.dims = dims; put.sharding = &sh;
+ *   put.data = host; put.data_size = sizeof host;
+ *   loom_array *x;
+ *   loom_array_put(client, &put, &x);                  // returns once the shards are on the workers
+ *   loom_executable *exe;
+ *   loom_compile(client, text, strlen(text), NULL, &exe);   // StableHLO text as JAX prints it
+ *   loom_array *y;
+ *   loom_future *f;
+ *   loom_launch(exe, &x, 1, NULL, &y, 1, &f);          // returns at once; y exists as a handle
+ *   loom_future_wait(f, -1);                           // or chain more launches on y first
+ *   loom_array_get(y, out, sizeof out);                // assembled on the host
+ *   loom_future_destroy(f); loom_array_release(x); loom_array_release(y);
+ *   loom_executable_destroy(exe);
+ *
+ * Every handle below belongs to the client it was made with and must be released before
+ * loom_disconnect (which frees the session's device memory on the workers in any case). */
+
+#define LOOM_MAX_RANK 16        /* array rank limit */
+#define LOOM_MAX_MESH_AXES 8    /* device mesh rank limit */
+
+/* ---- shardings ----
+ *
+ * How an array is laid out over devices: a device mesh (an N-d grid of virtual devices) and,
+ * for each array dimension, the mesh axes it is split over. Any mesh axis no dimension uses
+ * replicates the array along it. This is the information of a JAX NamedSharding (mesh.devices
+ * -> mesh_shape + devices row-major; PartitionSpec entry d -> dim_axes[d], a tuple of axis
+ * names -> several axes, major to minor) and of an XLA OpSharding (tile_assignment_dimensions
+ * -> mesh_shape with dim d over axis d, a trailing replicated tile dimension -> an axis no dim
+ * uses; tile_assignment_devices -> devices). Shards must divide evenly: dimension d of size n
+ * split over axes of total size k needs n % k == 0, and each shard is n / k long.
+ *
+ * Shard order: the device at mesh position (i0, i1, ...) is devices[row-major index]; along a
+ * dimension split over axes (a, b) (a major), the shard index is i_a * size_b + i_b. */
+typedef struct loom_sharding {
+  size_t struct_size;                 /* sizeof(loom_sharding) */
+  int32_t mesh_rank;                  /* number of mesh axes, 0..LOOM_MAX_MESH_AXES; 0 = a single
+                                         device, devices[0] (same as a mesh of shape [1]) */
+  int64_t mesh_shape[LOOM_MAX_MESH_AXES]; /* axis sizes, each >= 1; product == num_devices */
+  int32_t num_devices;                /* >= 1 */
+  const int32_t *devices;             /* [num_devices] distinct virtual device ids, mesh row-major
+                                         (last axis fastest). Passed in: read during the call.
+                                         Handed out: lives as long as the object it describes */
+  /* dim_axes[d][0..k): the mesh axes array dimension d is split over, major to minor, ended by
+   * -1 (or by filling all LOOM_MAX_MESH_AXES entries). Each mesh axis appears at most once in
+   * the whole table. Dimensions at or beyond the array's rank must have no axes. */
+  int8_t dim_axes[LOOM_MAX_RANK][LOOM_MAX_MESH_AXES];
+} loom_sharding;
+
+/* struct_size, an empty mesh (mesh_rank 0), no devices, and every dim_axes entry -1. */
+LOOM_API void loom_sharding_initialize(loom_sharding *s);
+/* Whole array on one device: mesh_rank 0, devices = device (a pointer to the caller's id, read
+ * when the sharding is used). */
+LOOM_API void loom_sharding_single(loom_sharding *s, const int32_t *device);
+/* The same full copy on each of devices[0..n): a 1-d mesh [n] that no dimension uses. */
+LOOM_API void loom_sharding_replicated(loom_sharding *s, const int32_t *devices, int32_t n);
+/* Dimension dim split into n equal shards, shard i on devices[i]: a 1-d mesh [n] used by dim. */
+LOOM_API void loom_sharding_tiled(loom_sharding *s, const int32_t *devices, int32_t n, int32_t dim);
+
+/* ---- arrays ----
+ *
+ * An array is a global shape and dtype with a sharding over virtual devices; its data lives as
+ * shards in device memory on the workers (charged to each device's memory budget). Element
+ * data is always row-major (C order), little-endian, dense; bool (PRED) is one byte 0/1;
+ * f16/bf16 are their 16-bit patterns; complex numbers are (real, imaginary) pairs. Bulk data
+ * travels between this process and the workers directly, never through the controller. */
+typedef struct loom_array loom_array;
+
+typedef struct loom_put_args {
+  size_t struct_size;                 /* sizeof(loom_put_args) */
+  loom_dtype dtype;
+  int32_t rank;                       /* 0..LOOM_MAX_RANK */
+  const int64_t *dims;                /* [rank], each >= 0 */
+  /* Where it goes. NULL: the whole array on virtual device 0. */
+  const loom_sharding *sharding;
+  /* The global array, data_size == product(dims) * dtype size bytes ... */
+  const void *data;
+  size_t data_size;
+  /* ... or, instead (data NULL), each device's shard: shard_data[i] holds the shard of
+   * sharding->devices[i] (its local shape, row-major); replicas may point to the same memory. */
+  const void *const *shard_data;
+} loom_put_args;
+
+/* struct_size and defaults: dtype INVALID, rank 0, everything NULL. */
+LOOM_API void loom_put_args_initialize(loom_put_args *args);
+
+/* Creates an array and copies the data to its shards' devices; returns when every shard is in
+ * device memory (the caller's buffers may be reused at once). Errors: LOOM_INVALID_ARGUMENT (a
+ * bad shape, a sharding that does not divide the shape, an unknown device, a wrong data size),
+ * LOOM_DEVICE_OUT_OF_MEMORY naming the device (the array is then not created),
+ * LOOM_WORKER_LOST. On failure *out is NULL. */
+LOOM_API loom_status loom_array_put(loom_client *client, const loom_put_args *args, loom_array **out);
+
+/* Copies the whole array into dst (dst_size must be at least its byte size), assembling the
+ * shards (one copy of each distinct shard is fetched). Waits first until the array is ready
+ * (the launch that produces it has finished: no time limit, the client's interrupt hook
+ * stops it with LOOM_CANCELLED); a failed producer makes this fail with the producer's error.
+ * Then each transfer is limited by the client's timeout. */
+LOOM_API loom_status loom_array_get(loom_array *array, void *dst, size_t dst_size);
+/* Copies one shard, the one on sharding device index `index` (0..num_devices-1), into dst. */
+LOOM_API loom_status loom_array_get_shard(loom_array *array, int32_t index, void *dst, size_t dst_size);
+/* Waits until the array's data exists (LOOM_OK), its producer failed (that error), or
+ * timeout_ms passes (LOOM_TIMEOUT; < 0: no limit) or the interrupt hook fires
+ * (LOOM_CANCELLED). */
+LOOM_API loom_status loom_array_block_until_ready(loom_array *array, int64_t timeout_ms);
+/* Frees the array's shards on the workers (asynchronously; launches already issued that read
+ * it still see it). The handle stays valid for queries; using it as data afterwards fails with
+ * LOOM_NOT_FOUND ("array 7 was deleted"). Deleting twice is fine. */
+LOOM_API loom_status loom_array_delete(loom_array *array);
+/* Deletes the array if it is not deleted yet and frees the handle. NULL is a no-op. */
+LOOM_API void loom_array_release(loom_array *array);
+
+/* Queries (no communication; valid on deleted arrays too). */
+LOOM_API loom_dtype loom_array_dtype(const loom_array *array);
+LOOM_API int32_t loom_array_rank(const loom_array *array);
+/* [rank] dims; lives as long as the handle. */
+LOOM_API const int64_t *loom_array_dims(const loom_array *array);
+/* Bytes of the whole array (product of dims * dtype size). */
+LOOM_API uint64_t loom_array_nbytes(const loom_array *array);
+/* The array's id in its session (what error messages call "array 7"). */
+LOOM_API uint64_t loom_array_id(const loom_array *array);
+LOOM_API int loom_array_is_deleted(const loom_array *array);
+/* Fills *out (caller sets out->struct_size); out->devices lives as long as the handle. */
+LOOM_API loom_status loom_array_sharding(const loom_array *array, loom_sharding *out);
+
+typedef struct loom_shard_desc {
+  size_t struct_size;                 /* in: sizeof(loom_shard_desc) */
+  int32_t device;                     /* virtual device id holding it */
+  int32_t rank;
+  int64_t offsets[LOOM_MAX_RANK];     /* where the shard starts in the global array */
+  int64_t dims[LOOM_MAX_RANK];        /* its shape */
+  uint64_t nbytes;
+} loom_shard_desc;
+
+/* Number of shards: one per device of the sharding (replicas count separately). */
+LOOM_API int32_t loom_array_num_shards(const loom_array *array);
+/* The shard on sharding device index `index`. LOOM_NOT_FOUND when out of range. */
+LOOM_API loom_status loom_array_shard_info(const loom_array *array, int32_t index, loom_shard_desc *out);
+
+/* ---- executables ---- */
+
+typedef struct loom_executable loom_executable;
+
+typedef struct loom_compile_options {
+  size_t struct_size;                 /* sizeof(loom_compile_options) */
+  /* The virtual devices that run the program: SPMD process i (i = replica_id * num_partitions +
+   * partition_id) runs on devices[i]. NULL: devices 0 .. n-1, n = num_replicas * num_partitions
+   * of the module. num_devices must equal n (else LOOM_INVALID_ARGUMENT saying so). */
+  const int32_t *devices;
+  int32_t num_devices;
+  /* Names the program in messages (a file name); copied. NULL: "<program>". */
+  const char *name;
+} loom_compile_options;
+
+LOOM_API void loom_compile_options_initialize(loom_compile_options *options);
+
+/* Compiles a StableHLO module (MLIR text as JAX's lowering prints it, text[0..len)) for the
+ * cluster: the controller parses and verifies it, determines its SPMD form (single device;
+ * mhlo.num_replicas replicas running the same program; sdy.manual_computation partitions,
+ * which is how shard_map and current jax.pmap lower), checks it against the devices, and the
+ * workers holding those devices load it. Identical text and options reuse the cached
+ * executable. Errors: LOOM_PARSE / LOOM_VERIFY / LOOM_UNSUPPORTED with file:line:col, and
+ * LOOM_INVALID_ARGUMENT for a mismatch with the devices ("the module has 8 partitions but 6
+ * devices were given", "dimension 0 of argument 0 (size 10) does not split into 4 shards"), or
+ * a module that needs automatic SPMD partitioning (sharding annotations without
+ * sdy.manual_computation), which Loom does not do yet. options may be NULL. */
+LOOM_API loom_status loom_compile(loom_client *client, const char *text, size_t len,
+                                  const loom_compile_options *options, loom_executable **out);
+/* Frees the handle (the workers unload the program when no session uses it). NULL ok. */
+LOOM_API void loom_executable_destroy(loom_executable *exe);
+
+typedef struct loom_executable_info {
+  size_t struct_size;                 /* in: sizeof(loom_executable_info) */
+  const char *form;                   /* "single", "replicas" or "partitions" */
+  int32_t num_replicas, num_partitions;
+  int32_t num_devices;                /* num_replicas * num_partitions */
+  const int32_t *devices;             /* [num_devices]: process i runs on devices[i] */
+  int32_t num_inputs, num_outputs;
+  uint64_t fingerprint;               /* of the text and the options: equal for cached ones */
+  int32_t cached;                     /* 1 when the controller reused an identical compile */
+} loom_executable_info;               /* pointers live as long as the executable */
+
+LOOM_API loom_status loom_executable_info_get(const loom_executable *exe, loom_executable_info *out);
+
+/* The global type of an input or output (what a launch takes or returns). */
+typedef struct loom_array_spec {
+  size_t struct_size;                 /* in: sizeof(loom_array_spec) */
+  loom_dtype dtype;
+  int32_t rank;
+  int64_t dims[LOOM_MAX_RANK];
+} loom_array_spec;
+
+/* Input i's (output i's) global shape and dtype, and how it is sharded over the executable's
+ * devices. For "replicas" programs an input or output of per-replica type T is the array
+ * [num_replicas, T...] split along dimension 0 (one row per replica); an input may also be an
+ * array of type T replicated over the devices. sharding->devices lives as long as exe. */
+LOOM_API loom_status loom_executable_input(const loom_executable *exe, int32_t index, loom_array_spec *spec,
+                                           loom_sharding *sharding);
+LOOM_API loom_status loom_executable_output(const loom_executable *exe, int32_t index, loom_array_spec *spec,
+                                            loom_sharding *sharding);
+
+/* ---- launches and futures ---- */
+
+/* Completion of an asynchronous operation (a launch). */
+typedef struct loom_future loom_future;
+
+typedef struct loom_launch_options {
+  size_t struct_size;                 /* sizeof(loom_launch_options); nothing else yet */
+} loom_launch_options;
+
+LOOM_API void loom_launch_options_initialize(loom_launch_options *options);
+
+/* Runs exe once on its devices with inputs[0..num_inputs) (num_inputs must equal the
+ * executable's input count) and returns at once: outputs[0..num_outputs) (num_outputs must
+ * equal its output count) receive new array handles, which may be used right away as inputs
+ * of further launches or be read (reads wait), and *out_future (optional: NULL) the launch's
+ * completion. Inputs may be outputs of launches that have not finished. The controller gives
+ * every launch a global sequence number; every device runs its launches in that order.
+ *
+ * Errors found by the controller (an unknown, deleted or foreign array, the wrong dtype, shape
+ * or sharding for an input) complete the future with that error and make the outputs fail the
+ * same way when used; errors in the call itself (NULL pointers, wrong counts, a broken
+ * connection) return here with no outputs and no future. An input's error (its producer
+ * failed) propagates to this launch's outputs and future. A worker lost during the launch
+ * fails it with LOOM_WORKER_LOST naming the worker. options may be NULL. */
+LOOM_API loom_status loom_launch(loom_executable *exe, loom_array *const *inputs, int32_t num_inputs,
+                                 const loom_launch_options *options, loom_array **outputs, int32_t num_outputs,
+                                 loom_future **out_future);
+
+/* Waits for completion: LOOM_OK, or the operation's error (message: loom_future_errmsg). Stops
+ * waiting with LOOM_TIMEOUT after timeout_ms (< 0: no limit) or LOOM_CANCELLED when the
+ * client's interrupt hook fires; the future then stays pending and may be waited again. */
+LOOM_API loom_status loom_future_wait(loom_future *future, int64_t timeout_ms);
+/* Without waiting: LOOM_PENDING while running, else what loom_future_wait would return. */
+LOOM_API loom_status loom_future_status(loom_future *future);
+/* The error's message once the future failed, else "". Lives as long as the future. */
+LOOM_API const char *loom_future_errmsg(loom_future *future);
+/* The launch's global sequence number once it completed successfully, else 0. */
+LOOM_API uint64_t loom_future_sequence(loom_future *future);
+/* Frees the future; a pending operation carries on (its outputs still become ready). NULL ok. */
+LOOM_API void loom_future_destroy(loom_future *future);
 
 #ifdef __cplusplus
 }

@@ -26,7 +26,8 @@
   X(CHECK_FAILED, -17, "check failed")                                        \
   X(CLOSED, -18, "connection closed")                                         \
   X(BUSY, -19, "busy")                                                        \
-  X(PERMISSION, -20, "permission denied")
+  X(PERMISSION, -20, "permission denied")                                     \
+  X(PENDING, -21, "not complete yet")
 
 typedef enum loom_status {
 #define LOOM__STATUS_ENUM(name, value, desc) LOOM_##name = value,

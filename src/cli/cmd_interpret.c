@@ -7,16 +7,19 @@
  *   - running a program on .npy inputs (--input) and writing its results as .npy (--output-dir).
  * Entry function of a case: --function, else @main, else the module's only function (the
  * reference runner's rule), else every function without arguments. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "cli/cli.h"
 #include "common/npy.h"
 #include "exec/exec.h"
 #include "hlo/dump.h"
 #include "hlo/parse.h"
+#include "worker/spmd_local.h"
 
 typedef enum { ST_PASS, ST_FAIL, ST_UNSUPPORTED, ST_ERROR } case_status;
 static const char *const g_status_names[] = {"PASS", "FAIL", "UNSUPPORTED", "ERROR"};
@@ -26,6 +29,8 @@ typedef struct run_cfg {
   int ninputs;
   const char *output_dir;
   const char *function;
+  const char *probe_dir;       /* --probe-dir, or NULL: a temporary directory per case */
+  const char *case_probe_dir;  /* the directory of the case being run */
   size_t device_memory;
   int nthreads;
   bool quiet, json, dump_ir, parse_only;
@@ -49,6 +54,8 @@ static void usage(FILE *f) {
           "                         else every function without arguments)\n"
           "  --device-memory BYTES  the device's memory budget (default 2G; suffixes K, M, G)\n"
           "  --threads N            threads kernels may use (default 1)\n"
+          "  --probe-dir DIR        keep the values interpreter.probe records in DIR (default: a\n"
+          "                         temporary directory per case, removed afterwards)\n"
           "  --quiet                print only failures and the summary\n"
           "  --json                 print one JSON object per case and a summary object\n"
           "  --parse-only           parse and verify only\n"
@@ -92,6 +99,7 @@ static void report(run_cfg *c, const char *file, uint32_t line, const char *fn, 
     printf(", \"status\": \"%s\", \"message\": ", g_status_names[st]);
     json_str(stdout, msg ? msg : "");
     printf("}\n");
+    fflush(stdout); /* whole lines even if a later case brings the process down */
     return;
   }
   if (c->quiet && (st == ST_PASS || st == ST_UNSUPPORTED)) return;
@@ -99,6 +107,7 @@ static void report(run_cfg *c, const char *file, uint32_t line, const char *fn, 
   if (fn) printf(" @%s", fn);
   if (msg && *msg) printf(": %s", msg);
   printf("\n");
+  fflush(stdout);
 }
 
 static case_status status_of(int rc) {
@@ -191,7 +200,7 @@ static int run_function(run_cfg *c, const lm_program *prog, const lm_func *fn, l
   int rc = args && res ? 0 : lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0 && nargs) rc = load_inputs(c, fn, dev, args, err);
   if (rc == 0) {
-    lm_run_opts o = {.device = dev, .nthreads = c->nthreads};
+    lm_run_opts o = {.device = dev, .nthreads = c->nthreads, .probe_dir = c->case_probe_dir};
     rc = lm_program_run(prog, fn->name, &o, args, nargs, res, nres, err);
   }
   if (rc == 0 && c->output_dir) rc = write_results(c, res, nres, err);
@@ -205,7 +214,31 @@ static int run_function(run_cfg *c, const lm_program *prog, const lm_func *fn, l
   return rc;
 }
 
+/* Removes a temporary probe directory and the files in it. */
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *de;
+    while ((de = readdir(d))) {
+      if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+      char path[4096];
+      if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < sizeof path) unlink(path);
+    }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
 static void run_case(run_cfg *c, const char *file, const char *text, size_t len, uint32_t line) {
+  /* a case is named by its first non-blank line */
+  size_t skip = 0;
+  for (size_t i = 0; i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'); i++)
+    if (text[i] == '\n') {
+      line++;
+      skip = i + 1;
+    }
+  text += skip;
+  len -= skip;
   lm_err err;
   lm_module *m;
   lm_parse_opts po = {.filename = file, .first_line = line};
@@ -249,13 +282,18 @@ static void run_case(run_cfg *c, const char *file, const char *text, size_t len,
       lm_module_free(m);
       return;
     }
+  char first[256]; /* the names live in m, which lm_program_create frees on failure */
+  snprintf(first, sizeof first, "%s", names[0]);
   lm_program *prog;
   rc = lm_program_create(m, &prog, &err); /* takes m */
   if (rc < 0) {
-    report(c, file, line, nnames == 1 ? names[0] : NULL, status_of(rc) == ST_FAIL ? ST_ERROR : status_of(rc), err.msg);
+    report(c, file, line, nnames == 1 ? first : NULL, status_of(rc) == ST_FAIL ? ST_ERROR : status_of(rc), err.msg);
     return;
   }
   const lm_module *pm = lm_program_module(prog);
+  char tmpdir[] = "/tmp/loom-probe-XXXXXX";
+  c->case_probe_dir = c->probe_dir;
+  if (!c->probe_dir && mkdtemp(tmpdir)) c->case_probe_dir = tmpdir;
   for (int i = 0; i < nnames; i++) {
     const lm_func *fn = lm_module_func(pm, names[i]);
     if (fn->nargs && !c->ninputs) {
@@ -266,7 +304,19 @@ static void run_case(run_cfg *c, const char *file, const char *text, size_t len,
     rc = run_function(c, prog, fn, &err);
     report(c, file, line, fn->name, rc < 0 ? status_of(rc) : ST_PASS, rc < 0 ? err.msg : NULL);
   }
+  if (c->case_probe_dir == tmpdir) remove_dir(tmpdir);
+  c->case_probe_dir = NULL;
   lm_program_destroy(prog);
+}
+
+/* A line holding the split marker `// -----` (like mlir's -split-input-file, also when commented
+ * out again as `// // -----`) starts a new case. */
+static bool is_split_line(const char *p, size_t n) {
+  const char *e = memchr(p, '\n', n);
+  size_t len = e ? (size_t)(e - p) : n;
+  for (size_t i = 0; i + 8 <= len; i++)
+    if (!memcmp(p + i, "// -----", 8)) return true;
+  return false;
 }
 
 /* Splits a file at `// -----` lines into cases and runs each. */
@@ -299,7 +349,7 @@ static int run_file(run_cfg *c, const char *path) {
   uint32_t line = 1, start_line = 1;
   for (size_t i = 0; i <= n; i++) {
     bool at_line = i == 0 || buf[i - 1] == '\n';
-    if (i < n && at_line && n - i >= 8 && !memcmp(buf + i, "// -----", 8)) {
+    if (i < n && at_line && is_split_line(buf + i, n - i)) {
       run_case(c, path, buf + start, i - start, start_line);
       while (i < n && buf[i] != '\n') i++;
       start = i + 1;
@@ -316,6 +366,7 @@ static int run_file(run_cfg *c, const char *path) {
 
 int cmd_interpret(int argc, char **argv) {
   run_cfg c = {.device_memory = (size_t)2 << 30, .nthreads = 1};
+  lm_spmd_local_register(); /* interpreter.run_parallel: processes on threads of this process */
   const char **files = calloc((size_t)argc + 1, sizeof *files);
   c.inputs = calloc((size_t)argc + 1, sizeof *c.inputs);
   if (!files || !c.inputs) return 2;
@@ -326,6 +377,7 @@ int cmd_interpret(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); free(files); free(c.inputs); return 0; }
     else if (!strcmp(a, "--input") && has_val) c.inputs[c.ninputs++] = argv[++i];
     else if (!strcmp(a, "--output-dir") && has_val) c.output_dir = argv[++i];
+    else if (!strcmp(a, "--probe-dir") && has_val) c.probe_dir = argv[++i];
     else if (!strcmp(a, "--function") && has_val) c.function = argv[++i][0] == '@' ? argv[i] + 1 : argv[i];
     else if (!strcmp(a, "--device-memory") && has_val) {
       if (!parse_size(argv[++i], &c.device_memory) || c.device_memory == 0) {

@@ -21,6 +21,8 @@ static const char g_usage[] =
     "  --device-memory BYTES       memory capacity of each device, e.g. 2G or 512MiB (default 2GiB)\n"
     "  --slice NAME                the slice this worker belongs to (default \"default\")\n"
     "  --connect-timeout SECONDS   keep trying to reach the controller this long (default 30)\n"
+    "  --data-listen HOST:PORT     where clients put and get shards (default: this host's address\n"
+    "                              toward the controller, any free port)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -30,13 +32,14 @@ int cmd_worker(int argc, char **argv) {
   lm_worker_config cfg;
   lm_worker_config_default(&cfg);
   cfg.controller = getenv("LOOM_CONTROLLER");
-  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT };
+  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA };
   static const struct option opts[] = {
       {"controller", required_argument, 0, O_CTL},
       {"devices", required_argument, 0, O_DEV},
       {"device-memory", required_argument, 0, O_MEM},
       {"slice", required_argument, 0, O_SLICE},
       {"connect-timeout", required_argument, 0, O_CT},
+      {"data-listen", required_argument, 0, O_DATA},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -65,6 +68,7 @@ int cmd_worker(int argc, char **argv) {
       if (cli_parse_u64(cmd, "--connect-timeout", optarg, 0, 86400, &v) < 0) return 2;
       cfg.connect_timeout_ms = (uint32_t)(v * 1000);
       break;
+    case O_DATA: cfg.data_listen = optarg; break;
     default: return cli_bad_option(cmd, argv);
     }
   }

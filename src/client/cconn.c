@@ -257,7 +257,17 @@ int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const 
     pthread_mutex_unlock(&c->send_mu);
     free(head);
     if (rc < 0) { /* part of a frame may be on the wire: the stream is no longer usable */
-      lm_err_prefix(err, "sending %s to the controller", lm_msg_name(type));
+      /* A peer that refuses a large payload says why (an ERROR frame) and closes; the send then
+       * fails. Keep reading a moment so the caller hears the peer's reason, not just "broken pipe". */
+      shutdown(c->fd, SHUT_WR);
+      lm_err perr;
+      int prc = lm_call_wait(call, 2000, NULL, NULL, &perr);
+      if (prc < 0 && prc != LOOM_TIMEOUT) {
+        rc = prc;
+        if (err) *err = perr;
+      } else {
+        lm_err_prefix(err, "sending %s to %s", lm_msg_name(type), c->addr);
+      }
       break_connection(c);
     }
   }

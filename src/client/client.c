@@ -1,5 +1,6 @@
 /* The public C API (include/loom/loom.h) over the client connection (cconn.c): options,
- * connect/disconnect, errors, the device snapshot. */
+ * connect/disconnect, errors, the device snapshot. Arrays, executables and launches are in
+ * arrays.c and launch.c (client_int.h). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,24 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include "client/cconn.h"
+#include "client/client_int.h"
 #include "client/locate.h"
-#include "loom/loom.h"
 
-
-struct loom_client {
-  lm_cconn *conn;
-  int64_t timeout_ms;
-  loom_interrupt_fn intr;
-  void *intr_arg;
-  pthread_mutex_t mu;                /* guards devices and errmsg */
-  Lmw__ListDevicesReply *devices;    /* the snapshot; its strings back loom_device_desc */
-  char errmsg[LM_ERR_MSG_MAX];
-};
 
 static _Thread_local char t_errmsg[LM_ERR_MSG_MAX]; /* loom_errmsg(NULL): the last failed connect */
 
-static loom_status fail(loom_client *c, const lm_err *e) {
+loom_status lm_client_fail(loom_client *c, const lm_err *e) {
   if (c) {
     pthread_mutex_lock(&c->mu);
     snprintf(c->errmsg, sizeof c->errmsg, "%s", e->msg);
@@ -35,15 +25,16 @@ static loom_status fail(loom_client *c, const lm_err *e) {
   return (loom_status)e->code;
 }
 
-static loom_status failf(loom_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static loom_status failf(loom_client *c, int code, const char *fmt, ...) {
+loom_status lm_client_failf(loom_client *c, int code, const char *fmt, ...) {
   lm_err e;
   va_list ap;
   va_start(ap, fmt);
   lm_verrf(&e, code, fmt, ap);
   va_end(ap);
-  return fail(c, &e);
+  return lm_client_fail(c, &e);
 }
+#define fail lm_client_fail
+#define failf lm_client_failf
 
 const char *loom_version(void) { return LOOM_VERSION_STRING; }
 const char *loom_strerror(loom_status status) { return lm_status_desc(status); }
@@ -78,6 +69,8 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   loom_client *c = calloc(1, sizeof *c);
   if (!c) return failf(NULL, LOOM_NO_MEMORY, "out of host memory");
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->data_mu, NULL);
+  atomic_init(&c->next_id, 1);
   c->timeout_ms = o.timeout_ms;
   c->intr = o.interrupt;
   c->intr_arg = o.interrupt_arg;
@@ -99,6 +92,8 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
 void loom_disconnect(loom_client *c) {
   if (!c) return;
   lm_cconn_close(c->conn);
+  lm_client_close_data(c);
+  pthread_mutex_destroy(&c->data_mu);
   lm_msg_free(c->devices ? &c->devices->base : NULL);
   pthread_mutex_destroy(&c->mu);
   free(c);

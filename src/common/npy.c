@@ -18,7 +18,10 @@ static const char *find_key(const char *h, const char *e, const char *key) {
   for (const char *p = h; p + kl + 2 <= e; p++) {
     if ((*p == '\'' || *p == '"') && p + kl + 1 < e && memcmp(p + 1, key, kl) == 0 && p[kl + 1] == *p) {
       const char *q = skip_ws(p + kl + 2, e);
-      if (q < e && *q == ':') return skip_ws(q + 1, e);
+      if (q < e && *q == ':') {
+        q = skip_ws(q + 1, e);
+        return q < e ? q : NULL; /* callers may read *q */
+      }
     }
   }
   return NULL;

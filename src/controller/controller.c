@@ -1,5 +1,6 @@
 /* The controller's event loop: accepting peers, the HELLO handshake, per-message handlers,
- * worker health (closed connections and heartbeat timeouts), sessions, orderly shutdown.
+ * worker health (closed connections and heartbeat timeouts), the data-plane address book,
+ * sessions, orderly shutdown. Arrays, programs and launches are in ctl_*.c (ctl.h).
  *
  * Peer rules (docs/protocol.md "Errors"):
  *   - framing errors (bad magic, a limit exceeded, stalled frame, no HELLO in time),
@@ -14,45 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include "common/log.h"
-#include "controller/controller.h"
-#include "controller/registry.h"
-#include "controller/session.h"
-#include "net/msg.h"
-#include "net/sock.h"
+#include "controller/ctl.h"
 
-
-typedef enum { ROLE_NEW = 0, ROLE_CLIENT, ROLE_WORKER } peer_role;
-
-typedef struct ctl ctl;
-
-typedef struct peer {
-  ctl *ctl;
-  lm_conn *conn;
-  peer_role role;
-  bool registered;           /* workers: REGISTER_WORKER accepted */
-  uint32_t worker_id;        /* workers, once registered */
-  lm_session *session;       /* clients */
-  struct peer *prev, *next;  /* the controller's list of peers */
-} peer;
-
-struct ctl {
-  uv_loop_t loop;
-  uv_tcp_t server;
-  uv_signal_t sigint, sigterm;
-  uv_timer_t health;
-  lm_controller_config cfg;
-  lm_registry *reg;
-  peer *peers;               /* every connected peer */
-  uint32_t npeers;
-  peer **worker_peer;        /* [worker id] -> its peer while alive, else NULL */
-  uint32_t worker_peer_cap;
-  uint32_t nsessions;
-  uint64_t next_session;
-  uint64_t start_ms;
-  bool stopping;
-  char bound[LM_ADDR_MAX];
-};
 
 void lm_controller_config_default(lm_controller_config *c) {
   memset(c, 0, sizeof *c);
@@ -64,22 +30,42 @@ void lm_controller_config_default(lm_controller_config *c) {
 }
 
 static uint64_t now_ms(ctl *c) { return uv_now(&c->loop); }
+uint64_t ctl_now_ms(ctl *c) { return uv_now(&c->loop); }
+static void worker_lost(ctl *c, uint32_t id, const char *why);
 
-static void reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
+void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
   lm_err err;
   if (lm_conn_send(p->conn, type, f->h.request_id, m, NULL, 0, NULL, NULL, &err) < 0 && lm_conn_is_open(p->conn))
     lm_warn("cannot reply to %s: %s", lm_conn_peer_name(p->conn), err.msg);
 }
+#define reply ctl_reply
 
-static void reply_error(peer *p, const lm_frame *f, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void reply_error(peer *p, const lm_frame *f, int code, const char *fmt, ...) {
-  char msg[512];
+void ctl_reply_error(peer *p, uint64_t rid, int code, const char *fmt, ...) {
+  char msg[LM_ERR_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  lm_conn_send_error(p->conn, f->h.request_id, code, msg);
+  lm_conn_send_error(p->conn, rid, code, msg);
+}
+#define reply_error(p, f, ...) ctl_reply_error(p, (f)->h.request_id, __VA_ARGS__)
+
+void ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                     const void *payload, uint64_t plen) {
+  peer *p = worker < c->worker_peer_cap ? c->worker_peer[worker] : NULL;
+  if (!p || !lm_conn_is_open(p->conn)) return;
+  lm_err err;
+  if (lm_conn_send(p->conn, type, rid, m, payload, plen, NULL, NULL, &err) < 0) {
+    if (lm_conn_is_open(p->conn)) lm_warn("cannot send %s to worker %u: %s", lm_msg_name(type), worker, err.msg);
+    return;
+  }
+  p->cseq++;
+}
+
+void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap) {
+  const lm_reg_worker *w = lm_registry_worker(c->reg, worker);
+  if (w) snprintf(buf, cap, "worker %u (%s pid %u)", worker, w->host, w->pid);
+  else snprintf(buf, cap, "worker %u", worker);
 }
 
 /* ---- handlers ---- */
@@ -169,7 +155,7 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   if (rc == 0) {
     lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
                            .kinds = kinds, .capacities = caps, .dataplane = m->dataplane_address.data,
-                           .dataplane_len = m->dataplane_address.len};
+                           .dataplane_len = m->dataplane_address.len, .data_address = m->data_address};
     rc = lm_registry_add_worker(c->reg, &spec, now_ms(c), &id, &err);
   }
   if (rc == 0 && ensure_worker_slot(c, id) < 0) {
@@ -192,7 +178,10 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   r.n_device_ids = w->ndevices;
   r.device_ids = w->device_ids;
   r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
+  r.token_key.data = c->token_key;
+  r.token_key.len = sizeof c->token_key;
   reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
+  p->cseq = 0; /* the worker counts what it reads from here on */
   lm_info("worker %u registered from %s: host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
           lm_conn_peer_name(p->conn), w->host, w->pid, w->slice, w->ndevices, w->device_ids[0],
           w->device_ids[w->ndevices - 1]);
@@ -217,7 +206,15 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
     }
     rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), idx, used, k, &err);
   }
-  if (rc < 0) lm_conn_close_with_error(p->conn, f->h.request_id, rc, "bad heartbeat: %s", err.msg);
+  if (rc < 0) { /* the worker is dropped: its devices are unhealthy from now, not after the close */
+    char why[LM_REG_REASON_MAX];
+    snprintf(why, sizeof why, "bad heartbeat: %.140s", err.msg);
+    if (lm_registry_mark_lost(c->reg, p->worker_id, why)) {
+      lm_warn("worker %u lost: %s", p->worker_id, why);
+      worker_lost(c, p->worker_id, why);
+    }
+    lm_conn_close_with_error(p->conn, f->h.request_id, rc, "%s", why);
+  }
 }
 
 static void on_list_devices(peer *p, const lm_frame *f) {
@@ -296,8 +293,63 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   free(ptrs);
 }
 
+/* A worker is lost (once): its launches fail, loads in progress fail, other workers hear it. */
+static void worker_lost(ctl *c, uint32_t id, const char *why) {
+  if (c->stopping) return;
+  ctl_launches_worker_lost(c, id, why);
+  ctl_programs_worker_lost(c, id, why);
+  Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
+  wl.worker_id = id;
+  wl.reason = (char *)why;
+  for (uint32_t i = 0; i < c->worker_peer_cap; i++)
+    if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0);
+}
+
+/* A worker's data-plane address: kept in the registry, sent to the others, and the others' to it. */
+static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDataplane *m) {
+  ctl *c = p->ctl;
+  if (p->role != ROLE_WORKER || !p->registered) {
+    reply_error(p, f, LOOM_PERMISSION, "WORKER_DATAPLANE is only for registered workers");
+    return;
+  }
+  lm_err err;
+  if (lm_registry_set_dataplane(c->reg, p->worker_id, m->address.data, m->address.len, &err) < 0) {
+    lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
+    return;
+  }
+  Lmw__Peer self = LMW__PEER__INIT, *selfp = &self;
+  self.worker_id = p->worker_id;
+  self.dataplane_address = m->address;
+  Lmw__Peers one = LMW__PEERS__INIT;
+  one.n_peers = 1;
+  one.peers = &selfp;
+  uint32_t n = lm_registry_worker_count(c->reg), k = 0;
+  Lmw__Peer *all = calloc(n ? n : 1, sizeof *all);
+  Lmw__Peer **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  for (uint32_t i = 0; all && ptrs && i < n; i++) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, i);
+    if (i == p->worker_id || w->state != LM_WORKER_ALIVE || !w->dataplane_len || !c->worker_peer[i]) continue;
+    ctl_worker_send(c, i, LM_MSG_PEERS, 0, &one.base, NULL, 0);
+    lmw__peer__init(&all[k]);
+    all[k].worker_id = i;
+    all[k].dataplane_address.data = w->dataplane;
+    all[k].dataplane_address.len = w->dataplane_len;
+    ptrs[k] = &all[k];
+    k++;
+  }
+  if (k) {
+    Lmw__Peers others = LMW__PEERS__INIT;
+    others.n_peers = k;
+    others.peers = ptrs;
+    ctl_worker_send(c, p->worker_id, LM_MSG_PEERS, 0, &others.base, NULL, 0);
+  }
+  free(all);
+  free(ptrs);
+}
+
 static void on_frame(lm_conn *conn, lm_frame *f) {
   peer *p = lm_conn_user(conn);
+  ctl *c = p->ctl;
   unsigned type = f->h.type;
   if (p->role == ROLE_NEW && type != LM_MSG_HELLO) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "expected HELLO first, got %s (type %u)",
@@ -308,7 +360,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
     return;
   }
-  if (f->h.payload_len) { /* no control message of this version carries a payload */
+  if (f->h.payload_len && type != LM_MSG_COMPILE) { /* only COMPILE carries a payload (the text) */
     reply_error(p, f, LOOM_PROTOCOL, "%s does not take a payload (%llu bytes sent)", lm_msg_name(type),
                 (unsigned long long)f->h.payload_len);
     return;
@@ -336,6 +388,33 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     reply(p, f, LM_MSG_PONG, &pong.base);
     break;
   }
+  case LM_MSG_WORKER_DATAPLANE: on_worker_dataplane(p, f, (Lmw__WorkerDataplane *)m); break;
+  case LM_MSG_RUN_DONE:
+    if (p->role == ROLE_WORKER && p->registered) ctl_on_run_done(c, p, (Lmw__RunDone *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "RUN_DONE is only for registered workers");
+    break;
+  case LM_MSG_ACK:
+  case LM_MSG_ERROR:
+    if (p->role == ROLE_WORKER && p->registered && f->h.request_id) ctl_on_load_reply(c, p, f);
+    else if (type == LM_MSG_ERROR) lm_warn("%s sent an unsolicited ERROR", lm_conn_peer_name(conn));
+    break;
+  case LM_MSG_ARRAY_CREATE:
+  case LM_MSG_ARRAY_LOCATE:
+  case LM_MSG_ARRAY_DELETE:
+  case LM_MSG_COMPILE:
+  case LM_MSG_EXECUTABLE_DESTROY:
+  case LM_MSG_LAUNCH:
+    if (p->role != ROLE_CLIENT) {
+      reply_error(p, f, LOOM_PERMISSION, "%s is only for clients", lm_msg_name(type));
+      break;
+    }
+    if (type == LM_MSG_ARRAY_CREATE) ctl_on_array_create(p, f, (Lmw__ArrayCreate *)m);
+    else if (type == LM_MSG_ARRAY_LOCATE) ctl_on_array_locate(p, f, (Lmw__ArrayLocate *)m);
+    else if (type == LM_MSG_ARRAY_DELETE) ctl_on_array_delete(p, f, (Lmw__ArrayDelete *)m);
+    else if (type == LM_MSG_COMPILE) ctl_on_compile(p, f, (Lmw__Compile *)m);
+    else if (type == LM_MSG_EXECUTABLE_DESTROY) ctl_on_executable_destroy(p, f, (Lmw__ExecutableDestroy *)m);
+    else ctl_on_launch(p, f, (Lmw__Launch *)m);
+    break;
   default:
     reply_error(p, f, LOOM_PROTOCOL, "%s is not a request the controller answers", lm_msg_name(type));
     break;
@@ -352,16 +431,27 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     if (c->stopping) snprintf(why, sizeof why, "controller stopped");
     else if (code == LOOM_CLOSED) snprintf(why, sizeof why, "connection closed");
     else snprintf(why, sizeof why, "%s", reason);
-    if (lm_registry_mark_lost(c->reg, p->worker_id, why))
+    c->worker_peer[p->worker_id] = NULL;
+    if (lm_registry_mark_lost(c->reg, p->worker_id, why)) {
       lm_log(c->stopping ? LM_LOG_INFO : LM_LOG_WARN, "worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy",
              w->id, w->host, w->pid, code == LOOM_CLOSED ? reason : why, w->device_ids[0],
              w->device_ids[w->ndevices - 1]);
-    else
+      worker_lost(c, p->worker_id, why);
+    } else {
       lm_info("worker %u disconnected (%s)", w->id, reason);
-    c->worker_peer[p->worker_id] = NULL;
+    }
   } else if (p->role == ROLE_CLIENT) {
     lm_debug("session %llu closed: %s", (unsigned long long)p->session->id, reason);
     if (code != 0 && code != LOOM_CLOSED) lm_warn("session %llu dropped: %s", (unsigned long long)p->session->id, reason);
+    ctl_launches_client_gone(c, p);
+    ctl_programs_client_gone(c, p);
+    if (!c->stopping) { /* the workers free the session's shards */
+      Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
+      sc.session = p->session->id;
+      for (uint32_t i = 0; i < c->worker_peer_cap; i++) /* only workers that hold something of it */
+        if (c->worker_peer[i] && lm_session_touched(p->session, i))
+          ctl_worker_send(c, i, LM_MSG_SESSION_CLOSED, 0, &sc.base, NULL, 0);
+    }
     lm_session_destroy(p->session);
     c->nsessions--;
   } else if (code != 0 && !c->stopping) {
@@ -420,6 +510,7 @@ static void on_health_tick(uv_timer_t *t) {
       lm_warn("worker %u (%s pid %u) lost: no heartbeat for %u ms; devices %u-%u are unhealthy", w->id, w->host,
               w->pid, c->cfg.heartbeat_timeout_ms, w->device_ids[0], w->device_ids[w->ndevices - 1]);
       peer *p = w->id < c->worker_peer_cap ? c->worker_peer[w->id] : NULL;
+      worker_lost(c, w->id, "no heartbeat");
       if (p) {
         c->worker_peer[w->id] = NULL;
         lm_conn_close_with_error(p->conn, 0, LOOM_WORKER_LOST, "no heartbeat for %u ms: declared lost",
@@ -481,6 +572,19 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   }
   signal(SIGPIPE, SIG_IGN);
   c->start_ms = now_ms(c);
+  c->next_program = 1;
+  c->next_rid = 1;
+  c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
+  int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (!c->log || rfd < 0 || read(rfd, c->token_key, sizeof c->token_key) != (ssize_t)sizeof c->token_key) {
+    if (rfd >= 0) close(rfd);
+    free(c->log);
+    uv_loop_close(&c->loop);
+    lm_registry_destroy(c->reg);
+    free(c);
+    return lm_errf(err, LOOM_NO_MEMORY, "cannot set up the controller (memory or /dev/urandom)");
+  }
+  close(rfd);
   c->server.data = c;
   rc = lm_listen(&c->loop, &c->server, c->cfg.listen, on_connection, c->bound, sizeof c->bound, err);
   if (rc == 0) {
@@ -506,6 +610,8 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   uv_run(&c->loop, UV_RUN_DEFAULT); /* until stopped; on a failed start, just finishes closes */
   if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
   if (rc == 0) lm_info("stopped");
+  ctl_launches_free(c);
+  ctl_programs_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
   free(c);

@@ -21,6 +21,7 @@ void lm_registry_destroy(lm_registry *r) {
     free(r->workers[i].slice);
     free(r->workers[i].device_ids);
     free(r->workers[i].dataplane);
+    free(r->workers[i].data_address);
   }
   free(r->workers);
   free(r->devices);
@@ -53,6 +54,9 @@ static int validate(const lm_registry *r, const lm_worker_spec *s, lm_err *err) 
     return lm_errf(err, LOOM_BUSY, "the cluster already has the maximum of %d workers", LM_REG_MAX_WORKERS);
   if ((uint64_t)r->ndevices + s->ndevices > LM_REG_MAX_DEVICES)
     return lm_errf(err, LOOM_BUSY, "the cluster would exceed its maximum of %d devices", LM_REG_MAX_DEVICES);
+  if (s->data_address && s->data_address[0] && !lm_msg_name_ok(s->data_address, LM_REG_NAME_MAX))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "the data port address must be 1-%d printable characters",
+                   LM_REG_NAME_MAX);
   if (s->dataplane_len > LM_REG_DATAPLANE_MAX)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "data-plane address of %zu bytes exceeds %d", s->dataplane_len,
                    LM_REG_DATAPLANE_MAX);
@@ -76,12 +80,13 @@ int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *s, uint64_t now
   w.host = strdup(s->host);
   w.slice = strdup(s->slice);
   w.device_ids = calloc(s->ndevices, sizeof *w.device_ids);
+  w.data_address = strdup(s->data_address ? s->data_address : "");
   if (s->dataplane_len) {
     w.dataplane = malloc(s->dataplane_len);
     if (w.dataplane) memcpy(w.dataplane, s->dataplane, s->dataplane_len);
   }
-  if (!w.host || !w.slice || !w.device_ids || (s->dataplane_len && !w.dataplane)) {
-    free(w.host), free(w.slice), free(w.device_ids), free(w.dataplane);
+  if (!w.host || !w.slice || !w.device_ids || !w.data_address || (s->dataplane_len && !w.dataplane)) {
+    free(w.host), free(w.slice), free(w.device_ids), free(w.dataplane), free(w.data_address);
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory registering a worker");
   }
   w.dataplane_len = s->dataplane_len;
@@ -122,6 +127,19 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
   }
   w->last_heartbeat_ms = now_ms;
   w->heartbeats++;
+  return 0;
+}
+
+int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err) {
+  if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
+  if (len == 0 || len > LM_REG_DATAPLANE_MAX)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "data-plane address of %zu bytes (1-%d)", len, LM_REG_DATAPLANE_MAX);
+  uint8_t *copy = malloc(len);
+  if (!copy) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  memcpy(copy, blob, len);
+  free(r->workers[worker].dataplane);
+  r->workers[worker].dataplane = copy;
+  r->workers[worker].dataplane_len = len;
   return 0;
 }
 

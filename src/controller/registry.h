@@ -30,6 +30,7 @@ typedef struct lm_worker_spec {
   const uint64_t *capacities;      /* [ndevices] bytes, each > 0 */
   const uint8_t *dataplane;        /* opaque data-plane address; may be NULL */
   size_t dataplane_len;
+  const char *data_address;        /* "HOST:PORT" of its data port; may be NULL or "" */
 } lm_worker_spec;
 
 typedef struct lm_reg_worker {
@@ -41,6 +42,7 @@ typedef struct lm_reg_worker {
   uint32_t *device_ids;            /* virtual id of each local device, by local index */
   uint8_t *dataplane;              /* may be NULL */
   size_t dataplane_len;
+  char *data_address;              /* "HOST:PORT" where clients transfer shards; "" if none */
   lm_worker_state state;
   char reason[LM_REG_REASON_MAX];  /* why it is lost; "" while alive */
   uint64_t registered_ms;          /* clock of the caller */
@@ -71,6 +73,8 @@ int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *spec, uint64_t 
  * for the first nused devices. LOOM_NOT_FOUND for an unknown or lost worker. */
 int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
                           const uint64_t *used, size_t nused, lm_err *err);
+/* Sets (replaces) a worker's data-plane address. LOOM_NOT_FOUND / LOOM_INVALID_ARGUMENT. */
+int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err);
 /* Marks an alive worker lost (its devices turn unhealthy) with a reason; no-op if already lost.
  * Returns true when the state changed. */
 bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason);

@@ -4,6 +4,7 @@
 #ifndef LM_CONTROLLER_SESSION_H
 #define LM_CONTROLLER_SESSION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "common/err.h"
@@ -23,6 +24,11 @@ typedef struct lm_session {
   lm_handle *slots;            /* open addressing, capacity a power of two */
   size_t cap, count, used;     /* used = count + deleted markers */
   uint64_t next_handle;        /* ids start at 1 and are never reused within a session */
+  uint64_t *deleted;           /* ids removed with lm_session_forget: open addressing, 0 = empty */
+  size_t deleted_cap, deleted_count;
+  uint8_t *touched;            /* [touched_cap] 1 for each worker id holding state of this session */
+  uint32_t touched_cap;
+  bool touched_all;            /* the table could not grow: count every worker as touched */
 } lm_session;
 
 /* NULL when out of memory. name/peer are copied (truncated, non-printable bytes replaced). */
@@ -32,6 +38,20 @@ void lm_session_destroy(lm_session *s);
 
 /* Adds obj under a new handle id (*out_id). On failure obj is not taken. */
 int lm_session_add(lm_session *s, uint32_t kind, void *obj, void (*destroy)(void *), uint64_t *out_id, lm_err *err);
+/* Adds obj under the caller's id (clients name their new arrays and executables themselves, so
+ * they can use them before any reply). LOOM_INVALID_ARGUMENT when id is 0, in use, or was
+ * used before in this session. lm_session_add skips ids taken this way. */
+int lm_session_add_id(lm_session *s, uint64_t id, uint32_t kind, void *obj, void (*destroy)(void *), lm_err *err);
+/* True when a handle with that id exists (any kind). */
+bool lm_session_has(const lm_session *s, uint64_t id);
+/* Removes (destroying it) and remembers id as deleted, so later uses can say so. */
+int lm_session_forget(lm_session *s, uint64_t id, uint32_t kind, lm_err *err);
+/* Records that worker holds state of the session (shards, launches). Out of memory, every
+ * worker counts as touched from then on (never fails). */
+void lm_session_touch(lm_session *s, uint32_t worker);
+bool lm_session_touched(const lm_session *s, uint32_t worker);
+/* True when id was removed with lm_session_forget. */
+bool lm_session_was_deleted(const lm_session *s, uint64_t id);
 /* The object of handle id if it exists with that kind, else NULL. */
 void *lm_session_get(const lm_session *s, uint64_t id, uint32_t kind);
 /* Destroys handle id of that kind; LOOM_NOT_FOUND naming it when there is none. */

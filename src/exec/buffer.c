@@ -1,10 +1,11 @@
 /* Devices (memory budgets) and buffers (refcounted tensor storage charged to a device).
  *
- * Large buffers (>= 1 MiB) are 2 MiB-aligned and advised to use transparent huge pages: touching
- * fresh 4 KiB pages costs more than the arithmetic of most kernels (a 64 MiB output takes ~40 ms
- * to fault in, ~5 ms with huge pages). When such a buffer dies its block goes to a small
- * per-device cache and the next buffer of the same size reuses it without any fault. Cached
- * blocks are not charged as used: the budget check evicts them before failing. */
+ * Touching fresh pages costs more than the arithmetic of most kernels (a 64 MiB output takes
+ * ~40 ms to fault in with 4 KiB pages, ~5 ms with huge pages), and a run allocates the same
+ * sizes step after step. So buffers of 64 KiB and more get blocks rounded to 64 KiB (2 MiB-aligned
+ * and advised to use transparent huge pages from 2 MiB on), and when such a buffer dies its
+ * block goes to a small per-device cache that the next buffer of the same block size reuses.
+ * Cached blocks are not charged as used: the budget check evicts them before failing. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,9 +14,11 @@
 #include <sys/mman.h>
 #include "exec/exec.h"
 
-#define BIG_MIN ((size_t)1 << 20)   /* buffers from this size on use big blocks */
-#define BIG_ALIGN ((size_t)2 << 20) /* huge page size */
-#define CACHE_SLOTS 32
+#define CACHE_MIN ((size_t)64 << 10) /* buffers from this size on use cached blocks */
+#define CACHE_ROUND ((size_t)64 << 10)
+#define BIG_MIN ((size_t)2 << 20)    /* from this size on: 2 MiB-aligned, huge pages */
+#define BIG_ALIGN ((size_t)2 << 20)
+#define CACHE_SLOTS 64
 
 struct lm_device {
   size_t capacity;
@@ -76,15 +79,20 @@ static int charge(lm_device *d, size_t n, lm_err *err) {
   return 0;
 }
 
-static size_t big_size(size_t nbytes) { return (nbytes + BIG_ALIGN - 1) & ~(BIG_ALIGN - 1); }
+/* Size of the block holding nbytes (0: a plain allocation, not cached). */
+static size_t block_size(size_t nbytes) {
+  if (nbytes < CACHE_MIN) return 0;
+  if (nbytes >= BIG_MIN) return (nbytes + BIG_ALIGN - 1) & ~(BIG_ALIGN - 1);
+  return (nbytes + CACHE_ROUND - 1) & ~(CACHE_ROUND - 1);
+}
 
-/* Storage for nbytes: a cached or new big block, or a small 64-byte aligned one. */
+/* Storage for nbytes: a cached or new block, or a small 64-byte aligned allocation. */
 static void *alloc_data(lm_device *d, size_t nbytes) {
-  if (nbytes < BIG_MIN) {
+  size_t sz = block_size(nbytes);
+  if (!sz) {
     size_t a = (nbytes + 63) & ~(size_t)63;
     return aligned_alloc(64, a ? a : 64);
   }
-  size_t sz = big_size(nbytes);
   if (d) {
     pthread_mutex_lock(&d->mu);
     for (uint32_t i = 0; i < d->ncache; i++)
@@ -97,6 +105,7 @@ static void *alloc_data(lm_device *d, size_t nbytes) {
       }
     pthread_mutex_unlock(&d->mu);
   }
+  if (sz < BIG_MIN) return aligned_alloc(64, sz);
   void *p = aligned_alloc(BIG_ALIGN, sz);
 #ifdef MADV_HUGEPAGE
   if (p) madvise(p, sz, MADV_HUGEPAGE);
@@ -105,8 +114,8 @@ static void *alloc_data(lm_device *d, size_t nbytes) {
 }
 
 static void free_data(lm_device *d, void *p, size_t nbytes) {
-  if (d && nbytes >= BIG_MIN) {
-    size_t sz = big_size(nbytes);
+  size_t sz = block_size(nbytes);
+  if (d && sz) {
     pthread_mutex_lock(&d->mu);
     size_t live = atomic_load(&d->used);
     if (d->ncache < CACHE_SLOTS && d->cached + sz <= d->cache_limit && live + d->cached + sz <= d->capacity) {

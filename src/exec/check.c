@@ -11,11 +11,18 @@
  *                                      finite vs non-finite is infinitely far; complex: the max of
  *                                      the parts
  *   custom_call @check.expect_eq / @check.expect_close (0..3 ULP) / @check.expect_almost_eq (1e-3)
+ *   interpreter.probe / expect_serialized_eq  probe appends its operand's value under probe_id
+ *                                      (files `<probe_dir>/<probe_id>.<n>.npy`, n = 0, 1, ...);
+ *                                      expect_serialized_eq compares its operand exactly with the
+ *                                      value number `iter` (default 0) recorded for probe_id
  * A failed check returns LOOM_CHECK_FAILED naming the first mismatching index and both values. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "common/half.h"
+#include "common/npy.h"
 #include "exec/kernel.h"
 
 typedef enum { CMP_EQ, CMP_ALMOST, CMP_CLOSE } cmp_kind;
@@ -248,7 +255,74 @@ static int k_cc_expect_almost_eq(lm_kctx *k, lm_buffer *const *in, lm_buffer **o
   return cc_check(k, in, out, (cmp_spec){CMP_ALMOST, 1e-3, 0, 0}, "check.expect_almost_eq");
 }
 
+/* ---- probes ---- */
+
+/* `<dir>/<id>.<n>.npy` into path; characters of id other than letters, digits, '_' and '-' are
+ * written as %XX, so every id names its own files and none leaves the directory. */
+static int probe_path(lm_kctx *k, const char *id, int64_t n, char *path, size_t cap) {
+  if (!k->opts->probe_dir) return lm_kerr(k, LOOM_UNSUPPORTED, "probes need a probe directory (lm_run_opts.probe_dir)");
+  if (!id || !*id) return lm_kerr(k, LOOM_VERIFY, "empty probe_id");
+  size_t off = (size_t)snprintf(path, cap, "%s/", k->opts->probe_dir);
+  for (const unsigned char *c = (const unsigned char *)id; *c && off + 8 < cap; c++) {
+    if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-')
+      path[off++] = (char)*c;
+    else
+      off += (size_t)snprintf(path + off, cap - off, "%%%02X", *c);
+  }
+  if (off + 32 >= cap) return lm_kerr(k, LOOM_INVALID_ARGUMENT, "probe path too long");
+  snprintf(path + off, cap - off, ".%lld.npy", (long long)n);
+  return 0;
+}
+
+static const char *probe_id(const lm_op *op) {
+  const lm_attr *a = lm_op_attr(op, "probe_id");
+  return a && a->kind == LM_ATTR_STRING ? a->s : NULL;
+}
+
+static int v_probe(const lm_op *op, const lm_func *fn, lm_err *err) {
+  if (!probe_id(op)) return lm_op_err(err, op, LOOM_VERIFY, "needs a string probe_id");
+  if (op->nin != 1 || op->nout != (op->code == LM_OP_INTERPRETER_PROBE ? 1u : 0u))
+    return lm_op_err(err, op, LOOM_VERIFY, "wrong number of operands or results");
+  if (fn->value_types[op->in[0]].kind != LM_TYPE_TENSOR) return lm_op_err(err, op, LOOM_UNSUPPORTED, "probes take tensors");
+  return 0;
+}
+
+static int k_probe(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  char path[4096];
+  struct stat st;
+  int64_t n = 0;
+  for (;; n++) {
+    LM_TRY(probe_path(k, probe_id(k->op), n, path, sizeof path));
+    if (stat(path, &st) != 0) break;
+    if (n > 1000000) return lm_kerr(k, LOOM_UNSUPPORTED, "more than a million values under one probe_id");
+  }
+  lm_err e;
+  if (lm_npy_write(path, (lm_dtype)in[0]->type.dtype, in[0]->type.rank, in[0]->type.dims, in[0]->data, in[0]->nbytes, &e) < 0)
+    return lm_kerr(k, e.code, "%s", e.msg);
+  out[0] = lm_buffer_retain(in[0]);
+  return 0;
+}
+
+static int k_expect_serialized_eq(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  char path[4096];
+  int64_t iter = lm_attr_int_or(lm_op_attr(k->op, "iter"), 0);
+  LM_TRY(probe_path(k, probe_id(k->op), iter, path, sizeof path));
+  lm_npy a;
+  lm_err e;
+  if (lm_npy_read(path, (lm_dtype)in[0]->type.dtype, 0, &a, &e) < 0)
+    return lm_kerr(k, LOOM_CHECK_FAILED, "no value number %lld was recorded for probe '%s' (%s)", (long long)iter,
+                   probe_id(k->op), e.msg);
+  lm_type t;
+  lm_type_tensor(&t, a.dtype, a.rank, a.dims);
+  cmp_spec c = {CMP_EQ, 0, 0, 0};
+  int rc = compare(k, "check.expect_serialized_eq", &c, in[0], &t, a.data);
+  lm_npy_free(&a);
+  return rc;
+}
+
 void lm_register_check_kernels(void) {
+  lm_kernel_register(LM_OP_INTERPRETER_PROBE, k_probe, v_probe, LM_KF_OWN_OUTPUTS);
+  lm_kernel_register(LM_OP_CHECK_EXPECT_SERIALIZED_EQ, k_expect_serialized_eq, v_probe, 0);
   lm_kernel_register(LM_OP_CHECK_EXPECT_EQ, k_check_pair, v_check_pair, 0);
   lm_kernel_register(LM_OP_CHECK_EXPECT_ALMOST_EQ, k_check_pair, v_check_pair, 0);
   lm_kernel_register(LM_OP_CHECK_EXPECT_CLOSE, k_check_pair, v_check_pair, 0);

@@ -10,13 +10,23 @@
  *
  * convolution builds, per feature/batch group, im2col rows [rows, KI * window] in chunks and
  * multiplies them with the kernel reshaped to [KI * window, O/groups] through the same gemm;
- * integer convolutions use the reference loop. Scratch buffers are charged to the device. */
+ * integer convolutions use the reference loop. Scratch buffers are charged to the device.
+ *
+ * Small problems (under SMALL_MACS multiply-adds) skip BLAS and accumulate sequentially in the
+ * element's own precision (f32 for f16/bf16), one rounding per product and per sum, in
+ * ascending order of the contracted index: that is what XLA computes for them, and with
+ * cancellation the order decides which last bits come out (the corpus checks 3 ULP). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off") /* the small-problem loops round every product and sum */
+#endif
 #include <cblas.h>
 #include <complex.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "exec/dot.h"
+#include "exec/interp.h"
 #include "exec/ew.h"
 
 static const lm_type *vtype(const lm_func *fn, uint32_t v) { return &fn->value_types[v]; }
@@ -213,6 +223,37 @@ static void gemm_i64(int64_t M, int64_t N, int64_t K, const int64_t *A, const in
 
 static bool fits_blas(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+#define SMALL_MACS (1 << 18)
+
+/* C[M, N] = A * B summed over k in order, in type ct (f32, f64, c64, c128); A is [M, K] (or
+ * [K, M] when ta) with leading dimension lda, B [K, N] (or [N, K] when tb). */
+#define NAIVE(T)                                                                   \
+  {                                                                                \
+    const T *a = A, *b = B;                                                        \
+    T *c = C;                                                                      \
+    for (int64_t i = 0; i < M; i++)                                                \
+      for (int64_t j = 0; j < N; j++) {                                            \
+        T acc = 0;                                                                 \
+        for (int64_t k = 0; k < K; k++) {                                          \
+          T x = ta ? a[k * lda + i] : a[i * lda + k];                              \
+          T y = tb ? b[j * ldb + k] : b[k * ldb + j];                              \
+          acc += x * y;                                                            \
+        }                                                                          \
+        c[i * N + j] = acc;                                                        \
+      }                                                                            \
+  }
+static void gemm_small(lm_dtype ct, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                       const void *B, int64_t ldb, void *C) {
+  switch (ct) {
+    case LOOM_DTYPE_F32: NAIVE(float) break;
+    case LOOM_DTYPE_F64: NAIVE(double) break;
+    case LOOM_DTYPE_C64: NAIVE(float complex) break;
+    case LOOM_DTYPE_C128: NAIVE(double complex) break;
+    default: break;
+  }
+}
+#undef NAIVE
+
 /* ---- dot_general kernel ---- */
 
 typedef struct side {
@@ -279,9 +320,32 @@ static int prep_side(lm_kctx *k, const lm_buffer *x, bool is_lhs, const int64_t 
   return 0;
 }
 
+static int dot_compute(lm_kctx *k, const lm_buffer *lhs, const lm_buffer *rhs, const lm_dot_dims *dd, lm_buffer *res);
+
 static int k_dot(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  if (k->pop && (k->pop->flags & LM_STEP_DOT_TRANSPOSED)) {
+    /* the plan fused a transpose swapping the free dims: out = dot(rhs, lhs) */
+    lm_type dtype;
+    lm_dot_dims d, s;
+    const lm_type *t = &k->fn->value_types[k->op->out[0]];
+    dtype = *t;
+    LM_TRY(lm_dot_dims_get(k->op, &in[0]->type, &in[1]->type, &dtype, &d, k->err));
+    s = d;
+    memcpy(s.lb, d.rb, sizeof s.lb);
+    memcpy(s.rb, d.lb, sizeof s.rb);
+    memcpy(s.lc, d.rc, sizeof s.lc);
+    memcpy(s.rc, d.lc, sizeof s.rc);
+    return dot_compute(k, in[1], in[0], &s, out[0]);
+  }
   lm_dot_dims d;
   LM_TRY(lm_dot_dims_get(k->op, &in[0]->type, &in[1]->type, &out[0]->type, &d, k->err));
+  return dot_compute(k, in[0], in[1], &d, out[0]);
+}
+
+static int dot_compute(lm_kctx *k, const lm_buffer *lhs, const lm_buffer *rhs, const lm_dot_dims *dd, lm_buffer *res) {
+  const lm_buffer *in[2] = {lhs, rhs};
+  lm_buffer *out[1] = {res};
+  lm_dot_dims d = *dd;
   const lm_type *lt = &in[0]->type, *rt = &in[1]->type;
   lm_dtype rdt = out[0]->type.dtype, ct = acc_type(rdt);
   int64_t lf[LM_MAX_RANK], rf[LM_MAX_RANK];
@@ -303,11 +367,13 @@ static int k_dot(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     C = cbuf->data;
   }
   size_t ces = lm_dtype_size(ct);
+  bool small = (double)M * (double)N * (double)K <= SMALL_MACS;
   for (int64_t bi = 0; bi < B; bi++) {
     const char *A = (const char *)a.data + (size_t)(bi * a.bstride) * ces;
     const char *Bm = (const char *)b.data + (size_t)(bi * b.bstride) * ces;
     char *Cm = (char *)C + (size_t)(bi * M * N) * ces;
     if (ct == LOOM_DTYPE_S64) gemm_i64(M, N, K, (const int64_t *)A, (const int64_t *)Bm, (int64_t *)Cm);
+    else if (small) gemm_small(ct, a.trans, b.trans, M, N, K, A, a.ld, Bm, b.ld, Cm);
     else gemm(ct, a.trans, b.trans, M, N, K, A, a.ld, Bm, b.ld, Cm, N);
   }
   if (cbuf) lm_convert_array(out[0]->data, rdt, cbuf->data, ct, nout);
@@ -473,10 +539,21 @@ int lm_conv_get(const lm_op *op, const lm_type *lhs, const lm_type *rhs, const l
     c->rs_s[i] = rs[ksd[i]];
     c->os_s[i] = os[osd[i]];
     c->out_sp[i] = res->dims[osd[i]];
-    /* (C26) number of windows */
-    int64_t dil_in = c->in_sp[i] == 0 ? 0 : (c->in_sp[i] - 1) * c->ldil[i] + 1;
-    int64_t padded = c->pad_lo[i] + dil_in + pad_hi[i];
-    int64_t dil_w = c->k_sp[i] == 0 ? 0 : (c->k_sp[i] - 1) * c->rdil[i] + 1;
+    /* (C26) number of windows; attributes are untrusted: products must not overflow */
+    int64_t dil_in = 0, padded = 0, dil_w = 0, reach = 0;
+    bool ovf = false;
+    if (c->in_sp[i] > 0) {
+      ovf |= __builtin_mul_overflow(c->in_sp[i] - 1, c->ldil[i], &dil_in);
+      if (!ovf) dil_in += 1;
+    }
+    ovf |= __builtin_add_overflow(c->pad_lo[i], dil_in, &padded) || __builtin_add_overflow(padded, pad_hi[i], &padded);
+    if (c->k_sp[i] > 0) {
+      ovf |= __builtin_mul_overflow(c->k_sp[i] - 1, c->rdil[i], &dil_w);
+      if (!ovf) dil_w += 1;
+    }
+    ovf |= __builtin_mul_overflow(c->out_sp[i], c->stride[i], &reach) || c->pad_lo[i] < -(INT64_C(1) << 60) ||
+           c->pad_lo[i] > (INT64_C(1) << 60) || dil_w > (INT64_C(1) << 60) || reach > (INT64_C(1) << 60);
+    if (ovf) return lm_op_err(err, op, LOOM_VERIFY, "window attributes of spatial dimension %d are too large", i);
     int64_t nw = (padded <= 0 || dil_w > padded) ? 0 : (padded - dil_w) / c->stride[i] + 1;
     ok = ok && c->out_sp[i] == nw;
   }
@@ -662,6 +739,75 @@ done:
   return rc;
 }
 
+/* Small floating-point convolutions: direct loops in the compute type (see SMALL_MACS),
+ * summing over window positions (outer) and input features (inner) in order. */
+static int conv_small(lm_kctx *k, const lm_buffer *lhs, const lm_buffer *rhs, const lm_conv *c, lm_buffer *out) {
+  lm_dtype ot = out->type.dtype, ct = acc_type(ot);
+  size_t ces = lm_dtype_size(ct);
+  size_t nl = (size_t)lm_type_numel(&lhs->type), nr = (size_t)lm_type_numel(&rhs->type), no = (size_t)lm_type_numel(&out->type);
+  lm_buffer *lb = NULL, *rb = NULL, *ob = NULL;
+  int rc = scratch(k, nl * ces, &lb);
+  if (rc == 0) rc = scratch(k, nr * ces, &rb);
+  if (rc == 0) rc = scratch(k, no * ces, &ob);
+  if (rc < 0) goto done;
+  lm_convert_array(lb->data, ct, lhs->data, lhs->type.dtype, nl);
+  lm_convert_array(rb->data, ct, rhs->data, rhs->type.dtype, nr);
+  int ns = c->ns;
+  int64_t NB = c->N / c->BG, OG = c->O / c->G, OBG = c->O / c->BG, ospace = 1, kspace = 1;
+  for (int d = 0; d < ns; d++) { ospace *= c->out_sp[d]; kspace *= c->k_sp[d]; }
+#define CONV_LOOP(T)                                                                              \
+  {                                                                                               \
+    const T *L = lb->data, *R = rb->data;                                                         \
+    T *O = ob->data;                                                                              \
+    for (int64_t nb = 0; nb < NB; nb++)                                                           \
+      for (int64_t o = 0; o < c->O; o++) {                                                        \
+        int64_t g = o / OG, n = (o / OBG) * NB + nb;                                              \
+        int64_t opos[LM_MAX_RANK] = {0};                                                          \
+        for (int64_t s = 0; s < ospace; s++) {                                                    \
+          T acc = 0;                                                                              \
+          int64_t w[LM_MAX_RANK] = {0};                                                           \
+          for (int64_t kp = 0; kp < kspace; kp++) {                                               \
+            int64_t loff = n * c->ls_b, roff = o * c->rs_o;                                       \
+            bool valid = true;                                                                    \
+            for (int d = 0; d < ns && valid; d++) {                                               \
+              int64_t q = conv_src(c, d, opos[d], w[d]);                                          \
+              if (q < 0) valid = false;                                                           \
+              loff += q * c->ls_s[d];                                                             \
+              roff += (c->rev[d] ? c->k_sp[d] - 1 - w[d] : w[d]) * c->rs_s[d];                    \
+            }                                                                                     \
+            if (valid)                                                                            \
+              for (int64_t i = 0; i < c->KI; i++) acc += L[loff + (g * c->KI + i) * c->ls_f] * R[roff + i * c->rs_i]; \
+            for (int d = ns - 1; d >= 0; d--) {                                                   \
+              if (++w[d] < c->k_sp[d]) break;                                                     \
+              w[d] = 0;                                                                           \
+            }                                                                                     \
+          }                                                                                       \
+          int64_t ooff = nb * c->os_b + o * c->os_f;                                              \
+          for (int d = 0; d < ns; d++) ooff += opos[d] * c->os_s[d];                              \
+          O[ooff] = acc;                                                                          \
+          for (int d = ns - 1; d >= 0; d--) {                                                     \
+            if (++opos[d] < c->out_sp[d]) break;                                                  \
+            opos[d] = 0;                                                                          \
+          }                                                                                       \
+        }                                                                                         \
+      }                                                                                           \
+  }
+  switch (ct) {
+    case LOOM_DTYPE_F32: CONV_LOOP(float) break;
+    case LOOM_DTYPE_F64: CONV_LOOP(double) break;
+    case LOOM_DTYPE_C64: CONV_LOOP(float complex) break;
+    case LOOM_DTYPE_C128: CONV_LOOP(double complex) break;
+    default: break;
+  }
+#undef CONV_LOOP
+  lm_convert_array(out->data, ot, ob->data, ct, no);
+done:
+  lm_buffer_release(lb);
+  lm_buffer_release(rb);
+  lm_buffer_release(ob);
+  return rc;
+}
+
 static int verify_conv(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin != 2 || op->nout != 1) return lm_op_err(err, op, LOOM_VERIFY, "expected two operands and one result");
   lm_conv c;
@@ -676,11 +822,193 @@ static int k_conv(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     lm_conv_ref(in[0], in[1], &c, out[0]);
     return 0;
   }
+  double macs = (double)lm_type_numel(&out[0]->type) * (double)c.KI;
+  for (int d = 0; d < c.ns; d++) macs *= (double)c.k_sp[d];
+  if (macs <= SMALL_MACS) return conv_small(k, in[0], in[1], &c, out[0]);
   return conv_fast(k, in[0], in[1], &c, out[0]);
 }
 
+/* ---- chlo.ragged_dot ----
+ * dot_general where one lhs dimension is split into groups by group_sizes (rank 1, [G]):
+ *   mode 1, the ragged dim is a free (non-contracting) lhs dim: rhs has a group dimension, and
+ *           an lhs position in group i multiplies rhs[group = i]; result dims as dot_general's
+ *           with the rhs group dim left out;
+ *   mode 2, the ragged dim is contracting: result[i, ...] sums only over group i's positions
+ *           (a leading result dim of size G);
+ *   mode 3, the ragged dim is a batching dim: an ordinary dot_general.
+ * Positions past the sum of the group sizes contribute zeros. Accumulated like
+ * lm_dot_general_ref (double / complex double / wrapping int64). */
+typedef struct ragged {
+  lm_dot_dims d;
+  int64_t lr;    /* lhs ragged dim */
+  int64_t rg;    /* rhs group dim, -1 if none */
+  int mode;
+} ragged;
+
+static int ragged_get(const lm_op *op, const lm_type *lt, const lm_type *rt, const lm_type *gt, const lm_type *ot, ragged *g,
+                      lm_err *err) {
+  memset(g, 0, sizeof *g);
+  const lm_attr *s = lm_op_attr(op, "ragged_dot_dimension_numbers");
+  if (!s || s->kind != LM_ATTR_STRUCT) return lm_op_err(err, op, LOOM_VERIFY, "missing ragged_dot_dimension_numbers");
+  int64_t lr[LM_MAX_RANK], rg[LM_MAX_RANK];
+  int a = struct_ints(s, "lhs_batching_dimensions", g->d.lb, LM_MAX_RANK);
+  int b = struct_ints(s, "rhs_batching_dimensions", g->d.rb, LM_MAX_RANK);
+  int c = struct_ints(s, "lhs_contracting_dimensions", g->d.lc, LM_MAX_RANK);
+  int e = struct_ints(s, "rhs_contracting_dimensions", g->d.rc, LM_MAX_RANK);
+  int nr = struct_ints(s, "lhs_ragged_dimensions", lr, LM_MAX_RANK), ng = struct_ints(s, "rhs_group_dimensions", rg, LM_MAX_RANK);
+  if (a < 0 || b != a || c < 0 || e != c || nr != 1 || ng < 0 || ng > 1)
+    return lm_op_err(err, op, LOOM_VERIFY, "malformed ragged_dot_dimension_numbers");
+  g->d.nb = a;
+  g->d.nc = c;
+  g->lr = lr[0];
+  g->rg = ng ? rg[0] : -1;
+  if (lt->kind != LM_TYPE_TENSOR || rt->kind != LM_TYPE_TENSOR || gt->kind != LM_TYPE_TENSOR || ot->kind != LM_TYPE_TENSOR ||
+      !lm_type_is_static(lt) || !lm_type_is_static(rt) || !lm_type_is_static(ot))
+    return lm_op_err(err, op, LOOM_VERIFY, "operands and result must be static tensors");
+  if (gt->rank != 1 || !lm_dtype_is_int(gt->dtype))
+    return lm_op_err(err, op, LOOM_UNSUPPORTED, "group_sizes must be a 1-dimensional integer tensor");
+  if (g->lr < 0 || g->lr >= lt->rank) return lm_op_err(err, op, LOOM_VERIFY, "lhs ragged dimension out of range");
+  g->mode = has(g->d.lc, c, g->lr) ? 2 : has(g->d.lb, a, g->lr) ? 3 : 1;
+  if ((g->mode == 1) != (g->rg >= 0))
+    return lm_op_err(err, op, LOOM_VERIFY, "rhs_group_dimensions must be given exactly when the ragged dimension is a free dimension");
+  if (g->rg >= rt->rank || (g->rg >= 0 && rt->dims[g->rg] != gt->dims[0]))
+    return lm_op_err(err, op, LOOM_VERIFY, "rhs group dimension does not match group_sizes");
+  for (int i = 0; i < a + c; i++) {
+    int64_t l = i < a ? g->d.lb[i] : g->d.lc[i - a], r = i < a ? g->d.rb[i] : g->d.rc[i - a];
+    if (l < 0 || l >= lt->rank || r < 0 || r >= rt->rank || r == g->rg || lt->dims[l] != rt->dims[r])
+      return lm_op_err(err, op, LOOM_VERIFY, "batching/contracting dimensions do not match");
+  }
+  /* expected result dims */
+  int64_t want[LM_MAX_RANK];
+  int n = 0;
+  if (g->mode == 2) want[n++] = gt->dims[0];
+  for (int i = 0; i < a; i++) want[n++] = lt->dims[g->d.lb[i]];
+  for (int dd = 0; dd < lt->rank; dd++)
+    if (!has(g->d.lb, a, dd) && !has(g->d.lc, c, dd)) want[n++] = lt->dims[dd];
+  for (int dd = 0; dd < rt->rank; dd++)
+    if (!has(g->d.rb, a, dd) && !has(g->d.rc, c, dd) && dd != g->rg) want[n++] = rt->dims[dd];
+  bool ok = n == ot->rank;
+  for (int i = 0; ok && i < n; i++) ok = ot->dims[i] == want[i];
+  if (!ok) return lm_op_err(err, op, LOOM_VERIFY, "result shape does not match the ragged dot");
+  return 0;
+}
+
+static int verify_ragged(const lm_op *op, const lm_func *fn, lm_err *err) {
+  if (op->nin != 3 || op->nout != 1) return lm_op_err(err, op, LOOM_VERIFY, "expected lhs, rhs, group_sizes and one result");
+  ragged g;
+  return ragged_get(op, vtype(fn, op->in[0]), vtype(fn, op->in[1]), vtype(fn, op->in[2]), vtype(fn, op->out[0]), &g, err);
+}
+
+static int k_ragged(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
+  ragged g;
+  LM_TRY(ragged_get(k->op, &in[0]->type, &in[1]->type, &in[2]->type, &out[0]->type, &g, k->err));
+  const lm_type *lt = &in[0]->type, *rt = &in[1]->type, *ot = &out[0]->type;
+  int64_t G = in[2]->type.dims[0];
+  /* group of each position along the ragged dim (-1 past the last group) */
+  int64_t L = lt->dims[g.lr];
+  int64_t *grp = malloc((size_t)(L ? L : 1) * sizeof *grp);
+  if (!grp) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
+  int64_t pos = 0;
+  for (int64_t i = 0; i < L; i++) grp[i] = -1;
+  for (int64_t gi = 0; gi < G; gi++) {
+    int64_t sz = lm_elem_as_i64(in[2]->data, in[2]->type.dtype, (size_t)gi);
+    for (int64_t j = 0; j < sz && pos < L; j++) grp[pos++] = gi;
+  }
+  lm_dtype acc = acc_type(ot->dtype) == LOOM_DTYPE_S64 ? LOOM_DTYPE_S64 : LOOM_DTYPE_C128;
+  int64_t ls[LM_MAX_RANK], rs[LM_MAX_RANK], lf[LM_MAX_RANK], rf[LM_MAX_RANK];
+  row_strides(lt, ls);
+  row_strides(rt, rs);
+  int nlf = 0, nrf = 0;
+  for (int d = 0; d < lt->rank; d++)
+    if (!has(g.d.lb, g.d.nb, d) && !has(g.d.lc, g.d.nc, d)) lf[nlf++] = d;
+  for (int d = 0; d < rt->rank; d++)
+    if (!has(g.d.rb, g.d.nb, d) && !has(g.d.rc, g.d.nc, d) && d != g.rg) rf[nrf++] = d;
+  int lead = g.mode == 2 ? 1 : 0;
+  int64_t total = lm_type_numel(ot), K = prod_dims(lt, g.d.lc, g.d.nc);
+  int64_t oidx[LM_MAX_RANK] = {0};
+  for (int64_t o = 0; o < total; o++) {
+    int64_t lbase = 0, rbase = 0, lidx[LM_MAX_RANK] = {0};
+    for (int i = 0; i < g.d.nb; i++) {
+      lidx[g.d.lb[i]] = oidx[lead + i];
+      lbase += oidx[lead + i] * ls[g.d.lb[i]];
+      rbase += oidx[lead + i] * rs[g.d.rb[i]];
+    }
+    for (int i = 0; i < nlf; i++) {
+      lidx[lf[i]] = oidx[lead + g.d.nb + i];
+      lbase += oidx[lead + g.d.nb + i] * ls[lf[i]];
+    }
+    for (int i = 0; i < nrf; i++) rbase += oidx[lead + g.d.nb + nlf + i] * rs[rf[i]];
+    bool live = true;
+    if (g.mode == 1) {
+      int64_t gi = grp[lidx[g.lr]];
+      if (gi < 0) live = false;
+      else rbase += gi * rs[g.rg];
+    } else if (g.mode == 3) {
+      live = grp[lidx[g.lr]] >= 0;
+    }
+    acc_val sum = {0, 0};
+    int64_t cidx[LM_MAX_RANK] = {0};
+    for (int64_t kk = 0; live && kk < K; kk++) {
+      int64_t lo = lbase, ro = rbase;
+      bool take = true;
+      for (int i = 0; i < g.d.nc; i++) {
+        lo += cidx[i] * ls[g.d.lc[i]];
+        ro += cidx[i] * rs[g.d.rc[i]];
+        if (g.mode == 2 && g.d.lc[i] == g.lr) take = grp[cidx[i]] == oidx[0];
+      }
+      if (take) {
+        acc_val x, y;
+        load_acc(in[0]->data, lt->dtype, (size_t)lo, acc, &x);
+        load_acc(in[1]->data, rt->dtype, (size_t)ro, acc, &y);
+        if (acc == LOOM_DTYPE_S64) sum.i = (int64_t)((uint64_t)sum.i + (uint64_t)x.i * (uint64_t)y.i);
+        else sum.z += x.z * y.z;
+      }
+      for (int i = g.d.nc - 1; i >= 0; i--) {
+        if (++cidx[i] < lt->dims[g.d.lc[i]]) break;
+        cidx[i] = 0;
+      }
+    }
+    if (ot->dtype == LOOM_DTYPE_PRED) sum.i = sum.i != 0;
+    store_acc(out[0]->data, ot->dtype, (size_t)o, acc, &sum);
+    for (int i = ot->rank - 1; i >= 0; i--) {
+      if (++oidx[i] < ot->dims[i]) break;
+      oidx[i] = 0;
+    }
+  }
+  free(grp);
+  return 0;
+}
+
+/* OpenBLAS 0.3.21 (Debian 12) does not know AMD Zen 4/5 and runs them with its Haswell (AVX2)
+ * kernels at ~60% of the speed its SkylakeX (AVX-512) kernels reach there. When the CPU has
+ * AVX-512, the library was built with runtime CPU selection (DYNAMIC_ARCH: it exports
+ * gotoblas_dynamic_init) and the user has not chosen a core with OPENBLAS_CORETYPE, re-run that
+ * selection with SkylakeX before any BLAS call. Weak references keep other builds linking. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+static void tune_openblas(void) {
+#if defined(__x86_64__)
+  if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !openblas_get_corename) return;
+  if (getenv("OPENBLAS_CORETYPE") || getenv("LOOM_KEEP_BLAS_CORE")) return;
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    return;
+  const char *core = openblas_get_corename();
+  if (!core || (strcasecmp(core, "haswell") != 0 && strcasecmp(core, "zen") != 0)) return;
+  setenv("OPENBLAS_CORETYPE", "SKYLAKEX", 0);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+#endif
+}
+
 void lm_register_dot_kernels(void) {
+  tune_openblas();
   lm_kernel_register(LM_OP_DOT_GENERAL, k_dot, verify_dot, 0);
   lm_kernel_register(LM_OP_DOT, k_dot, verify_dot, 0);
   lm_kernel_register(LM_OP_CONVOLUTION, k_conv, verify_conv, 0);
+  lm_kernel_register(LM_OP_CHLO_RAGGED_DOT, k_ragged, verify_ragged, 0);
 }

@@ -155,7 +155,11 @@ static int k_constant_like(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   return 0;
 }
 
-/* ---- bitcast_convert (spec 'bitcast_convert'): the bytes stay, the type changes ---- */
+/* ---- bitcast_convert (spec 'bitcast_convert'): the bits stay, the type changes ----
+ * i1 counts as one bit (num_bits(i1) = 1): 64 i1 elements make one i64, element k being bit k of
+ * the little-endian value; all other types are whole bytes, so the bytes are copied. */
+
+static size_t num_bits(lm_dtype t) { return t == LOOM_DTYPE_PRED ? 1 : 8 * lm_dtype_size(t); }
 
 static int verify_bitcast(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin != 1 || op->nout != 1) return lm_op_err(err, op, LOOM_VERIFY, "expected one operand and one result");
@@ -164,9 +168,7 @@ static int verify_bitcast(const lm_op *op, const lm_func *fn, lm_err *err) {
   LM_TRY(need_tensor(op, rt, "the result", err));
   if (lm_dtype_is_complex(ot->dtype) != lm_dtype_is_complex(rt->dtype))
     return lm_op_err(err, op, LOOM_VERIFY, "conversion between complex and non-complex types is not permitted (C2)");
-  if (ot->dtype == LOOM_DTYPE_PRED || rt->dtype == LOOM_DTYPE_PRED)
-    if (ot->dtype != rt->dtype) return lm_op_err(err, op, LOOM_UNSUPPORTED, "bitcast_convert of i1 to another type");
-  size_t es = lm_dtype_size(ot->dtype), rs = lm_dtype_size(rt->dtype);
+  size_t es = num_bits(ot->dtype), rs = num_bits(rt->dtype);
   /* (C1): equal widths keep the shape; a narrower result adds a trailing dim of es/rs; a
    * wider one drops the trailing dim of size rs/es */
   bool ok;
@@ -186,8 +188,20 @@ static int verify_bitcast(const lm_op *op, const lm_func *fn, lm_err *err) {
 }
 
 static int k_bitcast(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  if (in[0]->nbytes != out[0]->nbytes) return lm_kerr(k, LOOM_INTERNAL, "bitcast size mismatch");
-  if (out[0]->nbytes) memcpy(out[0]->data, in[0]->data, out[0]->nbytes);
+  lm_dtype from = in[0]->type.dtype, to = out[0]->type.dtype;
+  const uint8_t *src = in[0]->data;
+  uint8_t *dst = out[0]->data;
+  if ((from == LOOM_DTYPE_PRED) == (to == LOOM_DTYPE_PRED)) {
+    if (in[0]->nbytes != out[0]->nbytes) return lm_kerr(k, LOOM_INTERNAL, "bitcast size mismatch");
+    if (out[0]->nbytes) memcpy(dst, src, out[0]->nbytes);
+  } else if (from == LOOM_DTYPE_PRED) {
+    /* pack: byte j of the result collects i1 elements 8j..8j+7 */
+    memset(dst, 0, out[0]->nbytes);
+    for (size_t i = 0; i < in[0]->nbytes; i++)
+      if (src[i]) dst[i / 8] |= (uint8_t)(1u << (i % 8));
+  } else {
+    for (size_t i = 0; i < out[0]->nbytes; i++) dst[i] = (src[i / 8] >> (i % 8)) & 1;
+  }
   return 0;
 }
 

@@ -55,7 +55,7 @@ lm_opcode lm_ew_plain_code(lm_opcode code);
 
 /* Conversion of n elements between any two supported element types (spec 'convert'):
  * integer overflow wraps, float->int truncates toward zero and saturates (NaN -> 0), any -> i1
- * is `!= 0`, complex -> real drops the imaginary part. */
+ * is `!= 0` (complex: of the real part), complex -> real drops the imaginary part. */
 void lm_convert_array(void *out, lm_dtype to, const void *in, lm_dtype from, size_t n);
 
 /* Reads element i of an array of type t as double (real part for complex; exact for integers up

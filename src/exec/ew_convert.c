@@ -3,7 +3,8 @@
  * (double for floating sources, int64/uint64 for integer sources) in chunks.
  * Rules (spec 'convert', and XLA where the spec leaves it open): integer -> integer wraps;
  * float -> integer truncates toward zero and saturates to the target range, NaN -> 0;
- * anything -> i1 is `!= 0` (complex: either part non-zero); i1 -> anything is 0 or 1;
+ * anything -> i1 is `!= 0` (complex: the real part, as the reference interpreter does); i1 ->
+ * anything is 0 or 1;
  * complex -> real keeps the real part; real -> complex has a zero imaginary part; float ->
  * narrower float and integer -> float round to nearest even, once. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -116,12 +117,9 @@ static void encode_from_int(void *dst, lm_dtype to, size_t n, bool sgn, const in
 #undef V
 }
 
-static void encode_from_real(void *dst, lm_dtype to, size_t n, bool cplx_src, const double *re, const double *im) {
+static void encode_from_real(void *dst, lm_dtype to, size_t n, const double *re, const double *im) {
   switch (to) {
-    case LOOM_DTYPE_PRED:
-      if (cplx_src) STORE_INT(uint8_t, re[i] != 0 || im[i] != 0);
-      else STORE_INT(uint8_t, re[i] != 0);
-      break;
+    case LOOM_DTYPE_PRED: STORE_INT(uint8_t, re[i] != 0); break; /* complex: the real part decides */
     case LOOM_DTYPE_S8: STORE_INT(int8_t, sat_s(re[i], 8)); break;
     case LOOM_DTYPE_S16: STORE_INT(int16_t, sat_s(re[i], 16)); break;
     case LOOM_DTYPE_S32: STORE_INT(int32_t, sat_s(re[i], 32)); break;
@@ -186,7 +184,7 @@ void lm_convert_array(void *out, lm_dtype to, const void *in, lm_dtype from, siz
     const char *src = (const char *)in + s * isz;
     char *dst = (char *)out + s * osz;
     decode(src, from, m, iv, uv, re, im);
-    if (k == REAL) encode_from_real(dst, to, m, lm_dtype_is_complex(from), re, im);
+    if (k == REAL) encode_from_real(dst, to, m, re, im);
     else encode_from_int(dst, to, m, k == INT_S, iv, uv);
   }
 }

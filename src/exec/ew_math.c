@@ -201,10 +201,9 @@ uint64_t lm_reduce_precision_bits(uint64_t bits, int ebits, int mbits, int to_eb
     else if ((int64_t)e <= ebias + min_e - 1) x = s;            /* underflow to zero */
   }
   if (is_nan) {
-    /* stay NaN: keep the (truncated) payload if any bit survives, else a quiet NaN */
-    uint64_t keep = to_mbits < mbits ? (bits & ~((one << (mbits - to_mbits)) - 1)) : bits;
-    if ((keep & man_mask) == 0) keep |= one << (mbits - 1);
-    x = keep | exp_mask;
+    /* a NaN stays the same NaN when the target format has mantissa bits to hold one; with none
+     * it becomes an infinity of its sign (as XLA and the reference interpreter do) */
+    x = to_mbits > 0 ? bits : (bits & sign_mask) | exp_mask;
   }
   return x;
 }
@@ -232,7 +231,7 @@ double complex lm_crsqrt(double complex z) { return 1.0 / csqrt(z); }
 
 double complex lm_ccbrt(double complex z) {
   double re = creal(z), im = cimag(z);
-  if (im == 0 && !isnan(re) && !(re < 0)) return CMPLX(cbrt(re), im);
+  if (im == 0 && !isnan(re) && !(re < 0)) return lm_cmplx(cbrt(re), im);
   return cexp(clog(z) / 3.0);
 }
 
@@ -241,15 +240,15 @@ double complex lm_cexp(double complex z) { return cexp(z); }
 double complex lm_cexpm1(double complex z) {
   /* re = expm1(x) cos y - 2 sin^2(y/2), im = e^x sin y: no cancellation near 0 */
   double x = creal(z), y = cimag(z);
-  if (y == 0 && !isnan(x)) return CMPLX(expm1(x), y);
+  if (y == 0 && !isnan(x)) return lm_cmplx(expm1(x), y);
   double s = sin(y / 2);
   double re = expm1(x) * cos(y) - 2 * s * s;
   double im = exp(x) * sin(y);
   if (!isfinite(x) || !isfinite(y)) {
     double complex e = cexp(z);
-    return CMPLX(creal(e) - 1, cimag(e));
+    return lm_cmplx(creal(e) - 1, cimag(e));
   }
-  return CMPLX(re, im);
+  return lm_cmplx(re, im);
 }
 
 double complex lm_clog(double complex z) { return clog(z); }
@@ -262,7 +261,7 @@ double complex lm_clog1p(double complex z) {
   double re;
   if (ax < 0.5 && ay < 0.5) re = 0.5 * log1p(x * (2 + x) + y * y);
   else re = log(hypot(1 + x, y));
-  return CMPLX(re, atan2(y, 1 + x));
+  return lm_cmplx(re, atan2(y, 1 + x));
 }
 
 double complex lm_clogistic(double complex z) { return 1.0 / (1.0 + cexp(-z)); }
@@ -270,10 +269,10 @@ double complex lm_clogistic(double complex z) { return 1.0 / (1.0 + cexp(-z)); }
 double complex lm_cpow(double complex a, double complex b) {
   double ar = creal(a), ai = cimag(a), br = creal(b), bi = cimag(b);
   if (ar == 0 && ai == 0) {
-    if (br == 0 && bi == 0) return CMPLX(1, 0);
-    if (br > 0) return CMPLX(0, 0);
-    if (br < 0) return CMPLX(INFINITY, 0);
-    return CMPLX(NAN, NAN);
+    if (br == 0 && bi == 0) return lm_cmplx(1, 0);
+    if (br > 0) return lm_cmplx(0, 0);
+    if (br < 0) return lm_cmplx(INFINITY, 0);
+    return lm_cmplx(NAN, NAN);
   }
   return cexp(b * clog(a));
 }
@@ -287,16 +286,16 @@ double complex lm_catan2(double complex a, double complex b) {
 
 double complex lm_csign(double complex z) {
   double re = creal(z), im = cimag(z);
-  if (isnan(re) || isnan(im)) return CMPLX(NAN, NAN);
-  if (re == 0 && im == 0) return CMPLX(0, 0);
+  if (isnan(re) || isnan(im)) return lm_cmplx(NAN, NAN);
+  if (re == 0 && im == 0) return lm_cmplx(0, 0);
   if (isinf(re) || isinf(im)) {
     /* direction of an infinite value */
     double r = isinf(re) ? copysign(1.0, re) : 0, i = isinf(im) ? copysign(1.0, im) : 0;
     double m = hypot(r, i);
-    return CMPLX(r / m, i / m);
+    return lm_cmplx(r / m, i / m);
   }
   double m = hypot(re, im);
-  return CMPLX(re / m, im / m);
+  return lm_cmplx(re / m, im / m);
 }
 
 /* ---- vectorized f32 kernels ----

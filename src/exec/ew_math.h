@@ -25,6 +25,13 @@ uint64_t lm_reduce_precision_bits(uint64_t bits, int ebits, int mbits, int to_eb
 uint16_t lm_nextafter16(uint16_t x, uint16_t y, int ebits, int mbits);
 
 /* ---- complex, double precision ---- */
+/* re + i im, exact for any values (infinities and NaNs included); CMPLX is not everywhere. */
+static inline double complex lm_cmplx(double re, double im) {
+  union { double complex z; double p[2]; } u;
+  u.p[0] = re;
+  u.p[1] = im;
+  return u.z;
+}
 double complex lm_csqrt(double complex z);
 double complex lm_crsqrt(double complex z);
 double complex lm_ccbrt(double complex z);

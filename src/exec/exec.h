@@ -77,6 +77,9 @@ typedef struct lm_run_opts {
   void *coll_user;              /* passed to coll callbacks */
   volatile int *cancel;         /* if non-NULL and set, the run stops with LOOM_CANCELLED */
   int nthreads;                 /* threads kernels may use; 0 or 1 = the calling thread only */
+  const char *probe_dir;        /* test programs: interpreter.probe writes its values here as .npy
+                                   and check.expect_serialized_eq reads them back; NULL: both ops
+                                   fail with LOOM_UNSUPPORTED */
 } lm_run_opts;
 
 /* Runs function fn (NULL = "main") with nargs arguments. On success results[0..nresults) hold

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "exec/fusion.h"
 #include "exec/interp.h"
+#include "exec/parallel.h"
 
 #define NONE UINT32_MAX
 #define MAX_MEMBERS 256
@@ -374,7 +375,8 @@ static void gather(const lm_ew_slot *s, const char *src, size_t t0, size_t len, 
 int lm_ew_prog_run(const lm_ew_prog *prog, const void *const *in, void *const *out, size_t lo, size_t hi,
                    lm_err *err) {
   if (hi <= lo) return 0;
-  size_t regsz = (size_t)LM_EW_TILE * prog->reg_esize;
+  size_t tile = hi - lo < LM_EW_TILE ? ((hi - lo + 15) & ~(size_t)15) : LM_EW_TILE; /* small runs: small registers */
+  size_t regsz = tile * prog->reg_esize;
   size_t total = regsz * (prog->nregs ? prog->nregs : 1);
   char *regs = aligned_alloc(64, (total + 63) & ~(size_t)63);
   void *ptr_local[64];
@@ -391,7 +393,7 @@ int lm_ew_prog_run(const lm_ew_prog *prog, const void *const *in, void *const *o
       size_t es = lm_dtype_size(sl->dtype);
       const char *v = sl->splat_src ? (const char *)sl->cval : (const char *)in[sl->arg];
       char *r = regs + sl->reg * regsz;
-      for (size_t i = 0; i < LM_EW_TILE; i++) memcpy(r + i * es, v, es);
+      for (size_t i = 0; i < tile; i++) memcpy(r + i * es, v, es);
     }
     if (sl->kind == LM_SLOT_SPLAT || sl->kind == LM_SLOT_GATHER || sl->kind == LM_SLOT_TMP) ptr[s] = regs + sl->reg * regsz;
   }
@@ -507,6 +509,7 @@ static bool fusable(const lm_op *op, const lm_func *fn) {
   if (code == LM_OP_BROADCAST_IN_DIM) return true;
   if (code == LM_OP_BITCAST_CONVERT) {
     const lm_type *t = &fn->value_types[op->in[0]];
+    if ((t->dtype == LOOM_DTYPE_PRED) != (rt->dtype == LOOM_DTYPE_PRED)) return false; /* i1 is one bit */
     return lm_dtype_size(t->dtype) == lm_dtype_size(rt->dtype) && same_dims(t, rt->rank, rt->dims) &&
            lm_dtype_is_complex(t->dtype) == lm_dtype_is_complex(rt->dtype);
   }
@@ -695,6 +698,17 @@ int lm_fusion_single(const lm_op *op, const lm_func *fn, lm_arena *arena, lm_fus
   return rc;
 }
 
+typedef struct range_ctx {
+  const lm_ew_prog *prog;
+  const void *const *in;
+  void *const *out;
+} range_ctx;
+
+static int run_range(void *c, size_t lo, size_t hi) {
+  range_ctx *r = c;
+  return lm_ew_prog_run(r->prog, r->in, r->out, lo, hi, NULL);
+}
+
 int lm_fusion_run(lm_kctx *k, const lm_fusion *f, lm_buffer *const *in, lm_buffer **out) {
   const void *ip_local[16];
   void *op_local[16];
@@ -705,9 +719,10 @@ int lm_fusion_run(lm_kctx *k, const lm_fusion *f, lm_buffer *const *in, lm_buffe
   for (uint32_t i = 0; rc == 0 && i < f->nin; i++) ip[i] = in[i]->data;
   for (uint32_t i = 0; rc == 0 && i < f->nout; i++) opp[i] = out[i]->data;
   if (rc == 0 && f->numel > 0) {
-    rc = lm_ew_prog_run(f->prog, ip, opp, 0, (size_t)f->numel, k->err);
-    if (rc < 0) lm_err_prefix(k->err, "%s at %s:%u:%u", k->op->name, k->op->loc.file ? k->op->loc.file : "<unknown>",
-                              k->op->loc.line, k->op->loc.col);
+    /* large groups are split over the run's threads (each part with its own tile registers) */
+    range_ctx rctx = {f->prog, ip, opp};
+    rc = lm_parallel_range(k->opts->nthreads, (size_t)f->numel, (size_t)1 << 16, LM_EW_TILE, run_range, &rctx);
+    if (rc < 0) rc = lm_kerr(k, rc, "out of host memory for an elementwise program's tile registers");
   }
   if (ip != ip_local) free(ip);
   if (opp != op_local) free(opp);

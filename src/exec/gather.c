@@ -9,10 +9,11 @@
  * out of bounds (spec 'scatter': "If result_index is in bounds ... Otherwise updated_results =
  * results"). Windows fully in bounds take fast paths: a copy when the body returns the update
  * ("replace"), a vectorized loop when the body is one add/multiply/maximum/minimum/and/or/xor;
- * any other body runs through lm_exec_region. */
+ * other bodies run compiled (scalar_eval.c) when they can, else through lm_exec_region. */
 #include <stdlib.h>
 #include <string.h>
 #include "exec/ops_util.h"
+#include "exec/scalar_eval.h"
 
 /* ---- dimension numbers ---- */
 
@@ -333,9 +334,19 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   LM_TRY(read_dims(op, true, &g, k->err));
   lm_buffer *ix = in[n];
   lm_buffer *const *up = in + n + 1;
-  const lm_type *rt = &out[0]->type, *it = &ix->type, *ut = &up[0]->type;
-  for (uint32_t i = 0; i < n; i++)
-    if (out[i]->nbytes) memcpy(out[i]->data, in[i]->data, out[i]->nbytes);
+  const lm_type *rt = &in[0]->type, *it = &ix->type, *ut = &up[0]->type; /* results have the inputs' types */
+  /* results: the inputs themselves where they die here (in place), else copies */
+  for (uint32_t i = 0; i < n; i++) {
+    bool mine = lm_input_donatable(k, i);
+    for (uint32_t j = n; j < op->nin && mine; j++)
+      if (in[j] == in[i] || in[j]->base == in[i]) mine = false;
+    if (mine) {
+      out[i] = lm_buffer_retain(in[i]);
+    } else {
+      LM_TRY(lm_kalloc(k, &k->fn->value_types[op->out[i]], &out[i]));
+      if (out[i]->nbytes) memcpy(out[i]->data, in[i]->data, out[i]->nbytes);
+    }
+  }
 
   body_kind kind = BODY_GENERIC;
   lm_binop_fn f = NULL;
@@ -349,9 +360,13 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   void **argp = NULL, **resp = NULL;
   size_t *ressz = NULL;
   int rc = 0;
+  lm_sprog *sp = NULL;
   if (kind == BODY_GENERIC) {
-    LM_TRY(lm_body_init(&body, k, 0, n));
-    have_body = true;
+    sp = lm_sprog_compile(op, 0, k->fn, n);
+    if (!sp) {
+      LM_TRY(lm_body_init(&body, k, 0, n));
+      have_body = true;
+    }
     argp = calloc(2 * n, sizeof *argp);
     resp = calloc(n, sizeof *resp);
     ressz = calloc(n, sizeof *ressz);
@@ -456,14 +471,19 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
           argp[n + i] = (char *)up[i]->data + uo * (int64_t)es;
           resp[i] = argp[i];
         }
-        rc = lm_body_call(&body, (const void *const *)argp, resp, ressz);
-        if (rc < 0) goto done;
+        if (sp) {
+          lm_sprog_run(sp, (const void *const *)argp, resp);
+        } else {
+          rc = lm_body_call(&body, (const void *const *)argp, resp, ressz);
+          if (rc < 0) goto done;
+        }
       }
     } while (lm_index_next(nw, wsz, wi));
   } while (lm_index_next(ns, ssz, si));
 
 done:
   if (have_body) lm_body_free(&body);
+  lm_sprog_free(sp);
   free(argp);
   free(resp);
   free(ressz);
@@ -473,5 +493,5 @@ done:
 void lm_register_gather_kernels(void) {
   lm_kernel_register(LM_OP_GATHER, k_gather, v_gather, 0);
   lm_kernel_register(LM_OP_DYNAMIC_GATHER, k_dynamic_gather, v_dynamic_gather, 0);
-  lm_kernel_register(LM_OP_SCATTER, k_scatter, v_scatter, 0);
+  lm_kernel_register(LM_OP_SCATTER, k_scatter, v_scatter, LM_KF_OWN_OUTPUTS);
 }

@@ -78,6 +78,61 @@ static void mark_step_uses(plan_builder *pb, const lm_plan_block *blk, const lm_
   }
 }
 
+/* Number of uses of value v by ops of block b (nested regions included); *user gets the index
+ * in b of the (last) op using it directly, or -1 when the use is nested or the terminator's. */
+static uint32_t count_uses(const lm_block *b, uint32_t v, int32_t *user, bool top) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < b->nops; i++) {
+    const lm_op *op = &b->ops[i];
+    for (uint32_t k = 0; k < op->nin; k++)
+      if (op->in[k] == v) {
+        n++;
+        if (top && user) *user = i + 1 < b->nops ? (int32_t)i : -1;
+      }
+    for (uint32_t r = 0; r < op->nregions; r++)
+      for (uint32_t j = 0; j < op->regions[r].nblocks; j++) {
+        uint32_t m = count_uses(&op->regions[r].blocks[j], v, NULL, false);
+        if (m && top && user) *user = -1;
+        n += m;
+      }
+  }
+  return n;
+}
+
+/* Whether dot op d (in b) feeds only transpose op t, which swaps the dot's lhs-free and rhs-free
+ * dims (keeping batch dims): then transpose(dot(l, r)) == dot(r, l). */
+static bool dot_then_transpose(const lm_func *fn, const lm_op *d, const lm_op *t) {
+  if (t->code != LM_OP_TRANSPOSE || t->nin != 1 || t->nout != 1 || d->nin != 2 || d->nout != 1) return false;
+  const lm_type *lt = &fn->value_types[d->in[0]], *rt = &fn->value_types[d->in[1]];
+  const lm_type *dt = &fn->value_types[d->out[0]], *tt = &fn->value_types[t->out[0]];
+  if (lt->kind != LM_TYPE_TENSOR || rt->kind != LM_TYPE_TENSOR || dt->kind != LM_TYPE_TENSOR || tt->kind != LM_TYPE_TENSOR)
+    return false;
+  int nb = 0, nc = 1;
+  if (d->code == LM_OP_DOT_GENERAL) {
+    const lm_attr *s = lm_op_attr(d, "dot_dimension_numbers");
+    if (!s || s->kind != LM_ATTR_STRUCT) return false;
+    int64_t tmp[LM_MAX_RANK];
+    const lm_attr *f = lm_attrs_get(s->fields, s->n, "lhs_batching_dimensions");
+    nb = f ? lm_attr_ints(f, tmp, LM_MAX_RANK) : 0;
+    f = lm_attrs_get(s->fields, s->n, "lhs_contracting_dimensions");
+    nc = f ? lm_attr_ints(f, tmp, LM_MAX_RANK) : 0;
+    if (nb < 0 || nc < 0) return false;
+  }
+  int nl = lt->rank - nb - nc, nr = rt->rank - nb - nc;
+  if (nl < 0 || nr < 0 || dt->rank != nb + nl + nr || tt->rank != dt->rank) return false;
+  int64_t perm[LM_MAX_RANK];
+  if (lm_attr_ints(lm_op_attr(t, "permutation"), perm, LM_MAX_RANK) != dt->rank) return false;
+  for (int i = 0; i < nb; i++)
+    if (perm[i] != i) return false;
+  for (int i = 0; i < nr; i++)
+    if (perm[nb + i] != nb + nl + i) return false;
+  for (int i = 0; i < nl; i++)
+    if (perm[nb + nr + i] != nb + i) return false;
+  for (int i = 0; i < dt->rank; i++)
+    if (tt->dims[i] != dt->dims[perm[i]] || tt->dtype != dt->dtype) return false;
+  return true;
+}
+
 static int plan_block_init(plan_builder *pb, lm_plan_block *blk, const lm_block *b) {
   lm_arena *a = &pb->p->arena;
   blk->b = b;
@@ -87,9 +142,24 @@ static int plan_block_init(plan_builder *pb, lm_plan_block *blk, const lm_block 
   /* Steps: ops outside groups, and each fused group at its last member. */
   lm_fusion_plan fp;
   LM_TRY(lm_fusion_plan_block(b, pb->fn, !pb->p->opts.no_fusion, a, &fp, pb->err));
+  /* dot_general + transpose pairs computed as one transposed dot */
+  int32_t *swap_to = lm_arena_array(a, b->nops, sizeof *swap_to);
+  bool *skip = lm_arena_array(a, b->nops, sizeof *skip);
+  if (!swap_to || !skip) return lm_errf(pb->err, LOOM_NO_MEMORY, "out of host memory");
+  for (uint32_t i = 0; i < b->nops; i++) swap_to[i] = -1;
+  for (uint32_t i = 0; i + 1 < b->nops; i++) {
+    const lm_op *op = &b->ops[i];
+    if ((op->code != LM_OP_DOT_GENERAL && op->code != LM_OP_DOT) || op->nout != 1 || fp.group_of[i] >= 0) continue;
+    int32_t user = -1;
+    if (count_uses(b, op->out[0], &user, true) != 1 || user < 0 || fp.group_of[user] >= 0) continue;
+    if (!dot_then_transpose(pb->fn, op, &b->ops[user])) continue;
+    swap_to[i] = user;
+    skip[user] = true;
+  }
   uint32_t nsteps = 0;
   for (uint32_t i = 0; i < b->nops; i++) {
     int32_t g = fp.group_of[i];
+    if (skip[i]) continue;
     if (g < 0) nsteps++;
     else if (fp.groups[g].members[fp.groups[g].nmembers - 1] == &b->ops[i] && fp.groups[g].nout > 0) nsteps++;
   }
@@ -101,12 +171,17 @@ static int plan_block_init(plan_builder *pb, lm_plan_block *blk, const lm_block 
     const lm_op *op = &b->ops[i];
     int32_t g = fp.group_of[i];
     lm_plan_op *po = &blk->ops[s];
+    if (skip[i]) continue;
     if (g < 0) {
       po->op = op;
       po->nin = op->nin;
       po->in = op->in;
       po->nout = op->nout;
       po->out = op->out;
+      if (swap_to[i] >= 0) {
+        po->out = b->ops[swap_to[i]].out;
+        po->flags |= LM_STEP_DOT_TRANSPOSED;
+      }
       s++;
     } else if (fp.groups[g].members[fp.groups[g].nmembers - 1] == op && fp.groups[g].nout > 0) {
       const lm_fusion *f = &fp.groups[g];

@@ -20,7 +20,15 @@ typedef struct lm_plan_op {
   uint32_t nrelease;
   uint32_t *release;           /* value ids to release after this step */
   lm_plan_block *regions;      /* [op->nregions]; NULL for groups */
+  uint32_t flags;              /* LM_STEP_* */
 } lm_plan_op;
+
+enum {
+  /* a dot_general whose only use is a transpose swapping its lhs and rhs free dimensions: the
+   * step computes the transposed result directly (as the dot of rhs and lhs) into the
+   * transpose's value, and the transpose has no step of its own */
+  LM_STEP_DOT_TRANSPOSED = 1u << 0,
+};
 
 struct lm_plan_block {
   const lm_block *b;
@@ -55,6 +63,7 @@ struct lm_run_state {
   const lm_run_opts *opts;
   lm_err *err;
   int depth;                   /* call depth, bounded */
+  uint64_t coll_seq;           /* collective calls made so far (collective.c: lm_coll_call.seq) */
 };
 
 const lm_plan_func *lm_program_func(const lm_program *p, const char *name);

@@ -229,11 +229,18 @@ static int v_dynamic_update_slice(const lm_op *op, const lm_func *fn, lm_err *er
   return v_start_operands(op, fn, 2, a->rank, err);
 }
 
+/* Updates the operand in place when the operand dies here (lm_input_donatable), else a copy. */
 static int k_dynamic_update_slice(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  lm_buffer *a = in[0], *u = in[1], *o = out[0];
+  lm_buffer *a = in[0], *u = in[1];
+  if (lm_input_donatable(k, 0) && u != a && u->base != a) {
+    out[0] = lm_buffer_retain(a);
+  } else {
+    LM_TRY(lm_kalloc(k, &k->fn->value_types[k->op->out[0]], &out[0]));
+    if (out[0]->nbytes) memcpy(out[0]->data, a->data, out[0]->nbytes);
+  }
+  lm_buffer *o = out[0];
   int rank = a->type.rank;
   int64_t start[LM_MAX_RANK], os[LM_MAX_RANK], us[LM_MAX_RANK], off = 0;
-  if (o->nbytes) memcpy(o->data, a->data, o->nbytes);
   read_starts(in, 2, k->op->nin, rank, start);
   lm_row_strides(&o->type, os);
   lm_row_strides(&u->type, us);
@@ -688,7 +695,7 @@ void lm_register_movement_kernels(void) {
   lm_kernel_register(LM_OP_TRANSPOSE, k_transpose, v_transpose, 0);
   lm_kernel_register(LM_OP_SLICE, k_slice, v_slice, 0);
   lm_kernel_register(LM_OP_DYNAMIC_SLICE, k_dynamic_slice, v_dynamic_slice, 0);
-  lm_kernel_register(LM_OP_DYNAMIC_UPDATE_SLICE, k_dynamic_update_slice, v_dynamic_update_slice, 0);
+  lm_kernel_register(LM_OP_DYNAMIC_UPDATE_SLICE, k_dynamic_update_slice, v_dynamic_update_slice, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_CONCATENATE, k_concatenate, v_concatenate, 0);
   lm_kernel_register(LM_OP_PAD, k_pad, v_pad, 0);
   lm_kernel_register(LM_OP_REVERSE, k_reverse, v_reverse, 0);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/half.h"
+#include "exec/interp.h"
 #include "exec/ops_util.h"
 
 int lm_ops_generic_only = 0;
@@ -97,7 +98,15 @@ double lm_load_f64(const void *p, lm_dtype dt) {
 
 /* Copies n elements of size es from src to dst with element strides ds/ss. */
 static void copy_row(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t es) {
-  if (ds == 1 && ss == 1) { memcpy(dst, src, (size_t)n * es); return; }
+  if (ds == 1 && ss == 1) {
+    size_t nb = (size_t)n * es;
+    if (nb > 128) { memcpy(dst, src, nb); return; }
+    /* short rows (e.g. one attention head): 8-byte moves beat a memcpy call */
+    size_t q = 0;
+    for (; q + 8 <= nb; q += 8) { uint64_t v; memcpy(&v, src + q, 8); memcpy(dst + q, &v, 8); }
+    for (; q < nb; q++) dst[q] = src[q];
+    return;
+  }
 #define ROW(T)                                                                 \
   do {                                                                         \
     T *d_ = (T *)dst; const T *s_ = (const T *)src;                            \
@@ -270,6 +279,19 @@ void lm_copy_strided(int rank, const int64_t *dims, size_t esize, void *dst, con
     }
     if (d < 0) break;
   }
+}
+
+bool lm_input_donatable(const lm_kctx *k, uint32_t i) {
+  if (!k->pop || !k->frame || i >= k->op->nin || lm_ops_generic_only) return false;
+  uint32_t v = k->op->in[i];
+  const lm_buffer *b = k->frame[v];
+  if (!b || b->base || b->type.kind != LM_TYPE_TENSOR || atomic_load(&((lm_buffer *)b)->refcount) != 1) return false;
+  for (uint32_t j = 0; j < k->op->nin; j++)
+    if (j != i && k->op->in[j] == v) return false;
+  const lm_plan_op *po = k->pop;
+  for (uint32_t r = 0; r < po->nrelease; r++)
+    if (po->release[r] == v) return true;
+  return false;
 }
 
 /* ---- fast-path binops ---- */
@@ -498,7 +520,6 @@ void lm_body_free(lm_body *b) {
   free(b->args);
   free(b->res);
   free(b->arg_size);
-  free(b->res_types);
   memset(b, 0, sizeof *b);
 }
 

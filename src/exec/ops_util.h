@@ -58,6 +58,12 @@ static inline int64_t lm_clamp64(int64_t v, int64_t lo, int64_t hi) {
   return v;
 }
 
+/* True if operand i's buffer may be reused as this op's result: only the interpreter's frame
+ * holds it, nothing views it, the op does not read it through another operand, and the plan
+ * releases the value right after this op (its last use). Lets dynamic_update_slice and scatter
+ * update in place instead of copying. */
+bool lm_input_donatable(const lm_kctx *k, uint32_t i);
+
 /* ---- fast-path binary ops of bodies (reduce_window, scatter, select_and_scatter, ...) ---- */
 
 /* acc[i*acc_stride] = acc[i*acc_stride] OP x[i*x_stride] for i in [0, n), strides in elements,
@@ -87,7 +93,6 @@ typedef struct lm_body {
   lm_buffer **args;          /* [nargs] scalar buffers, types from the region's block arguments */
   lm_buffer **res;           /* [nres] scratch for results */
   size_t *arg_size;          /* [nargs] bytes per argument */
-  lm_type *res_types;        /* [nres] expected result types (NULL entries: unchecked) */
 } lm_body;
 
 /* Prepares calls of region `region` of k->op returning nres values. Fails if the region does not

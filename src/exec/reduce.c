@@ -306,7 +306,7 @@ static int reduce_program(lm_kctx *k, const lm_ew_prog *prog, lm_buffer *const *
   if (wide) {
     /* inputs [R, O]: acc = body(acc, row r) for r in order, over all outputs at once */
     size_t bytes = 0;
-    for (uint32_t j = 0; j < N; j++) bytes += O * es[j];
+    for (uint32_t j = 0; j < N; j++) bytes += (O * es[j] + 63) & ~(size_t)63; /* each array 64-byte aligned */
     if ((rc = scratch(k, bytes, &wb)) < 0) goto done;
     char *B[MAXN];
     char *p = wb->data;
@@ -314,7 +314,7 @@ static int reduce_program(lm_kctx *k, const lm_ew_prog *prog, lm_buffer *const *
       char *a = out[j]->data;
       for (size_t o = 0; o < O; o++) memcpy(a + o * es[j], in[N + j]->data, es[j]);
       B[j] = p;
-      p += O * es[j];
+      p += (O * es[j] + 63) & ~(size_t)63;
     }
     char *cur[MAXN], *nxt[MAXN];
     for (uint32_t j = 0; j < N; j++) { cur[j] = out[j]->data; nxt[j] = B[j]; }

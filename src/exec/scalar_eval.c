@@ -12,10 +12,14 @@ enum { CT_FLOAT, CT_TOTAL, CT_SIGNED, CT_UNSIGNED };
 
 typedef enum { I_CONST, I_COMPARE, I_SELECT, I_BINOP, I_SUB, I_NOT, I_NEG, I_REAL, I_IMAG } ikind;
 
+/* Ordering of two elements: -1 <, 0 ==, 1 >, 2 unordered. */
+typedef int (*ord_fn)(const void *a, const void *b);
+
 typedef struct sinstr {
   uint8_t kind, dir, ctype, dtype; /* dtype: of the operands (compare) or of the result */
   uint16_t dst, a, b, c;
   lm_binop_fn f;
+  ord_fn ord;                      /* I_COMPARE on common types; NULL: the general path */
   unsigned char k[16];             /* I_CONST */
 } sinstr;
 
@@ -112,6 +116,69 @@ static int cmp_elems(int dir, int ct, lm_dtype dt, const void *a, const void *b)
   return test_dir(dir, c);
 }
 
+#define ORD(NAME, T, KEY)                                              \
+  static int NAME(const void *pa, const void *pb) {                   \
+    T x, y;                                                            \
+    memcpy(&x, pa, sizeof x);                                          \
+    memcpy(&y, pb, sizeof y);                                          \
+    KEY;                                                               \
+    return x < y ? -1 : x > y ? 1 : 0;                                 \
+  }
+ORD(ord_s32, int32_t, )
+ORD(ord_s64, int64_t, )
+ORD(ord_u32, uint32_t, )
+ORD(ord_u64, uint64_t, )
+ORD(ord_u8, uint8_t, )
+ORD(ord_f32_total, int32_t, x = x < 0 ? x ^ INT32_MAX : x; y = y < 0 ? y ^ INT32_MAX : y)
+ORD(ord_f64_total, int64_t, x = x < 0 ? x ^ INT64_MAX : x; y = y < 0 ? y ^ INT64_MAX : y)
+static int ord_f32(const void *pa, const void *pb) {
+  float x, y;
+  memcpy(&x, pa, 4);
+  memcpy(&y, pb, 4);
+  return x < y ? -1 : x > y ? 1 : x == y ? 0 : 2;
+}
+static int ord_f64(const void *pa, const void *pb) {
+  double x, y;
+  memcpy(&x, pa, 8);
+  memcpy(&y, pb, 8);
+  return x < y ? -1 : x > y ? 1 : x == y ? 0 : 2;
+}
+
+/* A specialized ordering for (dt, ct), or NULL. */
+static ord_fn pick_ord(lm_dtype dt, int ct);
+
+int lm_order_elems(int ct, lm_dtype dt, const void *a, const void *b) {
+  ord_fn f = pick_ord(dt, ct);
+  if (f) return f(a, b);
+  /* general: derive the ordering from two comparisons */
+  if (cmp_elems(DIR_EQ, ct, dt, a, b) == 1) return 0;
+  if (cmp_elems(DIR_LT, ct, dt, a, b) == 1) return -1;
+  if (cmp_elems(DIR_GT, ct, dt, a, b) == 1) return 1;
+  return 2;
+}
+
+bool lm_compare_test(int dir, int ordering) { return test_dir(dir, ordering); }
+
+lm_order_fn lm_order_get(int ct, lm_dtype dt) { return pick_ord(dt, ct); }
+
+int lm_compare_parse(const char *dir, const char *type, lm_dtype dt, int *d, int *ct) {
+  *d = parse_dir(dir);
+  *ct = parse_ctype(type, dt);
+  return *d < 0 || *ct < 0 ? -1 : 0;
+}
+
+static ord_fn pick_ord(lm_dtype dt, int ct) {
+  if (ct == CT_TOTAL && !lm_dtype_is_float(dt)) ct = lm_dtype_is_sint(dt) ? CT_SIGNED : CT_UNSIGNED;
+  switch (dt) {
+    case LOOM_DTYPE_F32: return ct == CT_TOTAL ? ord_f32_total : ct == CT_FLOAT ? ord_f32 : NULL;
+    case LOOM_DTYPE_F64: return ct == CT_TOTAL ? ord_f64_total : ct == CT_FLOAT ? ord_f64 : NULL;
+    case LOOM_DTYPE_S32: case LOOM_DTYPE_U32: return ct == CT_SIGNED ? ord_s32 : ct == CT_UNSIGNED ? ord_u32 : NULL;
+    case LOOM_DTYPE_S64: case LOOM_DTYPE_U64: return ct == CT_SIGNED ? ord_s64 : ct == CT_UNSIGNED ? ord_u64 : NULL;
+    case LOOM_DTYPE_PRED: case LOOM_DTYPE_U8: return ct == CT_UNSIGNED ? ord_u8 : NULL;
+    default: return NULL;
+  }
+}
+
 int lm_compare_elems(const char *dir, const char *type, lm_dtype dt, const void *a, const void *b) {
   int d = parse_dir(dir), ct = parse_ctype(type, dt);
   if (d < 0 || ct < 0) return -1;
@@ -131,18 +198,67 @@ static bool scalar_type(const lm_type *t) {
   return t->kind == LM_TYPE_TENSOR && t->rank == 0 && lm_dtype_valid(t->dtype);
 }
 
+/* Compiles the ops of block b that the values res_vals[nres] depend on (all ops when need is
+ * NULL), returning those values. */
+static lm_sprog *compile(const lm_block *b, const lm_func *fn, uint32_t nres, const uint32_t *res_vals, const bool *need);
+
 lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t nres) {
   if (lm_ops_generic_only || r >= op->nregions || op->regions[r].nblocks != 1) return NULL;
   const lm_block *b = &op->regions[r].blocks[0];
   if (b->nops == 0 || b->nops > 4096) return NULL;
   const lm_op *ret = &b->ops[b->nops - 1];
   if (ret->code != LM_OP_RETURN || ret->nin != nres) return NULL;
+  return compile(b, fn, nres, ret->in, NULL);
+}
+
+lm_sprog *lm_sprog_compile_func(const lm_func *f, uint32_t nres) {
+  if (lm_ops_generic_only || f->body.nblocks != 1) return NULL;
+  const lm_block *b = &f->body.blocks[0];
+  if (b->nops == 0 || b->nops > 4096) return NULL;
+  const lm_op *ret = &b->ops[b->nops - 1];
+  if ((ret->code != LM_OP_RETURN && ret->code != LM_OP_FUNC_RETURN) || ret->nin != nres) return NULL;
+  return compile(b, f, nres, ret->in, NULL);
+}
+
+lm_sprog *lm_sprog_compile_value(const lm_op *op, uint32_t r, const lm_func *fn, uint32_t value) {
+  if (lm_ops_generic_only || r >= op->nregions || op->regions[r].nblocks != 1) return NULL;
+  const lm_block *b = &op->regions[r].blocks[0];
+  if (b->nops == 0 || b->nops > 4096 || value >= fn->nvalues) return NULL;
+  bool *need = calloc(b->nops, sizeof *need);
+  uint32_t *def = malloc(fn->nvalues * sizeof *def); /* value -> defining op index + 1 */
+  uint32_t *stack = malloc((b->nops + 1) * sizeof *stack);
+  lm_sprog *p = NULL;
+  if (!need || !def || !stack) goto out;
+  for (uint32_t v = 0; v < fn->nvalues; v++) def[v] = 0;
+  for (uint32_t j = 0; j + 1 < b->nops; j++)
+    for (uint32_t q = 0; q < b->ops[j].nout; q++)
+      if (b->ops[j].out[q] < fn->nvalues) def[b->ops[j].out[q]] = j + 1;
+  uint32_t sp = 0;
+  if (def[value]) stack[sp++] = def[value] - 1;
+  while (sp) {
+    uint32_t j = stack[--sp];
+    if (need[j]) continue;
+    need[j] = true;
+    for (uint32_t q = 0; q < b->ops[j].nin; q++) {
+      uint32_t v = b->ops[j].in[q];
+      if (v < fn->nvalues && def[v] && !need[def[v] - 1]) stack[sp++] = def[v] - 1;
+    }
+  }
+  p = compile(b, fn, 1, &value, need);
+out:
+  free(need);
+  free(def);
+  free(stack);
+  return p;
+}
+
+static lm_sprog *compile(const lm_block *b, const lm_func *fn, uint32_t nres, const uint32_t *res_vals, const bool *need) {
   lm_sprog *p = calloc(1, sizeof *p);
   /* value id -> slot (+1; 0 = not defined in this region) */
   uint16_t *slot = calloc(fn->nvalues ? fn->nvalues : 1, sizeof *slot);
   if (!p || !slot) goto fail;
   p->nargs = b->nargs;
-  p->nres = ret->nin;
+  p->nres = nres;
   p->code = calloc(b->nops, sizeof *p->code);
   p->res = calloc(p->nres ? p->nres : 1, sizeof *p->res);
   p->res_size = calloc(p->nres ? p->nres : 1, 1);
@@ -157,6 +273,7 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
   }
   for (uint32_t j = 0; j + 1 < b->nops; j++) {
     const lm_op *x = &b->ops[j];
+    if (need && !need[j]) continue;
     if (x->nregions || x->nout != 1 || ns >= 60000) goto fail;
     const lm_type *rt = &fn->value_types[x->out[0]];
     if (!scalar_type(rt)) goto fail;
@@ -192,6 +309,7 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
         in->dir = (uint8_t)dir;
         in->ctype = (uint8_t)ct;
         in->dtype = d0;
+        in->ord = pick_ord(d0, ct);
         break;
       }
       case LM_OP_SELECT:
@@ -236,10 +354,11 @@ lm_sprog *lm_sprog_compile(const lm_op *op, uint32_t r, const lm_func *fn, uint3
     slot[x->out[0]] = (uint16_t)(++ns);
     p->ninstr++;
   }
-  for (uint32_t i = 0; i < ret->nin; i++) {
-    if (ret->in[i] >= fn->nvalues || !slot[ret->in[i]] || !scalar_type(&fn->value_types[ret->in[i]])) goto fail;
-    p->res[i] = (uint16_t)(slot[ret->in[i]] - 1);
-    p->res_size[i] = (uint8_t)lm_dtype_size(fn->value_types[ret->in[i]].dtype);
+  for (uint32_t i = 0; i < nres; i++) {
+    uint32_t v = res_vals[i];
+    if (v >= fn->nvalues || !slot[v] || !scalar_type(&fn->value_types[v])) goto fail;
+    p->res[i] = (uint16_t)(slot[v] - 1);
+    p->res_size[i] = (uint8_t)lm_dtype_size(fn->value_types[v].dtype);
   }
   p->nslots = ns;
   free(slot);
@@ -305,7 +424,10 @@ void lm_sprog_run(const lm_sprog *p, const void *const *args, void *const *res) 
     const unsigned char *a = s[in->a].b, *b = s[in->b].b;
     switch ((ikind)in->kind) {
       case I_CONST: memcpy(d, in->k, 16); break;
-      case I_COMPARE: d[0] = (unsigned char)cmp_elems(in->dir, in->ctype, (lm_dtype)in->dtype, a, b); break;
+      case I_COMPARE:
+        d[0] = in->ord ? (unsigned char)test_dir(in->dir, in->ord(a, b))
+                       : (unsigned char)cmp_elems(in->dir, in->ctype, (lm_dtype)in->dtype, a, b);
+        break;
       case I_SELECT: memcpy(d, a[0] ? b : s[in->c].b, 16); break;
       case I_BINOP: memcpy(d, a, 16); in->f(d, b, 1, 1, 1); break;
       case I_SUB: run_sub((lm_dtype)in->dtype, d, a, b); break;

@@ -17,6 +17,10 @@ typedef struct dbuf {
 static void put(dbuf *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(dbuf *d, const char *fmt, ...) {
   if (d->oom) return;
+  if (!d->s) {
+    d->s = malloc(d->cap = 4096);
+    if (!d->s) { d->oom = true; return; }
+  }
   for (;;) {
     va_list ap;
     va_start(ap, fmt);

@@ -75,7 +75,7 @@ int lm_attr_ints(const lm_attr *a, int64_t *out, int cap) {
   if (!a) return -1;
   if (a->kind == LM_ATTR_INTS) {
     if ((int64_t)a->n > cap) return -1;
-    memcpy(out, a->ints, a->n * sizeof(int64_t));
+    if (a->n) memcpy(out, a->ints, a->n * sizeof(int64_t));
     return (int)a->n;
   }
   if (dense_is_int(a)) {

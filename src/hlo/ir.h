@@ -40,6 +40,24 @@
  *     STRING). `sdy.mesh @m = <["x"=2, "y"=4]>` is a module-level op (lm_module.ops) with
  *     `sym_name` (SYMBOL) and `mesh` = STRUCT "sdy.mesh" with fields `axis_names` (ARRAY of
  *     STRING) and `axis_sizes` (INTS). `mhlo.sharding` stays a STRING.
+ *   - more names, as the parser produces them (pretty spelling -> generic name):
+ *     custom_call `@target` -> `call_target_name` STRING; func.call `@f` -> `callee` SYMBOL;
+ *     composite `"name"` -> `name` STRING (`decomposition` SYMBOL); reduce_precision
+ *     `format = e5m10` -> `exponent_bits` / `mantissa_bits` INT; dot/dot_general `precision = [..]`
+ *     -> `precision_config` ARRAY of ENUM; `algorithm = <...>` -> `algorithm` STRUCT
+ *     "stablehlo.dot_algorithm". The "stablehlo.dot" STRUCT always holds all four fields (empty
+ *     INTS where the text omits one). Integer-list attributes (INTS) never have a NULL `ints`.
+ *   - Shardy ops: sdy.sharding_constraint / sdy.reshard `<@mesh, [...]>` -> `sharding` STRUCT
+ *     "sdy.sharding"; sdy.manual_computation -> `in_shardings`, `out_shardings` (ARRAY of STRUCT
+ *     "sdy.sharding", generic form `#sdy.sharding_per_value<[...]>` gives the same) and
+ *     `manual_axes` (ARRAY of STRING); its one region's block arguments are the per-device values
+ *     and it ends with sdy.return.
+ *   - check ops: `value` (DENSE, the _const forms), `tolerance` (FLOAT), `min_ulp_difference` /
+ *     `max_ulp_difference` (INT), `probe_id` (STRING).
+ *   - a dialect attribute the parser has no form for (`#foo.bar<...>`) -> STRUCT "foo.bar" with one
+ *     field `raw` (STRING, the text between the angle brackets); a bare word where an attribute is
+ *     expected (e.g. `tf32` in a dot algorithm) -> ENUM with that word. `index` in the type of a
+ *     dense attribute (layouts: `dense<[0, 1]> : tensor<2xindex>`) reads as i64.
  * Ops written in pretty form with operands and a region (reduce's `applies stablehlo.add`,
  * while's `cond { } do { }`) produce the same regions and block arguments as the generic form.
  *

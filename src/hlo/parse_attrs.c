@@ -50,6 +50,7 @@ int lm_p_int_list(lm_parser *p, lm_attr *out) {
     LM_TRY(lm_p_int(p, v));
     if (!lm_p_eat(p, LM_T_COMMA)) break;
   }
+  if (!out->ints && !(out->ints = lm_p_array(p, 1, sizeof(int64_t)))) return p->err->code; /* never NULL */
   return lm_p_expect(p, LM_T_RBRACK, "',' or ']' in a list of integers");
 }
 
@@ -59,6 +60,8 @@ static void ints_from_array(lm_attr *a) {
   for (uint32_t i = 0; i < a->n; i++)
     if (a->items[i].kind != LM_ATTR_INT && a->items[i].kind != LM_ATTR_BOOL) return;
   int64_t *v = (int64_t *)(void *)a->items; /* reuse the storage: an lm_attr is larger than int64 */
+  static int64_t empty[1];
+  if (!v) v = empty; /* never NULL, even for [] (read-only: n is 0) */
   for (uint32_t i = 0; i < a->n; i++) v[i] = a->items[i].i;
   uint32_t n = a->n;
   memset(a, 0, sizeof *a);

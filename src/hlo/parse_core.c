@@ -165,14 +165,34 @@ char *lm_p_decode_str(lm_parser *p, const lm_tok *t, uint32_t *len) {
 
 /* ---- values and names ---- */
 
+/* Copies the element arrays of a tuple type into the module's arena (signatures are parsed into
+ * scratch memory; value types outlive it). */
+static int persist_type(lm_parser *p, lm_type *t, int depth) {
+  if (t->kind != LM_TYPE_TUPLE || !t->ntuple) return 0;
+  if (depth > LM_PARSE_MAX_DEPTH) return lm_p_errf(p, NULL, LOOM_PARSE, "tuple types nested too deeply");
+  lm_arena *saved = p->a;
+  p->a = &p->m->arena;
+  lm_type *e = lm_p_array(p, t->ntuple, sizeof(lm_type));
+  p->a = saved;
+  if (!e) return p->err->code;
+  memcpy(e, t->tuple, t->ntuple * sizeof(lm_type));
+  t->tuple = e;
+  for (uint32_t i = 0; i < t->ntuple; i++) LM_TRY(persist_type(p, &e[i], depth + 1));
+  return 0;
+}
+
 int lm_p_new_values(lm_parser *p, uint32_t count, const lm_type *types, uint32_t *first) {
   *first = p->nvalues;
-  for (uint32_t i = 0; i < count; i++) {
+  lm_arena *saved = lm_p_scratch_on(p); /* the vector grows in scratch; finish_func keeps the final one */
+  int rc = 0;
+  for (uint32_t i = 0; i < count && rc == 0; i++) {
     lm_type *t = lm_p_push(p, (void **)&p->vtypes, &p->nvalues, &p->capvalues, sizeof(lm_type));
-    if (!t) return p->err->code;
+    if (!t) { rc = p->err->code; break; }
     *t = types[i];
+    rc = persist_type(p, t, 0);
   }
-  return 0;
+  lm_p_scratch_off(p, saved);
+  return rc;
 }
 
 static uint32_t name_hash(const char *s, size_t n) {

@@ -48,7 +48,9 @@ typedef struct lm_parser {
   lm_tok tok;             /* the current (lookahead) token */
   const char *file;       /* for messages and lm_loc (arena copy) */
   lm_module *m;
-  lm_arena *a;            /* == &m->arena */
+  lm_arena *a;            /* where lm_p_alloc allocates: &m->arena, or &scratch (see below) */
+  lm_arena scratch;       /* parse-time data that dies with the function being parsed: value
+                             types while growing, op signatures, operand tokens, result names */
   lm_err *err;
   int depth;              /* current nesting, capped at LM_PARSE_MAX_DEPTH */
   bool index_ok;          /* `index` reads as i64 (inside dense<...> attribute types only) */
@@ -63,6 +65,14 @@ typedef struct lm_parser {
   lm_alias *aliases;
   uint32_t naliases, capaliases;
 } lm_parser;
+
+/* Switches lm_p_alloc to the scratch arena (returns the arena to restore with lm_p_scratch_off). */
+static inline lm_arena *lm_p_scratch_on(lm_parser *p) {
+  lm_arena *a = p->a;
+  p->a = &p->scratch;
+  return a;
+}
+static inline void lm_p_scratch_off(lm_parser *p, lm_arena *a) { p->a = a; }
 
 /* A saved parser position, to look ahead and come back. */
 typedef struct lm_pmark {

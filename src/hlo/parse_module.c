@@ -64,7 +64,10 @@ static int func_results(lm_parser *p, lm_func *fn) {
 
 static int finish_func(lm_parser *p, lm_func *fn) {
   fn->nvalues = p->nvalues;
-  fn->value_types = p->vtypes;
+  fn->value_types = lm_p_array(p, p->nvalues ? p->nvalues : 1, sizeof(lm_type));
+  if (fn->value_types && p->nvalues) memcpy(fn->value_types, p->vtypes, p->nvalues * sizeof(lm_type));
+  lm_arena_free(&p->scratch); /* everything parse-time of this function */
+  lm_arena_init(&p->scratch, 0);
   if (!fn->arg_attrs) fn->arg_attrs = lm_p_array(p, 1, sizeof(lm_attr));
   if (!fn->result_attrs) fn->result_attrs = lm_p_array(p, 1, sizeof(lm_attr));
   if (!fn->value_types) fn->value_types = lm_p_array(p, 1, sizeof(lm_type));
@@ -200,6 +203,7 @@ static int parse_alias(lm_parser *p, bool is_type) {
   /* `#loc3 = loc(...)`: the lexer already skipped the location itself */
   for (const char *c = eq_end; c + 4 <= p->tok.start; c++)
     if (!memcmp(c, "loc(", 4)) return 0;
+  if (p->naliases >= 4096) return lm_p_errf(p, &name, LOOM_UNSUPPORTED, "more than 4096 attribute/type aliases");
   lm_alias *al = lm_p_push(p, (void **)&p->aliases, &p->naliases, &p->capaliases, sizeof(lm_alias));
   if (!al) return p->err->code;
   al->name = name.s;
@@ -318,11 +322,13 @@ int lm_parse_module(const char *text, size_t len, const lm_parse_opts *opts, lm_
     lm_module_free(m);
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   }
+  lm_arena_init(&p->scratch, 0);
   p->pos = (lm_lexpos){text, text, opts && opts->first_line ? opts->first_line : 1};
   lm_p_next(p);
   mod_state ms = {0};
   int rc = module_items(p, &ms, LM_T_EOF);
   lm_p_names_free(p);
+  lm_arena_free(&p->scratch);
   if (rc == 0 && !(opts && opts->no_verify)) rc = lm_module_verify(m, err);
   if (rc < 0) {
     lm_module_free(m);

@@ -13,7 +13,9 @@ int lm_p_operand(lm_parser *p, lm_opb *b) {
   uint32_t *slot = lm_p_push(p, (void **)&b->in, &b->op.nin, &b->capin, sizeof(uint32_t));
   if (!slot) return p->err->code;
   *slot = v;
+  lm_arena *saved = lm_p_scratch_on(p);
   lm_tok *ts = lm_p_push(p, (void **)&b->in_toks, &b->nin_toks, &b->capin_toks, sizeof(lm_tok));
+  lm_p_scratch_off(p, saved);
   if (!ts) return p->err->code;
   *ts = t;
   return 0;
@@ -145,7 +147,10 @@ static int parse_generic(lm_parser *p, lm_opb *b) {
   }
   if (lm_p_is(p, LM_T_LBRACE)) LM_TRY(lm_p_attr_dict(p, &b->attrs, &b->op.nattrs, &b->capattrs));
   LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's function type"));
-  return lm_p_func_type(p, &b->in_types, &b->nin_types, &b->out_types, &b->nout_types);
+  lm_arena *saved = lm_p_scratch_on(p);
+  int rc = lm_p_func_type(p, &b->in_types, &b->nin_types, &b->out_types, &b->nout_types);
+  lm_p_scratch_off(p, saved);
+  return rc;
 }
 
 /* Generic spellings whose attributes differ from the pretty normal form: adjusted so both
@@ -241,7 +246,10 @@ int lm_p_parse_op(lm_parser *p, lm_op **ops, uint32_t *nops, uint32_t *capops) {
   lm_tok *names = NULL;
   uint32_t *counts = NULL, nnames, nvals;
   lm_tok start = p->tok;
-  LM_TRY(parse_result_names(p, &names, &counts, &nnames, &nvals));
+  lm_arena *saved = lm_p_scratch_on(p);
+  int nrc = parse_result_names(p, &names, &counts, &nnames, &nvals);
+  lm_p_scratch_off(p, saved);
+  LM_TRY(nrc);
   lm_opb b;
   memset(&b, 0, sizeof b);
   lm_tok nt = p->tok;

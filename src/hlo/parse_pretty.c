@@ -212,13 +212,17 @@ static int run_form(lm_parser *p, lm_opb *b, const char *fmt) {
     } else if (step[0] == ':') {
       LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's type"));
       const char *k = step + 1;
-      if (!strcmp(k, "S")) LM_TRY(lm_p_sig_same(p, b));
-      else if (!strcmp(k, "F")) LM_TRY(lm_p_sig_functional(p, b));
-      else if (!strcmp(k, "R")) LM_TRY(sig_result(p, b));
-      else if (!strcmp(k, "SEL")) LM_TRY(sig_select(p, b));
-      else if (!strcmp(k, "T")) LM_TRY(sig_tuple(p, b));
-      else if (!strcmp(k, "P")) LM_TRY(sig_pairwise(p, b));
-      else if (!strcmp(k, "C")) LM_TRY(sig_complex(p, b));
+      lm_arena *saved = lm_p_scratch_on(p); /* signatures only live until the op is committed */
+      int rc = 0;
+      if (!strcmp(k, "S")) rc = lm_p_sig_same(p, b);
+      else if (!strcmp(k, "F")) rc = lm_p_sig_functional(p, b);
+      else if (!strcmp(k, "R")) rc = sig_result(p, b);
+      else if (!strcmp(k, "SEL")) rc = sig_select(p, b);
+      else if (!strcmp(k, "T")) rc = sig_tuple(p, b);
+      else if (!strcmp(k, "P")) rc = sig_pairwise(p, b);
+      else if (!strcmp(k, "C")) rc = sig_complex(p, b);
+      lm_p_scratch_off(p, saved);
+      LM_TRY(rc);
     } else if (arg && step[1] == ':') {
       lm_attr a;
       if (step[0] == 'I') {
@@ -350,7 +354,10 @@ static int pretty_return(lm_parser *p, lm_opb *b) {
   LM_TRY(opt_attr_dict(p, b));
   if (b->op.nin == 0) return 0;
   LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the returned types"));
-  return lm_p_type_list(p, &b->in_types, &b->nin_types);
+  lm_arena *saved = lm_p_scratch_on(p);
+  int rc = lm_p_type_list(p, &b->in_types, &b->nin_types);
+  lm_p_scratch_off(p, saved);
+  return rc;
 }
 
 int lm_p_pretty_op(lm_parser *p, lm_opb *b, const lm_tok *name_tok) {

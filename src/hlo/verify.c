@@ -118,7 +118,9 @@ static int check_block(vctx *c, const lm_block *b, const lm_op *owner, int depth
     if (is_terminator(op->code) && !last) return op_fail(c, op, "a terminator in the middle of a block");
     if (last && !is_terminator(op->code))
       return op_fail(c, op, "the block ends with this op; it must end with %s", owner ? "stablehlo.return" : "func.return");
-    if (last && !owner && op->code != LM_OP_FUNC_RETURN) return op_fail(c, op, "a function body must end with func.return");
+    /* a function may also end with stablehlo.return: JAX emits such functions (the comparator
+     * of @ApproxTopK), and MLIR accepts any terminator there */
+    if (last && !owner && op->code == LM_OP_SDY_RETURN) return op_fail(c, op, "a function body must end with func.return");
     if (last && owner && op->code == LM_OP_FUNC_RETURN) return op_fail(c, op, "func.return inside an op's region");
     if (op->nout && is_terminator(op->code)) return op_fail(c, op, "a terminator has no results");
     LM_TRY(check_op(c, op, depth));

@@ -13,6 +13,29 @@
  *   10 CLUSTER_STATUS_REPLY    ClusterStatusReply     ctl -> client        none
  *   11 PING                    Ping                   any -> ctl           none
  *   12 PONG                    Pong                   ctl -> any           none
+ *   13 ACK                     Ack                    any -> requester     none
+ *   14 WORKER_DATAPLANE        WorkerDataplane        worker -> ctl        none (one-way)
+ *   15 PEERS                   Peers                  ctl -> worker        none (one-way)
+ *   16 WORKER_LOST             WorkerLost             ctl -> worker        none (one-way)
+ *   17 ARRAY_CREATE            ArrayCreate            client -> ctl        none
+ *   18 ARRAY_PLACEMENT         ArrayPlacement         ctl -> client        none
+ *   19 ARRAY_LOCATE            ArrayLocate            client -> ctl        none
+ *   20 ARRAY_DELETE            ArrayDelete            client -> ctl        none
+ *   21 COMPILE                 Compile                client -> ctl        the module's text
+ *   22 COMPILE_REPLY           CompileReply           ctl -> client        none
+ *   23 EXECUTABLE_DESTROY      ExecutableDestroy      client -> ctl        none
+ *   24 LAUNCH                  Launch                 client -> ctl        none
+ *   25 LAUNCH_REPLY            LaunchReply            ctl -> client        none (sent when the launch ran)
+ *   26 LOAD_PROGRAM            LoadProgram            ctl -> worker        the module's text
+ *   27 UNLOAD_PROGRAM          UnloadProgram          ctl -> worker        none (one-way)
+ *   28 RUN                     Run                    ctl -> worker        none (one-way)
+ *   29 RUN_DONE                RunDone                worker -> ctl        none (one-way)
+ *   30 ABORT_LAUNCH            AbortLaunch            ctl -> worker        none (one-way)
+ *   31 FREE_ARRAYS             FreeArrays             ctl -> worker        none (one-way)
+ *   32 SESSION_CLOSED          SessionClosed          ctl -> worker        none (one-way)
+ *   33 SHARD_PUT               ShardPut               client -> worker     the shard's bytes
+ *   34 SHARD_GET               ShardGet               client -> worker     none
+ *   35 SHARD_GET_REPLY         ShardGetReply          worker -> client     the shard's bytes
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +59,29 @@ static const msg_info g_msgs[] = {
     [LM_MSG_CLUSTER_STATUS_REPLY] = {"CLUSTER_STATUS_REPLY", &lmw__cluster_status_reply__descriptor},
     [LM_MSG_PING] = {"PING", &lmw__ping__descriptor},
     [LM_MSG_PONG] = {"PONG", &lmw__pong__descriptor},
+    [LM_MSG_ACK] = {"ACK", &lmw__ack__descriptor},
+    [LM_MSG_WORKER_DATAPLANE] = {"WORKER_DATAPLANE", &lmw__worker_dataplane__descriptor},
+    [LM_MSG_PEERS] = {"PEERS", &lmw__peers__descriptor},
+    [LM_MSG_WORKER_LOST] = {"WORKER_LOST", &lmw__worker_lost__descriptor},
+    [LM_MSG_ARRAY_CREATE] = {"ARRAY_CREATE", &lmw__array_create__descriptor},
+    [LM_MSG_ARRAY_PLACEMENT] = {"ARRAY_PLACEMENT", &lmw__array_placement__descriptor},
+    [LM_MSG_ARRAY_LOCATE] = {"ARRAY_LOCATE", &lmw__array_locate__descriptor},
+    [LM_MSG_ARRAY_DELETE] = {"ARRAY_DELETE", &lmw__array_delete__descriptor},
+    [LM_MSG_COMPILE] = {"COMPILE", &lmw__compile__descriptor},
+    [LM_MSG_COMPILE_REPLY] = {"COMPILE_REPLY", &lmw__compile_reply__descriptor},
+    [LM_MSG_EXECUTABLE_DESTROY] = {"EXECUTABLE_DESTROY", &lmw__executable_destroy__descriptor},
+    [LM_MSG_LAUNCH] = {"LAUNCH", &lmw__launch__descriptor},
+    [LM_MSG_LAUNCH_REPLY] = {"LAUNCH_REPLY", &lmw__launch_reply__descriptor},
+    [LM_MSG_LOAD_PROGRAM] = {"LOAD_PROGRAM", &lmw__load_program__descriptor},
+    [LM_MSG_UNLOAD_PROGRAM] = {"UNLOAD_PROGRAM", &lmw__unload_program__descriptor},
+    [LM_MSG_RUN] = {"RUN", &lmw__run__descriptor},
+    [LM_MSG_RUN_DONE] = {"RUN_DONE", &lmw__run_done__descriptor},
+    [LM_MSG_ABORT_LAUNCH] = {"ABORT_LAUNCH", &lmw__abort_launch__descriptor},
+    [LM_MSG_FREE_ARRAYS] = {"FREE_ARRAYS", &lmw__free_arrays__descriptor},
+    [LM_MSG_SESSION_CLOSED] = {"SESSION_CLOSED", &lmw__session_closed__descriptor},
+    [LM_MSG_SHARD_PUT] = {"SHARD_PUT", &lmw__shard_put__descriptor},
+    [LM_MSG_SHARD_GET] = {"SHARD_GET", &lmw__shard_get__descriptor},
+    [LM_MSG_SHARD_GET_REPLY] = {"SHARD_GET_REPLY", &lmw__shard_get_reply__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

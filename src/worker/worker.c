@@ -1,42 +1,22 @@
 /* Worker event loop: connect (retrying while the controller starts), HELLO, REGISTER_WORKER,
- * heartbeats every interval the controller asked for; stop on a signal or when the controller
- * goes away. */
+ * then the data-plane address (WORKER_DATAPLANE, once the controller gave the worker its id),
+ * heartbeats every interval the controller asked for, and the controller's requests: programs,
+ * launches, frees, peers; stop on a signal or when the controller goes away. */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <uv.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "common/log.h"
-#include "exec/exec.h"
-#include "net/conn.h"
-#include "net/msg.h"
-#include "net/sock.h"
-#include "worker/worker.h"
-
+#include "worker/wk.h"
 
 #define RETRY_MS 200 /* between connection attempts while the controller is not up yet */
 
 enum { RID_HELLO = 1, RID_REGISTER = 2 };
-
-typedef struct wk {
-  uv_loop_t loop;
-  uv_signal_t sigint, sigterm;
-  uv_timer_t timer;            /* connection retries, then heartbeats */
-  lm_worker_config cfg;
-  struct sockaddr_storage addr;
-  lm_conn *conn;               /* NULL between attempts */
-  lm_conn_config conn_cfg;
-  lm_device **devices;         /* [cfg.devices] */
-  char host[256];
-  uint64_t first_attempt_ms;
-  bool registered, stopping, done;
-  uint32_t worker_id, heartbeat_ms;
-  uint64_t heartbeat_seq;
-  int rc;                      /* result of lm_worker_run */
-  lm_err err;
-} wk;
 
 void lm_worker_config_default(lm_worker_config *c) {
   memset(c, 0, sizeof *c);
@@ -51,9 +31,16 @@ static void finish(wk *w, int rc, const char *fmt, ...) __attribute__((format(pr
 static void close_handles(wk *w) {
   if (w->done) return;
   w->done = true;
+  w->stopping = true;
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
   uv_close((uv_handle_t *)&w->timer, NULL);
+  wk_data_stop(w);
+  wk_exec_stop(w); /* joins the device threads: nothing touches the async handle after this */
+  if (w->async_open) {
+    uv_close((uv_handle_t *)&w->async, NULL);
+    w->async_open = false;
+  }
   if (w->conn) lm_conn_close(w->conn, 0, "worker stopping");
 }
 
@@ -70,8 +57,9 @@ static void finish(wk *w, int rc, const char *fmt, ...) {
   close_handles(w);
 }
 
-static void send_or_finish(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m) {
+void wk_send(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m) {
   lm_err err;
+  if (!w->conn) return;
   if (lm_conn_send(w->conn, type, rid, m, NULL, 0, NULL, NULL, &err) < 0)
     finish(w, err.code, "cannot send %s to the controller: %s", lm_msg_name(type), err.msg);
 }
@@ -90,16 +78,17 @@ static void on_heartbeat_tick(uv_timer_t *t) {
   for (uint32_t i = 0; i < n; i++) {
     lmw__device_stats__init(&st[i]);
     st[i].local_index = i;
-    st[i].memory_used = lm_device_used(w->devices[i]);
+    st[i].memory_used = lm_device_used(w->devs[i].dev);
     ptrs[i] = &st[i];
   }
   Lmw__Heartbeat hb = LMW__HEARTBEAT__INIT;
   hb.sequence = ++w->heartbeat_seq;
   hb.n_devices = n;
   hb.devices = ptrs;
-  send_or_finish(w, LM_MSG_HEARTBEAT, 0, &hb.base);
+  wk_send(w, LM_MSG_HEARTBEAT, 0, &hb.base);
   free(st);
   free(ptrs);
+  wk_data_poll(w); /* parked gets time out even when nothing else happens */
 }
 
 static void send_register(wk *w) {
@@ -115,7 +104,7 @@ static void send_register(wk *w) {
     lmw__device_spec__init(&specs[i]);
     specs[i].local_index = i;
     specs[i].kind = "cpu";
-    specs[i].memory_capacity = lm_device_capacity(w->devices[i]);
+    specs[i].memory_capacity = lm_device_capacity(w->devs[i].dev);
     ptrs[i] = &specs[i];
   }
   Lmw__RegisterWorker m = LMW__REGISTER_WORKER__INIT;
@@ -124,10 +113,65 @@ static void send_register(wk *w) {
   m.slice = (char *)w->cfg.slice;
   m.n_devices = n;
   m.devices = ptrs;
-  /* m.dataplane_address: published here once the data plane exists (issue 4) */
-  send_or_finish(w, LM_MSG_REGISTER_WORKER, RID_REGISTER, &m.base);
+  m.data_address = w->data_addr;
+  wk_send(w, LM_MSG_REGISTER_WORKER, RID_REGISTER, &m.base);
   free(specs);
   free(ptrs);
+}
+
+/* The data-plane endpoint needs the worker id, so it is made once registration gave one. */
+static void start_dataplane(wk *w) {
+  lm_dp_config dc;
+  lm_dp_config_init(&dc);
+  dc.self_id = w->worker_id;
+  dc.num_devices = w->cfg.devices;
+  lm_err err;
+  if (lm_dp_create(&dc, &w->dp, &err) < 0) {
+    w->dp = NULL;
+    lm_error("no data plane (collectives between devices will fail): %s", err.msg);
+    return;
+  }
+  const void *blob;
+  size_t len;
+  lm_dp_address(w->dp, &blob, &len);
+  Lmw__WorkerDataplane m = LMW__WORKER_DATAPLANE__INIT;
+  m.address.data = (uint8_t *)blob;
+  m.address.len = len;
+  wk_send(w, LM_MSG_WORKER_DATAPLANE, 0, &m.base);
+}
+
+static void on_peers(wk *w, const Lmw__Peers *m) {
+  for (size_t i = 0; i < m->n_peers && w->dp; i++) {
+    uint64_t id;
+    lm_err err;
+    if (lm_dp_peer_add(w->dp, m->peers[i]->dataplane_address.data, m->peers[i]->dataplane_address.len, &id, &err) < 0)
+      lm_warn("cannot add data-plane peer worker %u: %s", m->peers[i]->worker_id, err.msg);
+    else
+      lm_debug("data-plane peer worker %llu added", (unsigned long long)id);
+  }
+}
+
+static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
+  if (r->n_device_ids != w->cfg.devices) {
+    finish(w, LOOM_PROTOCOL, "the controller assigned %zu ids to %u devices", r->n_device_ids, w->cfg.devices);
+    return;
+  }
+  if (r->token_key.len != LM_TOKEN_KEY_SIZE) {
+    finish(w, LOOM_PROTOCOL, "the controller sent a %zu-byte token key (expected %d)", r->token_key.len,
+           LM_TOKEN_KEY_SIZE);
+    return;
+  }
+  memcpy(w->token_key, r->token_key.data, LM_TOKEN_KEY_SIZE);
+  w->registered = true;
+  w->worker_id = r->worker_id;
+  w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
+  if (w->heartbeat_ms < 10) w->heartbeat_ms = 10;
+  lm_conn_set_established(w->conn);
+  lm_info("registered with %s as worker %u: %u devices, virtual ids %u-%u, %llu bytes each, slice %s, data port %s",
+          w->cfg.controller, w->worker_id, w->cfg.devices, r->device_ids[0], r->device_ids[r->n_device_ids - 1],
+          (unsigned long long)w->cfg.device_memory, w->cfg.slice, w->data_addr);
+  start_dataplane(w);
+  uv_timer_start(&w->timer, on_heartbeat_tick, w->heartbeat_ms, w->heartbeat_ms);
 }
 
 static void on_frame(lm_conn *c, lm_frame *f) {
@@ -140,32 +184,46 @@ static void on_frame(lm_conn *c, lm_frame *f) {
     else finish(w, err.code, "the controller refused this worker: %s", err.msg);
     return;
   }
+  if (f->h.payload_len && f->h.type != LM_MSG_LOAD_PROGRAM) {
+    lm_conn_close_with_error(c, f->h.request_id, LOOM_PROTOCOL, "%s does not take a payload", lm_msg_name(f->h.type));
+    return;
+  }
   int rc = lm_msg_decode(f, &m, &err);
   if (rc < 0) {
     lm_conn_close_with_error(c, f->h.request_id, rc, "%s", err.msg);
     return;
   }
-  if (f->h.type == LM_MSG_HELLO_REPLY && f->h.request_id == RID_HELLO) {
-    send_register(w);
-  } else if (f->h.type == LM_MSG_REGISTER_WORKER_REPLY && f->h.request_id == RID_REGISTER) {
-    Lmw__RegisterWorkerReply *r = (Lmw__RegisterWorkerReply *)m;
-    if (r->n_device_ids != w->cfg.devices) {
-      finish(w, LOOM_PROTOCOL, "the controller assigned %zu ids to %u devices", r->n_device_ids, w->cfg.devices);
-    } else {
-      w->registered = true;
-      w->worker_id = r->worker_id;
-      w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
-      if (w->heartbeat_ms < 10) w->heartbeat_ms = 10;
-      lm_conn_set_established(c);
-      lm_info("registered with %s as worker %u: %u devices, virtual ids %u-%u, %llu bytes each, slice %s",
-              w->cfg.controller, w->worker_id, w->cfg.devices, r->device_ids[0], r->device_ids[r->n_device_ids - 1],
-              (unsigned long long)w->cfg.device_memory, w->cfg.slice);
-      uv_timer_start(&w->timer, on_heartbeat_tick, w->heartbeat_ms, w->heartbeat_ms);
-    }
-  } else {
-    lm_warn("ignoring unexpected %s from the controller", lm_msg_name(f->h.type));
+  unsigned type = f->h.type;
+  if (!w->registered) {
+    if (type == LM_MSG_HELLO_REPLY && f->h.request_id == RID_HELLO) send_register(w);
+    else if (type == LM_MSG_REGISTER_WORKER_REPLY && f->h.request_id == RID_REGISTER)
+      on_registered(w, (Lmw__RegisterWorkerReply *)m);
+    else lm_warn("ignoring unexpected %s from the controller before registering", lm_msg_name(type));
+    lm_msg_free(m);
+    return;
+  }
+  switch (type) {
+  case LM_MSG_PEERS: on_peers(w, (Lmw__Peers *)m); break;
+  case LM_MSG_WORKER_LOST: {
+    const Lmw__WorkerLost *wl = (Lmw__WorkerLost *)m;
+    if (w->dp && wl->worker_id != w->worker_id) lm_dp_peer_fail(w->dp, wl->worker_id, wl->reason);
+    break;
+  }
+  case LM_MSG_LOAD_PROGRAM: wk_on_load_program(w, f, (Lmw__LoadProgram *)m); break;
+  case LM_MSG_UNLOAD_PROGRAM: wk_on_unload_program(w, (Lmw__UnloadProgram *)m); break;
+  case LM_MSG_RUN: wk_on_run(w, (Lmw__Run *)m); break;
+  case LM_MSG_ABORT_LAUNCH: wk_on_abort(w, (Lmw__AbortLaunch *)m); break;
+  case LM_MSG_FREE_ARRAYS: {
+    const Lmw__FreeArrays *fa = (Lmw__FreeArrays *)m;
+    for (size_t i = 0; i < fa->n_ids; i++) wk_store_drop_array(&w->store, fa->session, fa->ids[i], w->cfg.devices);
+    break;
+  }
+  case LM_MSG_SESSION_CLOSED: wk_on_session_closed(w, ((Lmw__SessionClosed *)m)->session); break;
+  default: lm_warn("ignoring unexpected %s from the controller", lm_msg_name(type)); break;
   }
   lm_msg_free(m);
+  w->cseq++; /* clients' gets may wait for this message (ShardGet.min_cseq) */
+  if (w->parked) wk_data_poll(w);
 }
 
 static void try_connect(wk *w);
@@ -180,7 +238,7 @@ static void on_connect(lm_conn *c) {
   h.software = "loom " LOOM_VERSION_STRING;
   h.host = w->host;
   h.pid = (uint32_t)getpid();
-  send_or_finish(w, LM_MSG_HELLO, RID_HELLO, &h.base);
+  wk_send(w, LM_MSG_HELLO, RID_HELLO, &h.base);
 }
 
 static void on_close(lm_conn *c, int code, const char *reason) {
@@ -218,6 +276,23 @@ static void on_signal(uv_signal_t *s, int signum) {
   close_handles(w);
 }
 
+/* The data port's default address: this host's address on the route to the controller (a UDP
+ * socket "connected" there sends nothing), any free port. */
+static void default_data_listen(wk *w, char *buf, size_t cap) {
+  snprintf(buf, cap, "127.0.0.1:0");
+  int fd = socket(w->addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  socklen_t len = w->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  struct sockaddr_storage local;
+  socklen_t ll = sizeof local;
+  if (connect(fd, (struct sockaddr *)&w->addr, len) == 0 && getsockname(fd, (struct sockaddr *)&local, &ll) == 0) {
+    if (local.ss_family == AF_INET6) ((struct sockaddr_in6 *)&local)->sin6_port = 0;
+    else ((struct sockaddr_in *)&local)->sin_port = 0;
+    lm_addr_format((struct sockaddr *)&local, buf, cap);
+  }
+  close(fd);
+}
+
 int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   if (!cfg->controller) return lm_errf(err, LOOM_INVALID_ARGUMENT, "no controller address (--controller HOST:PORT)");
   if (cfg->devices == 0 || cfg->devices > LM_WORKER_MAX_DEVICES)
@@ -235,14 +310,15 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
     free(w);
     return rc;
   }
-  w->devices = calloc(cfg->devices, sizeof *w->devices);
-  for (uint32_t i = 0; w->devices && i < cfg->devices; i++) {
-    w->devices[i] = lm_device_create((size_t)cfg->device_memory);
-    if (!w->devices[i]) rc = LOOM_NO_MEMORY;
+  w->devs = calloc(cfg->devices, sizeof *w->devs);
+  for (uint32_t i = 0; w->devs && i < cfg->devices; i++) {
+    w->devs[i].dev = lm_device_create((size_t)cfg->device_memory);
+    if (!w->devs[i].dev) rc = LOOM_NO_MEMORY;
   }
-  if (!w->devices || rc < 0 || uv_loop_init(&w->loop) != 0) {
-    for (uint32_t i = 0; w->devices && i < cfg->devices; i++) lm_device_destroy(w->devices[i]);
-    free(w->devices);
+  if (!w->devs || rc < 0 || wk_store_init(&w->store) < 0 || uv_loop_init(&w->loop) != 0) {
+    for (uint32_t i = 0; w->devs && i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);
+    free(w->devs);
+    wk_store_destroy(&w->store);
     free(w);
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory creating devices");
   }
@@ -254,16 +330,29 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   uv_signal_init(&w->loop, &w->sigterm);
   uv_timer_init(&w->loop, &w->timer);
   w->sigint.data = w->sigterm.data = w->timer.data = w;
-  uv_signal_start(&w->sigint, on_signal, SIGINT);
-  uv_signal_start(&w->sigterm, on_signal, SIGTERM);
-  w->first_attempt_ms = uv_now(&w->loop);
-  try_connect(w);
+  char listen[LM_ADDR_MAX];
+  if (cfg->data_listen) snprintf(listen, sizeof listen, "%s", cfg->data_listen);
+  else default_data_listen(w, listen, sizeof listen);
+  rc = wk_exec_start(w, err);
+  if (rc == 0) rc = wk_data_start(w, listen, err);
+  if (rc < 0) {
+    w->rc = rc;
+    w->err = *err;
+    close_handles(w);
+  } else {
+    uv_signal_start(&w->sigint, on_signal, SIGINT);
+    uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+    w->first_attempt_ms = uv_now(&w->loop);
+    try_connect(w);
+  }
   uv_run(&w->loop, UV_RUN_DEFAULT);
   uv_loop_close(&w->loop);
   rc = w->rc;
   if (rc < 0 && err) *err = w->err;
-  for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devices[i]);
-  free(w->devices);
+  lm_dp_destroy(w->dp);
+  wk_store_destroy(&w->store);
+  for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);
+  free(w->devs);
   free(w);
   return rc;
 }

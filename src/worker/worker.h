@@ -1,6 +1,8 @@
 /* The worker daemon (`loom worker`): owns D CPU devices (memory budgets from the executor,
- * src/exec/exec.h), connects to the controller, registers the devices and heartbeats their
- * memory use. Later issues add buffers, execution queues and the data-plane endpoint here. */
+ * src/exec/exec.h) with one execution thread and queue each, connects to the controller,
+ * registers the devices, heartbeats their memory use, loads programs and runs launches in
+ * global sequence order; serves shard puts and gets to clients on its data port; and has a
+ * data-plane endpoint (src/dataplane) for collectives between workers. Internals: wk.h. */
 #ifndef LM_WORKER_H
 #define LM_WORKER_H
 
@@ -15,6 +17,8 @@ typedef struct lm_worker_config {
   uint64_t device_memory;        /* bytes per device (default 2 GiB) */
   const char *slice;             /* slice name (default "default") */
   uint32_t connect_timeout_ms;   /* keep retrying the first connection this long (default 30000) */
+  const char *data_listen;       /* "HOST:PORT" of the data port; NULL: this host's address toward
+                                    the controller, any free port */
 } lm_worker_config;
 
 void lm_worker_config_default(lm_worker_config *c);

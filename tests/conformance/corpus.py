@@ -38,17 +38,39 @@ def run_disabled(path):
     return "RUN-DISABLED" in head
 
 
-def _run_chunk(loom, paths, timeout):
-    p = subprocess.run([loom, "interpret", "--json", *paths], capture_output=True, text=True, timeout=timeout)
-    cases = []
-    for line in p.stdout.splitlines():
+def _parse_json_lines(text):
+    """Case objects of a --json run, and whether the run got to its summary (it did not when the
+    process died, whatever its exit status: sanitizers exit with 1 like a failed check)."""
+    cases, complete = [], False
+    for line in text.splitlines():
         if not line.startswith("{"):
             continue
-        obj = json.loads(line)
-        if "summary" not in obj:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a crashed run
+            continue
+        if "summary" in obj:
+            complete = True
+        else:
             cases.append(obj)
-    if p.returncode not in (0, 1):
-        raise RuntimeError(f"loom interpret exited with {p.returncode} on {len(paths)} files:\n{p.stderr[-2000:]}")
+    return cases, complete
+
+
+def _run_chunk(loom, paths, timeout):
+    p = subprocess.run([loom, "interpret", "--json", *paths], capture_output=True, text=True, timeout=timeout)
+    cases, complete = _parse_json_lines(p.stdout)
+    if complete and p.returncode in (0, 1):
+        return cases
+    # loom died (a crash or a sanitizer report): run the files one by one to name the culprit
+    cases = []
+    for path in paths:
+        q = subprocess.run([loom, "interpret", "--json", path], capture_output=True, text=True, timeout=timeout)
+        got, complete = _parse_json_lines(q.stdout)
+        if not complete or q.returncode not in (0, 1):
+            tail = " | ".join(q.stderr.strip().splitlines()[-4:])[:800]
+            got.append({"file": path, "line": 0, "function": "", "status": "ERROR",
+                        "message": f"loom interpret died (exit status {q.returncode}): {tail}"})
+        cases.extend(got)
     return cases
 
 

@@ -270,3 +270,24 @@ def test_client_that_never_reads_is_not_a_problem(tight):
     assert_still_serving(tight)
     conn.close()
     assert_still_serving(tight)
+
+
+def test_bad_heartbeat_drops_the_worker(tight):
+    conn = wire.Conn(tight.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    assert conn.recv_frame()[0] == wire.HELLO_REPLY
+    conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(specs=[wire.device_spec(0), wire.device_spec(1)]),
+                         request_id=2))
+    assert conn.recv_frame()[0] == wire.REGISTER_WORKER_REPLY
+    good = wire.field_varint(1, 1) + wire.field_bytes(2, wire.field_varint(1, 1) + wire.field_varint(2, 4096))
+    conn.send(wire.frame(wire.HEARTBEAT, good))
+    wait_for(lambda: devices(tight.addr)["devices"][9]["memory_used"] == 4096, 5, what="the heartbeat's figures")
+    bad = wire.field_varint(1, 2) + wire.field_bytes(2, wire.field_varint(1, 5))  # no device 5 on this worker
+    conn.send(wire.frame(wire.HEARTBEAT, bad))
+    code, msg, _ = conn.expect_error()
+    assert code == wire.INVALID_ARGUMENT and "bad heartbeat" in msg
+    conn.expect_closed()
+    d = devices(tight.addr)["devices"]
+    assert [x["healthy"] for x in d[8:]] == [False, False]
+    assert d[8]["health_reason"].startswith("bad heartbeat")
+    assert all(x["healthy"] for x in d[:8])

@@ -142,6 +142,112 @@ static void test_legacy_dot_and_errors(void **state) {
   lm_buffer_release(args[1]);
 }
 
+/* transpose(dot_general(a, b)) swapping the free dims is computed as one transposed dot */
+static void build_dot_transpose(tb *b, bool extra_use) {
+  lm_type at = T2(LOOM_DTYPE_F32, 5, 7), bt = T2(LOOM_DTYPE_F32, 5, 3), dt = T2(LOOM_DTYPE_F32, 7, 3), trt = T2(LOOM_DTYPE_F32, 3, 7);
+  uint32_t x = tb_arg(b, at), y = tb_arg(b, bt);
+  uint32_t in[2] = {x, y};
+  lm_op *d = tb_op(b, b->body, LM_OP_DOT_GENERAL, 2, in, 1, &dt);
+  set_dot_dims(b, d, 0, NULL, NULL, 1, (int64_t[]){0}, (int64_t[]){0});
+  lm_op *t = tb_op(b, b->body, LM_OP_TRANSPOSE, 1, d->out, 1, &trt);
+  tb_ints(b, t, "permutation", 2, (int64_t[]){1, 0});
+  uint32_t outs[2] = {t->out[0], d->out[0]};
+  tb_finish(b, extra_use ? 2 : 1, outs);
+}
+
+static void test_dot_transpose(void **state) {
+  lm_buffer *args[2] = {rand_buf(T2(LOOM_DTYPE_F32, 5, 7), 3), rand_buf(T2(LOOM_DTYPE_F32, 5, 3), 4)}, *out[2];
+  for (int extra = 0; extra < 2; extra++) {
+    tb b;
+    tb_init(&b);
+    build_dot_transpose(&b, extra);
+    lm_err e;
+    if (tx_run(&b, true, 1 << 20, args, 2, out, NULL, &e) != 0) fail_msg("%s", e.msg);
+    const float *A = args[0]->data, *B = args[1]->data, *T = out[0]->data;
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 7; j++) {
+        float s = 0;
+        for (int k = 0; k < 5; k++) s += A[k * 7 + j] * B[k * 3 + i];
+        assert_true(fabsf(T[i * 7 + j] - s) < 1e-5f);
+      }
+    for (int i = 0; i < 1 + extra; i++) lm_buffer_release(out[i]);
+    tb_init(&b);
+    build_dot_transpose(&b, extra);
+    /* fused: dot+transpose in one step, then the return; with another use both stay */
+    assert_int_equal(tx_steps(&b, true), extra ? 3 : 2);
+  }
+  lm_buffer_release(args[0]);
+  lm_buffer_release(args[1]);
+}
+
+/* chlo.ragged_dot, the three modes, against direct loops (small integers: exact) */
+static lm_buffer *run_ragged(lm_type lt, lm_type rt, lm_type ot, const int64_t *dims6[6], const int *n6, const int32_t *gs,
+                             int G, lm_buffer **lhs, lm_buffer **rhs) {
+  tb b;
+  tb_init(&b);
+  lm_type gt = T1(LOOM_DTYPE_S32, G);
+  uint32_t in[3] = {tb_arg(&b, lt), tb_arg(&b, rt), tb_arg(&b, gt)};
+  lm_op *op = tb_op(&b, b.body, LM_OP_CHLO_RAGGED_DOT, 3, in, 1, &ot);
+  lm_attr *s = tb_struct(&b, op, "ragged_dot_dimension_numbers", "chlo.ragged_dot");
+  const char *names[6] = {"lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions",
+                          "rhs_contracting_dimensions", "lhs_ragged_dimensions", "rhs_group_dimensions"};
+  for (int i = 0; i < 6; i++) tb_field_ints(&b, s, names[i], n6[i], dims6[i]);
+  tb_finish(&b, 1, op->out);
+  *lhs = rand_buf(lt, 31);
+  *rhs = rand_buf(rt, 37);
+  lm_buffer *args[3] = {*lhs, *rhs, tb_buf(gt, gs)}, *out;
+  lm_err e;
+  if (tx_run(&b, true, 1 << 20, args, 3, &out, NULL, &e) != 0) fail_msg("%s", e.msg);
+  lm_buffer_release(args[2]);
+  return out;
+}
+
+static void test_ragged_dot(void **state) {
+  lm_dtype f = LOOM_DTYPE_F32;
+  int32_t gs[3] = {2, 3, 1}; /* 6 of 7 rows/positions covered */
+  lm_buffer *l, *r, *o;
+  /* mode 1: lhs [7, 4] ragged rows, rhs [3, 4, 5] per group -> [7, 5] */
+  const int64_t *d1[6] = {NULL, NULL, (int64_t[]){1}, (int64_t[]){1}, (int64_t[]){0}, (int64_t[]){0}};
+  int n1[6] = {0, 0, 1, 1, 1, 1};
+  o = run_ragged(T2(f, 7, 4), T3(f, 3, 4, 5), T2(f, 7, 5), d1, n1, gs, 3, &l, &r);
+  const float *L = l->data, *R = r->data, *O = o->data;
+  int grp[7] = {0, 0, 1, 1, 1, 2, -1};
+  for (int m = 0; m < 7; m++)
+    for (int n = 0; n < 5; n++) {
+      float w = 0;
+      for (int k = 0; k < 4 && grp[m] >= 0; k++) w += L[m * 4 + k] * R[(grp[m] * 4 + k) * 5 + n];
+      assert_true(O[m * 5 + n] == w);
+    }
+  lm_buffer_release(l); lm_buffer_release(r); lm_buffer_release(o);
+  /* mode 2: ragged contracting dim: lhs [3, 7], rhs [7, 2] -> [G=3, 3, 2] */
+  const int64_t *d2[6] = {NULL, NULL, (int64_t[]){1}, (int64_t[]){0}, (int64_t[]){1}, NULL};
+  int n2[6] = {0, 0, 1, 1, 1, 0};
+  o = run_ragged(T2(f, 3, 7), T2(f, 7, 2), T3(f, 3, 3, 2), d2, n2, gs, 3, &l, &r);
+  L = l->data; R = r->data; O = o->data;
+  for (int g = 0; g < 3; g++)
+    for (int m = 0; m < 3; m++)
+      for (int n = 0; n < 2; n++) {
+        float w = 0;
+        for (int k = 0; k < 7; k++)
+          if (grp[k] == g) w += L[m * 7 + k] * R[k * 2 + n];
+        assert_true(O[(g * 3 + m) * 2 + n] == w);
+      }
+  lm_buffer_release(l); lm_buffer_release(r); lm_buffer_release(o);
+  /* mode 3: ragged batch dim: lhs [7, 2, 3], rhs [7, 3, 2] -> [7, 2, 2], batch 6 beyond the groups is 0 */
+  const int64_t *d3[6] = {(int64_t[]){0}, (int64_t[]){0}, (int64_t[]){2}, (int64_t[]){1}, (int64_t[]){0}, NULL};
+  int n3[6] = {1, 1, 1, 1, 1, 0};
+  o = run_ragged(T3(f, 7, 2, 3), T3(f, 7, 3, 2), T3(f, 7, 2, 2), d3, n3, gs, 3, &l, &r);
+  L = l->data; R = r->data; O = o->data;
+  for (int bb = 0; bb < 7; bb++)
+    for (int m = 0; m < 2; m++)
+      for (int n = 0; n < 2; n++) {
+        float w = 0;
+        for (int k = 0; k < 3 && grp[bb] >= 0; k++) w += L[(bb * 2 + m) * 3 + k] * R[(bb * 3 + k) * 2 + n];
+        assert_true(O[(bb * 2 + m) * 2 + n] == w);
+      }
+  lm_buffer_release(l); lm_buffer_release(r); lm_buffer_release(o);
+}
+
 /* ---- convolution ---- */
 
 typedef struct conv_spec {
@@ -254,12 +360,24 @@ static void test_conv_variants(void **state) {
   check_conv(T4(LOOM_DTYPE_F16, 2, 7, 6, 3), T4(LOOM_DTYPE_F16, 3, 3, 3, 4), T4(LOOM_DTYPE_F16, 2, 4, 6, 4), &a, 1e-3);
   check_conv(T4(LOOM_DTYPE_C64, 2, 7, 6, 3), T4(LOOM_DTYPE_C64, 3, 3, 3, 4), T4(LOOM_DTYPE_C64, 2, 4, 6, 4), &a, 1e-6);
   check_conv(T4(LOOM_DTYPE_S8, 2, 7, 6, 3), T4(LOOM_DTYPE_S8, 3, 3, 3, 4), T4(LOOM_DTYPE_S8, 2, 4, 6, 4), &a, 0);
+  /* large enough for the im2col + gemm path: NHWC, grouped, NCHW with dilations, bf16 */
+  conv_spec big = {.ib = 0, .ifd = 3, .is = {1, 2}, .ki = 2, .ko = 3, .ks = {0, 1}, .ob = 0, .of = 3, .os = {1, 2}, .ns = 2,
+                   .stride = {1, 1}, .pad = {1, 1, 1, 1}, .ldil = {1, 1}, .rdil = {1, 1}, .G = 1, .BG = 1};
+  check_conv(T4(f, 4, 16, 16, 8), T4(f, 3, 3, 8, 16), T4(f, 4, 16, 16, 16), &big, 1e-5);
+  check_conv(T4(LOOM_DTYPE_BF16, 4, 16, 16, 8), T4(LOOM_DTYPE_BF16, 3, 3, 8, 16), T4(LOOM_DTYPE_F32, 4, 16, 16, 16), &big, 1e-5);
+  conv_spec bigg = big;
+  bigg.G = 4;
+  check_conv(T4(f, 4, 16, 16, 32), T4(f, 3, 3, 8, 16), T4(f, 4, 16, 16, 16), &bigg, 1e-5);
+  conv_spec bign = {.ib = 0, .ifd = 1, .is = {2, 3}, .ki = 1, .ko = 0, .ks = {2, 3}, .ob = 0, .of = 1, .os = {2, 3}, .ns = 2,
+                    .stride = {2, 1}, .pad = {2, 1, 0, 0}, .ldil = {2, 1}, .rdil = {1, 2}, .rev = {0, 1}, .G = 1, .BG = 2};
+  check_conv(T4(f, 4, 16, 12, 20), T4(f, 32, 16, 3, 3), T4(f, 2, 32, 12, 16), &bign, 1e-5);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dot_layouts),       cmocka_unit_test(test_dot_types),
       cmocka_unit_test(test_dot_large_f32),     cmocka_unit_test(test_legacy_dot_and_errors),
+      cmocka_unit_test(test_dot_transpose),     cmocka_unit_test(test_ragged_dot),
       cmocka_unit_test(test_conv_spec_example), cmocka_unit_test(test_conv_variants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -62,6 +62,24 @@ static void test_gelu_fused_equals_unfused(void **state) {
   lm_buffer_release(yu);
 }
 
+/* A large group split over 4 threads gives the same bits as one thread. */
+static void test_threads(void **state) {
+  int64_t n = (1 << 18) + 12345;
+  lm_buffer *x = tx_buf_rand_f32(T1(LOOM_DTYPE_F32, n), 11, -5, 5), *y1, *y4;
+  lm_err e;
+  tb b;
+  tb_init(&b);
+  build_gelu(&b, n);
+  assert_int_equal(tx_run_threads(&b, true, 1, 1 << 24, &x, 1, &y1, NULL, &e), 0);
+  tb_init(&b);
+  build_gelu(&b, n);
+  assert_int_equal(tx_run_threads(&b, true, 4, 1 << 24, &x, 1, &y4, NULL, &e), 0);
+  assert_memory_equal(y1->data, y4->data, (size_t)n * 4);
+  lm_buffer_release(x);
+  lm_buffer_release(y1);
+  lm_buffer_release(y4);
+}
+
 /* ---- intermediates used outside the group, broadcasts, scalars ---- */
 
 /* y = exp(a*b + bias[row]) * colscale[col]; also returns a*b (used outside) and reduces exp(..) */
@@ -235,6 +253,7 @@ static void test_huge_shape(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_fused_equals_unfused),
+      cmocka_unit_test(test_threads),
       cmocka_unit_test(test_mixed_group_outputs),
       cmocka_unit_test(test_chlo_broadcast_f16),
       cmocka_unit_test(test_out_of_device_memory),

@@ -142,9 +142,9 @@ static void test_types_and_ops(void **state) {
 }
 
 /* argmax over dim 1 of [O, R] as JAX lowers it: (value, index) pairs, ties to the lower index */
-static void build_argmax(tb *b, int64_t O, int64_t R, bool via_call) {
-  lm_type t = T2(LOOM_DTYPE_F32, O, R), it = T2(LOOM_DTYPE_S32, O, R), rv = T1(LOOM_DTYPE_F32, O), ri = T1(LOOM_DTYPE_S32, O);
-  lm_type sf = T0(LOOM_DTYPE_F32), si = T0(LOOM_DTYPE_S32);
+static void build_argmax(tb *b, int64_t O, int64_t R, bool via_call, lm_dtype vt, lm_dtype xt) {
+  lm_type t = T2(vt, O, R), it = T2(xt, O, R), rv = T1(vt, O), ri = T1(xt, O);
+  lm_type sf = T0(vt), si = T0(xt);
   if (via_call) {
     /* a helper function the body calls: forces the element-by-element region path */
     tx_begin_func(b, "pick");
@@ -161,9 +161,10 @@ static void build_argmax(tb *b, int64_t O, int64_t R, bool via_call) {
   uint32_t x = tb_arg(b, t);
   lm_op *io = tb_op(b, b->body, LM_OP_IOTA, 0, NULL, 1, &it);
   tb_int(b, io, "iota_dimension", 1);
-  float ninf = -INFINITY;
-  int32_t zero = 0;
-  uint32_t in[4] = {x, io->out[0], tx_const(b, b->body, sf, &ninf), tx_const(b, b->body, si, &zero)};
+  unsigned char lowest[16], zero[16];
+  lm_store_f64(lowest, vt, lm_dtype_is_float(vt) ? -INFINITY : -1e300); /* saturates to the type's minimum */
+  lm_store_f64(zero, xt, 0);
+  uint32_t in[4] = {x, io->out[0], tx_const(b, b->body, sf, lowest), tx_const(b, b->body, si, zero)};
   lm_type rts[2] = {rv, ri};
   lm_op *op = tb_op(b, b->body, LM_OP_REDUCE, 4, in, 2, rts);
   tb_ints(b, op, "dimensions", 1, (int64_t[]){1});
@@ -186,35 +187,43 @@ static void build_argmax(tb *b, int64_t O, int64_t R, bool via_call) {
   tb_finish(b, 2, op->out);
 }
 
-static void check_argmax(int64_t O, int64_t R, bool via_call) {
-  lm_type t = T2(LOOM_DTYPE_F32, O, R);
+static void check_argmax_t(int64_t O, int64_t R, bool via_call, lm_dtype vt, lm_dtype xt) {
+  lm_type t = T2(vt, O, R);
   lm_buffer *x = NULL;
   assert_int_equal(lm_buffer_alloc(NULL, &t, &x, NULL), 0);
-  float *v = x->data;
+  size_t ves = lm_dtype_size(vt), xes = lm_dtype_size(xt);
   uint64_t s = 3;
-  for (int64_t i = 0; i < O * R; i++) v[i] = (float)(tb_rand(&s) % 50); /* many ties */
+  for (int64_t i = 0; i < O * R; i++) lm_store_f64((char *)x->data + i * ves, vt, (double)(tb_rand(&s) % 50)); /* ties */
   tb b;
   tb_init(&b);
-  build_argmax(&b, O, R, via_call);
+  build_argmax(&b, O, R, via_call, vt, xt);
   lm_buffer *out[2];
   lm_err e;
   if (tx_run(&b, true, 1 << 26, &x, 1, out, NULL, &e) != 0) fail_msg("%s", e.msg);
-  const float *mv = out[0]->data;
-  const int32_t *mi = out[1]->data;
   for (int64_t o = 0; o < O; o++) {
     int64_t best = 0;
-    for (int64_t r = 1; r < R; r++)
-      if (v[o * R + r] > v[o * R + best]) best = r;
-    if (mi[o] != best || mv[o] != v[o * R + best])
-      fail_msg("O=%lld R=%lld output %lld: index %d value %g, want %lld", (long long)O, (long long)R, (long long)o, mi[o], mv[o],
-               (long long)best);
+    double bv = lm_load_f64((char *)x->data + o * R * ves, vt);
+    for (int64_t r = 1; r < R; r++) {
+      double v = lm_load_f64((char *)x->data + (o * R + r) * ves, vt);
+      if (v > bv) { best = r; bv = v; }
+    }
+    int64_t mi = lm_load_index((char *)out[1]->data + o * xes, xt, 0);
+    double mv = lm_load_f64((char *)out[0]->data + o * ves, vt);
+    if (mi != best || mv != bv)
+      fail_msg("O=%lld R=%lld output %lld: index %lld value %g, want %lld", (long long)O, (long long)R, (long long)o,
+               (long long)mi, mv, (long long)best);
   }
   lm_buffer_release(out[0]);
   lm_buffer_release(out[1]);
   lm_buffer_release(x);
 }
 
+static void check_argmax(int64_t O, int64_t R, bool via_call) { check_argmax_t(O, R, via_call, LOOM_DTYPE_F32, LOOM_DTYPE_S32); }
+
 static void test_argmax(void **state) {
+  check_argmax_t(5, 7, false, LOOM_DTYPE_S16, LOOM_DTYPE_S64);   /* mixed element sizes, wide path */
+  check_argmax_t(300, 3, false, LOOM_DTYPE_S8, LOOM_DTYPE_S64);
+  check_argmax_t(3, 700, false, LOOM_DTYPE_BF16, LOOM_DTYPE_U16);
   check_argmax(300, 7, false);   /* wide: all outputs at once */
   check_argmax(3, 1000, false);  /* lanes: contiguous chunks folded, then combined pairwise */
   check_argmax(1, 257, false);

@@ -50,8 +50,8 @@ static inline uint32_t tx_cmp(tb *b, lm_block *blk, const char *dir, uint32_t x,
 /* Creates the program from b's module (consumed) with or without fusion and runs main on args
  * on a device of `capacity` bytes; results (detached from the device) go to out[], the device's
  * peak to *peak. Returns the status; err gets the message. */
-static inline int tx_run(tb *b, bool fuse, size_t capacity, lm_buffer *const *args, uint32_t nargs, lm_buffer **out,
-                         size_t *peak, lm_err *err) {
+static inline int tx_run_threads(tb *b, bool fuse, int nthreads, size_t capacity, lm_buffer *const *args, uint32_t nargs,
+                                 lm_buffer **out, size_t *peak, lm_err *err) {
   lm_program *p = NULL;
   uint32_t nres = b->fn->nresults;
   lm_program_opts o = {.no_fusion = !fuse};
@@ -59,7 +59,7 @@ static inline int tx_run(tb *b, bool fuse, size_t capacity, lm_buffer *const *ar
   b->m = NULL;
   if (rc < 0) return rc;
   lm_device *dev = lm_device_create(capacity);
-  lm_run_opts opts = {.device = dev};
+  lm_run_opts opts = {.device = dev, .nthreads = nthreads};
   for (uint32_t i = 0; i < nres; i++) out[i] = NULL;
   rc = lm_program_run(p, "main", &opts, args, nargs, out, nres, err);
   for (uint32_t i = 0; i < nres && rc == 0; i++) {
@@ -73,6 +73,11 @@ static inline int tx_run(tb *b, bool fuse, size_t capacity, lm_buffer *const *ar
   lm_program_destroy(p);
   lm_device_destroy(dev);
   return rc;
+}
+
+static inline int tx_run(tb *b, bool fuse, size_t capacity, lm_buffer *const *args, uint32_t nargs, lm_buffer **out,
+                         size_t *peak, lm_err *err) {
+  return tx_run_threads(b, fuse, 1, capacity, args, nargs, out, peak, err);
 }
 
 /* Number of steps (ops or fused groups, terminator included) of main's body. */

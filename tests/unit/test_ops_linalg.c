@@ -1,7 +1,9 @@
 /* Unit tests for triangular_solve and cholesky (src/exec/linalg.c): the interpreter suite's
  * example, every combination of left_side / lower / transpose_a / unit_diagonal checked by
  * substituting the solution back, batches, complex ADJOINT, cholesky reconstruction in both
- * triangles and NaN for a matrix that is not positive-definite; einsum / unary_einsum. */
+ * triangles and NaN for a matrix that is not positive-definite; einsum / unary_einsum; the
+ * @lapack_*_ffi custom calls jax.numpy.linalg lowers to on CPU (cholesky, lu, solve, inv, det, qr;
+ * also checked against JAX by hand: same values, same signs). */
 #include <complex.h>
 #include <math.h>
 #include "test_ops_build.h"
@@ -189,12 +191,104 @@ static void test_einsum(void **state) {
   lm_buffer_release(x);
 }
 
+/* @lapack_*_ffi custom calls (as jax.numpy.linalg lowers on CPU) */
+static lm_op *lapack_call(tb *b, const char *target, uint32_t nin, const uint32_t *ins, uint32_t nout, const lm_type *outs,
+                          const char *const *keys, const int64_t *chars, int nkeys) {
+  lm_op *op = tb_op(b, b->body, LM_OP_CUSTOM_CALL, nin, ins, nout, outs);
+  tb_string(b, op, "call_target_name", target);
+  lm_attr *d = tb_attr(b, op, "mhlo.backend_config");
+  d->kind = LM_ATTR_DICT;
+  d->fields = tb_alloc(b, 4 * sizeof(lm_named_attr));
+  for (int i = 0; i < nkeys; i++) {
+    d->fields[i].name = keys[i];
+    d->fields[i].value.kind = LM_ATTR_INT;
+    d->fields[i].value.i = chars[i];
+  }
+  d->n = (uint32_t)nkeys;
+  return op;
+}
+
+static void test_lapack_custom_calls(void **state) {
+  /* getrf: [[1, 2], [3, 4]] pivots on row 2; [[0, 0], [0, 1]] has a zero pivot (info 1) */
+  float m[2][4] = {{1, 2, 3, 4}, {0, 0, 0, 1}};
+  tb b;
+  tb_init(&b);
+  lm_type at = T3(LOOM_DTYPE_F32, 2, 2, 2), pt = T2(LOOM_DTYPE_S32, 2, 2), it = T1(LOOM_DTYPE_S32, 2);
+  uint32_t a = tb_arg(&b, at);
+  lm_type outs[3] = {at, pt, it};
+  lm_op *op = lapack_call(&b, "lapack_sgetrf_ffi", 1, &a, 3, outs, NULL, NULL, 0);
+  tb_finish(&b, 3, op->out);
+  lm_buffer *x = tb_buf(at, m);
+  tb_run_result r = tb_run(&b, &x, 1);
+  if (r.rc) fail_msg("%s", r.err.msg);
+  const float *lu = r.out[0]->data;
+  const int32_t *piv = r.out[1]->data, *info = r.out[2]->data;
+  assert_true(lu[0] == 3 && lu[1] == 4 && fabsf(lu[2] - 1.0f / 3) < 1e-7f && fabsf(lu[3] - (2 - 4.0f / 3)) < 1e-6f);
+  assert_int_equal(piv[0], 2);
+  assert_int_equal(piv[1], 2);
+  assert_int_equal(info[0], 0);
+  assert_int_equal(piv[2], 1);
+  assert_int_equal(info[1], 1);
+  tb_run_release(&r);
+  lm_buffer_release(x);
+  /* potrf: info reports the failing minor; the lower triangle holds L, the upper keeps the input */
+  float sp[2][4] = {{4, 7, 2, 5}, {1, 0, 0, -1}};
+  tb_init(&b);
+  lm_type ft = T3(LOOM_DTYPE_F32, 2, 2, 2);
+  a = tb_arg(&b, ft);
+  lm_type o2[2] = {ft, it};
+  op = lapack_call(&b, "lapack_spotrf_ffi", 1, &a, 2, o2, (const char *[]){"uplo"}, (int64_t[]){'L'}, 1);
+  tb_finish(&b, 2, op->out);
+  x = tb_buf(ft, sp);
+  r = tb_run(&b, &x, 1);
+  if (r.rc) fail_msg("%s", r.err.msg);
+  const float *l = r.out[0]->data;
+  assert_true(l[0] == 2 && l[1] == 7 && l[2] == 1 && l[3] == 2);
+  assert_int_equal(((int32_t *)r.out[1]->data)[0], 0);
+  assert_int_equal(((int32_t *)r.out[1]->data)[1], 2);
+  tb_run_release(&r);
+  lm_buffer_release(x);
+  /* trsm: side L, uplo U, trans N, diag N on [[2, 1], [0, 4]] x = [[4], [8]] -> [[1], [2]] */
+  float ua[4] = {2, 1, 0, 4}, ub[2] = {4, 8};
+  tb_init(&b);
+  lm_type mt = T2(LOOM_DTYPE_F32, 2, 2), bt = T2(LOOM_DTYPE_F32, 2, 1);
+  uint32_t ins[2] = {tb_arg(&b, mt), tb_arg(&b, bt)};
+  op = lapack_call(&b, "lapack_strsm_ffi", 2, ins, 1, &bt, (const char *[]){"side", "uplo", "trans_x", "diag"},
+                   (int64_t[]){'L', 'U', 'N', 'N'}, 4);
+  tb_finish(&b, 1, op->out);
+  lm_buffer *args[2] = {tb_buf(mt, ua), tb_buf(bt, ub)};
+  lm_buffer *y = tb_run1(&b, args, 2);
+  assert_true(((float *)y->data)[0] == 1 && ((float *)y->data)[1] == 2);
+  lm_buffer_release(y);
+  lm_buffer_release(args[0]);
+  lm_buffer_release(args[1]);
+  /* geqrf + orgqr of [[3], [4]]: R = -5, tau = 1.6, v = [1, 0.5]; Q = [[-0.6], [-0.8]] (LAPACK's signs) */
+  double qa[2] = {3, 4};
+  tb_init(&b);
+  lm_type qt = T2(LOOM_DTYPE_F64, 2, 1), tt1 = T1(LOOM_DTYPE_F64, 1);
+  a = tb_arg(&b, qt);
+  lm_type qo[2] = {qt, tt1};
+  lm_op *g = lapack_call(&b, "lapack_dgeqrf_ffi", 1, &a, 2, qo, NULL, NULL, 0);
+  lm_op *o = lapack_call(&b, "lapack_dorgqr_ffi", 2, g->out, 1, &qt, NULL, NULL, 0);
+  uint32_t res[3] = {g->out[0], g->out[1], o->out[0]};
+  tb_finish(&b, 3, res);
+  x = tb_buf(qt, qa);
+  r = tb_run(&b, &x, 1);
+  if (r.rc) fail_msg("%s", r.err.msg);
+  const double *rr = r.out[0]->data, *tau = r.out[1]->data, *q = r.out[2]->data;
+  assert_true(fabs(rr[0] + 5) < 1e-15 && fabs(rr[1] - 0.5) < 1e-15 && fabs(tau[0] - 1.6) < 1e-15);
+  assert_true(fabs(q[0] + 0.6) < 1e-15 && fabs(q[1] + 0.8) < 1e-15);
+  tb_run_release(&r);
+  lm_buffer_release(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_triangular_solve_example),
       cmocka_unit_test(test_triangular_solve_all),
       cmocka_unit_test(test_cholesky),
       cmocka_unit_test(test_einsum),
+      cmocka_unit_test(test_lapack_custom_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -258,6 +258,52 @@ static void test_dynamic_update_slice(void **state) {
   lm_buffer_release(y);
 }
 
+/* dynamic_update_slice writes in place when its operand dies there (device peak shows it), and
+ * copies when the operand is still used (here: also returned) or is a function argument. */
+static void test_dynamic_update_slice_in_place(void **state) {
+  const int64_t n = 1 << 20; /* 4 MiB of f32 */
+  for (int keep = 0; keep < 3; keep++) {
+    tb b;
+    tb_init(&b);
+    lm_type t = T1(LOOM_DTYPE_F32, n), ut = T1(LOOM_DTYPE_F32, 4), it = T0(LOOM_DTYPE_S32);
+    uint32_t arg = tb_arg(&b, t), u = tb_arg(&b, ut), i = tb_arg(&b, it);
+    uint32_t base = arg;
+    if (keep != 2) { /* keep 2: update the function argument itself */
+      lm_op *io = tb_op(&b, b.body, LM_OP_IOTA, 0, NULL, 1, &t);
+      tb_int(&b, io, "iota_dimension", 0);
+      base = io->out[0];
+    }
+    uint32_t ins[3] = {base, u, i};
+    lm_op *d = tb_op(&b, b.body, LM_OP_DYNAMIC_UPDATE_SLICE, 3, ins, 1, &t);
+    uint32_t rets[2] = {d->out[0], base};
+    tb_finish(&b, keep == 1 ? 2 : 1, rets);
+    lm_program *p = NULL;
+    lm_err err;
+    assert_int_equal(lm_program_create(b.m, &p, &err), 0);
+    lm_device *dev = lm_device_create((size_t)1 << 30);
+    float uv[4] = {-1, -2, -3, -4};
+    int32_t at = 10;
+    lm_buffer *args[3] = {tb_buf_iota(t, 2, 0), tb_buf(ut, uv), tb_buf(it, &at)};
+    lm_buffer *res[2] = {NULL, NULL};
+    lm_run_opts o = {.device = dev};
+    if (lm_program_run(p, "main", &o, args, 3, res, keep == 1 ? 2 : 1, &err) != 0) fail_msg("%s", err.msg);
+    const float *r = res[0]->data;
+    for (int64_t q = 0; q < 20; q++) {
+      float base_v = keep == 2 ? 2.0f * q : (float)q;
+      assert_true(r[q] == (q >= 10 && q < 14 ? uv[q - 10] : base_v));
+    }
+    if (keep == 1) assert_true(((float *)res[1]->data)[11] == 11.0f); /* the operand is unchanged */
+    if (keep == 2) assert_true(((float *)args[0]->data)[11] == 22.0f); /* so is the caller's argument */
+    size_t peak = lm_device_peak(dev);
+    if (keep == 0) assert_true(peak < (size_t)(1.5 * 4 * n)); /* one 4 MiB buffer, not two */
+    else if (keep == 1) assert_true(peak >= (size_t)(2 * 4 * n));
+    for (int q = 0; q < 2; q++) lm_buffer_release(res[q]);
+    for (int q = 0; q < 3; q++) lm_buffer_release(args[q]);
+    lm_program_destroy(p);
+    lm_device_destroy(dev);
+  }
+}
+
 /* ---- concatenate ---- */
 
 static void test_concatenate(void **state) {
@@ -499,6 +545,7 @@ int main(void) {
       cmocka_unit_test(test_transpose),        cmocka_unit_test(test_transpose_verify),
       cmocka_unit_test(test_reshape),          cmocka_unit_test(test_slice),
       cmocka_unit_test(test_dynamic_slice),    cmocka_unit_test(test_dynamic_update_slice),
+      cmocka_unit_test(test_dynamic_update_slice_in_place),
       cmocka_unit_test(test_concatenate),      cmocka_unit_test(test_pad),
       cmocka_unit_test(test_reverse),          cmocka_unit_test(test_broadcast),
       cmocka_unit_test(test_iota),             cmocka_unit_test(test_get_dimension_size),

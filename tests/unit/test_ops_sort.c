@@ -3,6 +3,7 @@
  * multi-operand comparators, descending sorts on other dimensions, the compiled and the generic
  * region paths against a reference, stability, and top_k ties / NaN / i1. */
 #include <math.h>
+#include "hlo/parse.h"
 #include "test_ops_build.h"
 
 /* %c = constant dense<v> : tensor<dt> in blk */
@@ -196,6 +197,51 @@ static void test_sort_descending_dim(void **state) {
   lm_buffer_release(y);
 }
 
+/* Comparators close to the key form: mirrored operands (a key form), and sides that differ (not
+ * one: must still be evaluated as written). Each runs on every path and must agree. */
+static tb build_custom_sort(lm_type t, int variant) {
+  tb b;
+  tb_init(&b);
+  uint32_t a = tb_arg(&b, t);
+  lm_op *op = tb_op(&b, b.body, LM_OP_SORT, 1, &a, 1, &t);
+  tb_int(&b, op, "dimension", 0);
+  lm_type at[2] = {T0(t.dtype), T0(t.dtype)};
+  lm_block *blk = tb_region(&b, op, 2, at);
+  uint32_t r;
+  if (variant == 0) {
+    r = k_cmp(&b, blk, "GT", NULL, blk->args[1], blk->args[0]); /* ascending, written mirrored */
+  } else {
+    lm_op *ng = tb_op(&b, blk, LM_OP_NEGATE, 1, &blk->args[1], 1, &at[0]);
+    r = k_cmp(&b, blk, "LT", NULL, blk->args[0], ng->out[0]); /* a < -b: not a key form */
+  }
+  tb_return(&b, blk, 1, &r);
+  tb_finish(&b, 1, op->out);
+  return b;
+}
+
+static void test_sort_key_form_edges(void **state) {
+  lm_type t = T1(LOOM_DTYPE_S32, 40);
+  int32_t v[40];
+  uint64_t sd = 5;
+  for (int i = 0; i < 40; i++) v[i] = (int32_t)(tb_rand(&sd) % 21) - 10;
+  for (int variant = 0; variant < 2; variant++) {
+    lm_buffer *res[2];
+    for (int generic = 0; generic < 2; generic++) {
+      tb b = build_custom_sort(t, variant);
+      lm_buffer *x = tb_buf(t, v);
+      lm_ops_generic_only = generic;
+      res[generic] = tb_run1(&b, &x, 1);
+      lm_ops_generic_only = 0;
+      lm_buffer_release(x);
+    }
+    assert_buf_eq_bytes(res[0], res[1]->data, sizeof v);
+    if (variant == 0)
+      for (int i = 1; i < 40; i++) assert_true(((int32_t *)res[0]->data)[i - 1] <= ((int32_t *)res[0]->data)[i]);
+    lm_buffer_release(res[0]);
+    lm_buffer_release(res[1]);
+  }
+}
+
 static void test_sort_verify(void **state) {
   lm_type t = T2(LOOM_DTYPE_F32, 2, 3);
   tb b = build_sort(1, &t, 2, 0, NULL, "LT");
@@ -291,11 +337,58 @@ static void test_top_k(void **state) {
   lm_buffer_release(ix);
 }
 
+/* @ApproxTopK as jax.lax.approx_max_k lowers it on CPU (parsed from text), on the compiled and the
+ * function-call comparator paths */
+static void test_approx_top_k(void **state) {
+  static const char text[] =
+      "module {\n"
+      "  func.func private @cmp(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<i32>, %d: tensor<i32>) -> tensor<i1> {\n"
+      "    %0 = stablehlo.compare GT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+      "    return %0 : tensor<i1>\n"
+      "  }\n"
+      "  func.func @main(%x: tensor<2x6xf32>) -> (tensor<2x3xf32>, tensor<2x3xi32>) {\n"
+      "    %i = stablehlo.iota dim = 1 : tensor<2x6xi32>\n"
+      "    %c = stablehlo.constant dense<-1> : tensor<i32>\n"
+      "    %cst = stablehlo.constant dense<0xFF800000> : tensor<f32>\n"
+      "    %r:2 = stablehlo.custom_call @ApproxTopK(%x, %i, %cst, %c) {called_computations = [@cmp], "
+      "mhlo.backend_config = {aggregate_to_topk = true, is_fallback = true, recall_target = 0.95 : f32, "
+      "reduction_dim = 1 : i64, reduction_input_size_override = -1 : i64, top_k = 3 : i64}} : "
+      "(tensor<2x6xf32>, tensor<2x6xi32>, tensor<f32>, tensor<i32>) -> (tensor<2x3xf32>, tensor<2x3xi32>)\n"
+      "    return %r#0, %r#1 : tensor<2x3xf32>, tensor<2x3xi32>\n"
+      "  }\n"
+      "}\n";
+  float x[12] = {3, 9, 1, 9, 4, 0, -1, -2, -3, -4, -5, -6};
+  for (int generic = 0; generic < 2; generic++) {
+    lm_module *m = NULL;
+    lm_err err;
+    if (lm_parse_module(text, sizeof text - 1, NULL, &m, &err) != 0) fail_msg("%s", err.msg);
+    lm_program *p = NULL;
+    if (lm_program_create(m, &p, &err) != 0) fail_msg("%s", err.msg);
+    lm_device *dev = lm_device_create(1 << 20);
+    lm_buffer *a = tb_buf(T2(LOOM_DTYPE_F32, 2, 6), x), *res[2] = {NULL, NULL};
+    lm_run_opts o = {.device = dev};
+    lm_ops_generic_only = generic;
+    int rc = lm_program_run(p, "main", &o, &a, 1, res, 2, &err);
+    lm_ops_generic_only = 0;
+    if (rc) fail_msg("%s", err.msg);
+    float wv[6] = {9, 9, 4, -1, -2, -3};
+    int32_t wi[6] = {1, 3, 4, 0, 1, 2};
+    assert_buf_eq_bytes(res[0], wv, sizeof wv);
+    assert_buf_eq_bytes(res[1], wi, sizeof wi);
+    lm_buffer_release(res[0]);
+    lm_buffer_release(res[1]);
+    lm_buffer_release(a);
+    lm_program_destroy(p);
+    lm_device_destroy(dev);
+  }
+}
+
 int main(void) {
   tb_ensure_stub_kernels();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sort_float_jax_comparator), cmocka_unit_test(test_sort_lexicographic),
       cmocka_unit_test(test_sort_descending_dim),       cmocka_unit_test(test_sort_verify),
+      cmocka_unit_test(test_sort_key_form_edges),       cmocka_unit_test(test_approx_top_k),
       cmocka_unit_test(test_compare_elems),             cmocka_unit_test(test_top_k),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,128 @@
+/* A local cluster for the distributed benchmarks: a controller and W workers x D devices forked
+ * from the benchmark itself (the same code as `loom controller` / `loom worker`), stopped at the
+ * end. Header-only, included by bench_launch.c and bench_transfer.c. */
+#ifndef LM_BENCH_CLUSTER_H
+#define LM_BENCH_CLUSTER_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "common/log.h"
+#include "controller/controller.h"
+#include "loom/loom.h"
+#include "worker/worker.h"
+
+typedef struct bench_cluster {
+  pid_t pids[17];
+  int n;
+  char addr[128];
+} bench_cluster;
+
+static double bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void bench_cluster_stop(bench_cluster *bc) {
+  for (int i = bc->n - 1; i >= 0; i--) kill(bc->pids[i], SIGTERM);
+  for (int i = bc->n - 1; i >= 0; i--) waitpid(bc->pids[i], NULL, 0);
+  bc->n = 0;
+}
+
+/* Starts the cluster and waits until all W * D devices are listed. Exits on failure. */
+static void bench_cluster_start(bench_cluster *bc, int workers, int devices, uint64_t device_memory) {
+  memset(bc, 0, sizeof *bc);
+  setenv("LOOM_LOG_LEVEL", "error", 0);
+  char addrfile[64];
+  snprintf(addrfile, sizeof addrfile, "/tmp/loom-bench-%d.addr", (int)getpid());
+  unlink(addrfile);
+  pid_t ctl = fork();
+  if (ctl == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    lm_log_init("controller");
+    lm_controller_config cfg;
+    lm_controller_config_default(&cfg);
+    cfg.listen = "127.0.0.1:0";
+    cfg.address_file = addrfile;
+    lm_err e;
+    _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
+  }
+  bc->pids[bc->n++] = ctl;
+  for (int t = 0; t < 500; t++) {
+    FILE *f = fopen(addrfile, "r");
+    if (f) {
+      if (fscanf(f, "%127s", bc->addr) == 1) {
+        fclose(f);
+        break;
+      }
+      fclose(f);
+    }
+    usleep(10000);
+  }
+  unlink(addrfile);
+  if (!bc->addr[0]) {
+    fprintf(stderr, "bench: the controller did not start\n");
+    bench_cluster_stop(bc);
+    exit(1);
+  }
+  for (int w = 0; w < workers && bc->n < 17; w++) {
+    pid_t p = fork();
+    if (p == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      lm_log_init("worker");
+      lm_worker_config cfg;
+      lm_worker_config_default(&cfg);
+      cfg.controller = bc->addr;
+      cfg.devices = (uint32_t)devices;
+      if (device_memory) cfg.device_memory = device_memory;
+      lm_err e;
+      _exit(lm_worker_run(&cfg, &e) < 0 ? 1 : 0);
+    }
+    bc->pids[bc->n++] = p;
+  }
+  loom_connect_options o;
+  loom_connect_options_initialize(&o);
+  o.address = bc->addr;
+  for (int t = 0; t < 1000; t++) {
+    loom_client *c;
+    if (loom_connect(&o, &c) == LOOM_OK) {
+      int32_t n = 0, healthy = 0;
+      loom_device_count(c, &n);
+      for (int32_t i = 0; i < n; i++) {
+        loom_device_desc d = {.struct_size = sizeof d};
+        loom_device_info(c, i, &d);
+        healthy += d.healthy;
+      }
+      loom_disconnect(c);
+      if (healthy == workers * devices) {
+        usleep(100000); /* the data-plane addresses follow registration */
+        return;
+      }
+    }
+    usleep(10000);
+  }
+  fprintf(stderr, "bench: the workers did not register\n");
+  bench_cluster_stop(bc);
+  exit(1);
+}
+
+static loom_client *bench_connect(const bench_cluster *bc) {
+  loom_connect_options o;
+  loom_connect_options_initialize(&o);
+  o.address = bc->addr;
+  o.timeout_ms = 120000;
+  loom_client *c;
+  if (loom_connect(&o, &c) != LOOM_OK) {
+    fprintf(stderr, "bench: %s\n", loom_errmsg(NULL));
+    exit(1);
+  }
+  return c;
+}
+
+#endif

@@ -1,0 +1,177 @@
+/* Launch throughput and latency of a tiny program (x -> x + 1 on i32[8], one element per
+ * device) on 8 devices over 2 workers (4 devices each), through the public C API against a
+ * local cluster forked from this program; beside its peer from the same run: the floor of the
+ * messages a launch needs, two plain TCP round trips between processes (client -> controller
+ * -> worker and back), measured the same way.
+ *   build/bench/bench_launch [N]      (N launches per measurement, default 2000) */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include "bench_cluster.h"
+
+static const char *k_tiny8 =
+    "module @tiny attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+    "  sdy.mesh @mesh = <[\"d\"=8]>\n"
+    "  func.func public @main(%arg0: tensor<8xi32>) -> tensor<8xi32> {\n"
+    "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"d\"}]>] out_shardings=[<@mesh, [{\"d\"}]>] "
+    "manual_axes={\"d\"} (%a: tensor<1xi32>) {\n"
+    "      %c = stablehlo.constant dense<1> : tensor<1xi32>\n"
+    "      %1 = stablehlo.add %a, %c : tensor<1xi32>\n"
+    "      sdy.return %1 : tensor<1xi32>\n"
+    "    } : (tensor<8xi32>) -> tensor<8xi32>\n"
+    "    return %0 : tensor<8xi32>\n  }\n}\n";
+
+static const char *k_tiny1 =
+    "module @tiny1 {\n"
+    "  func.func public @main(%a: tensor<8xi32>) -> tensor<8xi32> {\n"
+    "    %c = stablehlo.constant dense<1> : tensor<8xi32>\n"
+    "    %1 = stablehlo.add %a, %c : tensor<8xi32>\n"
+    "    return %1 : tensor<8xi32>\n  }\n}\n";
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void check(loom_client *c, loom_status st, const char *what) {
+  if (st == LOOM_OK) return;
+  fprintf(stderr, "bench_launch: %s: %s\n", what, loom_errmsg(c));
+  exit(1);
+}
+
+typedef struct result {
+  double p50_us, p99_us, rate;
+} result;
+
+static result measure(loom_client *c, const char *text, int n) {
+  loom_executable *e;
+  check(c, loom_compile(c, text, strlen(text), NULL, &e), "compile");
+  loom_array_spec spec = {.struct_size = sizeof spec};
+  loom_sharding sh;
+  loom_sharding_initialize(&sh);
+  loom_executable_input(e, 0, &spec, &sh);
+  int32_t zeros[8] = {0};
+  loom_put_args pa;
+  loom_put_args_initialize(&pa);
+  pa.dtype = LOOM_DTYPE_S32;
+  pa.rank = 1;
+  pa.dims = spec.dims;
+  pa.sharding = &sh;
+  pa.data = zeros;
+  pa.data_size = sizeof zeros;
+  loom_array *x;
+  check(c, loom_array_put(c, &pa, &x), "put");
+  double *lat = malloc((size_t)n * sizeof *lat);
+  /* latency: launch, wait, one at a time */
+  for (int i = -50; i < n; i++) {
+    loom_array *y;
+    loom_future *f;
+    double t0 = bench_now();
+    check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
+    check(c, loom_future_wait(f, -1), "wait");
+    double t1 = bench_now();
+    if (i >= 0) lat[i] = (t1 - t0) * 1e6;
+    loom_future_destroy(f);
+    loom_array_release(x);
+    x = y;
+  }
+  qsort(lat, (size_t)n, sizeof *lat, cmpd);
+  result r = {lat[n / 2], lat[n * 99 / 100], 0};
+  /* throughput: n chained launches issued without waiting, then one wait */
+  double best = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    loom_future *last = NULL;
+    double t0 = bench_now();
+    for (int i = 0; i < n; i++) {
+      loom_array *y;
+      loom_future *f;
+      check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
+      loom_array_release(x);
+      x = y;
+      loom_future_destroy(last);
+      last = f;
+    }
+    check(c, loom_future_wait(last, -1), "wait");
+    double dt = bench_now() - t0;
+    loom_future_destroy(last);
+    if (dt < best) best = dt;
+  }
+  r.rate = n / best;
+  int32_t v[8];
+  check(c, loom_array_get(x, v, sizeof v), "get");
+  loom_array_release(x);
+  loom_executable_destroy(e);
+  free(lat);
+  return r;
+}
+
+/* The peer: a ping-pong of 64-byte messages over TCP between two processes. */
+static void tcp_rtt(int n, double *p50, double *p99) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  bind(l, (struct sockaddr *)&a, sizeof a);
+  socklen_t sl = sizeof a;
+  getsockname(l, (struct sockaddr *)&a, &sl);
+  listen(l, 1);
+  pid_t pid = fork();
+  char buf[64] = {0};
+  int one = 1;
+  if (pid == 0) {
+    int s = accept(l, NULL, NULL);
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (;;) {
+      size_t got = 0;
+      while (got < sizeof buf) {
+        ssize_t k = recv(s, buf + got, sizeof buf - got, 0);
+        if (k <= 0) _exit(0);
+        got += (size_t)k;
+      }
+      if (send(s, buf, sizeof buf, 0) != (ssize_t)sizeof buf) _exit(0);
+    }
+  }
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  connect(s, (struct sockaddr *)&a, sizeof a);
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  double *lat = malloc((size_t)n * sizeof *lat);
+  for (int i = -100; i < n; i++) {
+    double t0 = bench_now();
+    for (int hop = 0; hop < 2; hop++) { /* two round trips per launch */
+      send(s, buf, sizeof buf, 0);
+      size_t got = 0;
+      while (got < sizeof buf) {
+        ssize_t k = recv(s, buf + got, sizeof buf - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+      }
+    }
+    if (i >= 0) lat[i] = (bench_now() - t0) * 1e6;
+  }
+  close(s);
+  close(l);
+  waitpid(pid, NULL, 0);
+  qsort(lat, (size_t)n, sizeof *lat, cmpd);
+  *p50 = lat[n / 2];
+  *p99 = lat[n * 99 / 100];
+  free(lat);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2000;
+  if (n < 100) n = 100;
+  bench_cluster bc;
+  bench_cluster_start(&bc, 2, 4, 0);
+  loom_client *c = bench_connect(&bc);
+  result r8 = measure(c, k_tiny8, n);
+  result r1 = measure(c, k_tiny1, n);
+  loom_disconnect(c);
+  bench_cluster_stop(&bc);
+  double tp50, tp99;
+  tcp_rtt(n, &tp50, &tp99);
+  printf("launch of a tiny program, %d launches per measurement (controller + 2 workers x 4 devices)\n", n);
+  printf("%-44s p50 %7.1f us  p99 %7.1f us  chained %8.0f launches/s\n", "loom, 8 devices on 2 workers", r8.p50_us,
+         r8.p99_us, r8.rate);
+  printf("%-44s p50 %7.1f us  p99 %7.1f us  chained %8.0f launches/s\n", "loom, 1 device", r1.p50_us, r1.p99_us,
+         r1.rate);
+  printf("%-44s p50 %7.1f us  p99 %7.1f us\n", "peer: 2 TCP round trips (64 B, 2 processes)", tp50, tp99);
+  return 0;
+}

@@ -1,0 +1,176 @@
+/* Control-plane round trips: Loom's client connection to a real controller (PING -> PONG through
+ * the frame reader, protobuf and the libuv loop), beside the floor of the same exchange: a plain
+ * TCP ping-pong of equally sized messages between two processes on this machine.
+ *   build/bench/control_rtt [N]      (N round trips per measurement, default 20000)
+ * Prints p50/p99 latency of sequential round trips and the rate of N pipelined requests. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "client/cconn.h"
+#include "controller/controller.h"
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, double *lat, int n, double pipelined_s, int np) {
+  qsort(lat, (size_t)n, sizeof *lat, cmp);
+  printf("%-28s p50 %6.1f us   p99 %6.1f us   pipelined %8.0f req/s\n", what, lat[n / 2], lat[n * 99 / 100],
+         np / pipelined_s);
+}
+
+struct rx_arg {
+  int fd;
+  size_t want;
+};
+
+static void *drain(void *p) {
+  struct rx_arg *a = p;
+  char big[65536];
+  size_t got = 0;
+  while (got < a->want) {
+    ssize_t k = recv(a->fd, big, sizeof big, 0);
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  return NULL;
+}
+
+/* The peer: a process echoing fixed-size messages over TCP. */
+static void plain_tcp(int n, size_t msg) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  bind(l, (struct sockaddr *)&a, sizeof a);
+  socklen_t sl = sizeof a;
+  getsockname(l, (struct sockaddr *)&a, &sl);
+  listen(l, 1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = accept(l, NULL, NULL);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char buf[256];
+    for (;;) {
+      size_t got = 0;
+      while (got < msg) {
+        ssize_t k = recv(fd, buf + got, msg - got, 0);
+        if (k <= 0) _exit(0);
+        got += (size_t)k;
+      }
+      if (send(fd, buf, msg, 0) != (ssize_t)msg) _exit(0);
+    }
+  }
+  close(l);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  connect(fd, (struct sockaddr *)&a, sizeof a);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  char buf[256] = {0};
+  double *lat = malloc(sizeof(double) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    send(fd, buf, msg, 0);
+    size_t got = 0;
+    while (got < msg) got += (size_t)recv(fd, buf + got, msg - got, 0);
+    lat[i] = now_us() - t0;
+  }
+  /* pipelined: all requests sent while a second thread reads the replies, as the client does */
+  struct rx_arg ra = {fd, msg * (size_t)n};
+  pthread_t th;
+  double t0 = now_us();
+  pthread_create(&th, NULL, drain, &ra);
+  for (int i = 0; i < n; i++) send(fd, buf, msg, 0);
+  pthread_join(th, NULL);
+  double dt = (now_us() - t0) / 1e6;
+  report("plain TCP ping-pong", lat, n, dt, n);
+  free(lat);
+  close(fd);
+  waitpid(pid, NULL, 0);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 20000;
+  if (n < 100) n = 100;
+  char addrfile[] = "/tmp/loom-bench-addr-XXXXXX";
+  int afd = mkstemp(addrfile);
+  close(afd);
+  unlink(addrfile);
+  pid_t ctl = fork();
+  if (ctl == 0) {
+    lm_controller_config cfg;
+    lm_controller_config_default(&cfg);
+    cfg.listen = "127.0.0.1:0";
+    cfg.address_file = addrfile;
+    setenv("LOOM_LOG_LEVEL", "warn", 1);
+    lm_err e;
+    _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
+  }
+  char addr[LM_ADDR_MAX] = "";
+  for (int i = 0; i < 500 && !addr[0]; i++) {
+    FILE *f = fopen(addrfile, "r");
+    if (f) {
+      if (fgets(addr, sizeof addr, f)) addr[strcspn(addr, "\n")] = 0;
+      fclose(f);
+    }
+    usleep(10000);
+  }
+  unlink(addrfile);
+  lm_cconn *c;
+  lm_err e;
+  lm_cconn_options o = {.timeout_ms = 10000};
+  if (!addr[0] || lm_cconn_open(addr, &o, &c, &e) < 0) {
+    fprintf(stderr, "control_rtt: cannot start or reach the controller\n");
+    kill(ctl, SIGKILL);
+    return 1;
+  }
+  Lmw__Ping ping = LMW__PING__INIT;
+  ping.nonce = 1;
+  uint8_t *frame;
+  size_t flen;
+  lm_msg_encode(LM_MSG_PING, 1, &ping.base, 0, &frame, &flen, NULL);
+  free(frame);
+  printf("control-plane round trips, %d each, frame of %zu bytes\n", n, flen);
+  double *lat = malloc(sizeof(double) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    ProtobufCMessage *m;
+    if (lm_cconn_call(c, LM_MSG_PING, &ping.base, LM_MSG_PONG, 10000, NULL, NULL, &m, &e) < 0) {
+      fprintf(stderr, "control_rtt: %s\n", e.msg);
+      return 1;
+    }
+    lm_msg_free(m);
+    lat[i] = now_us() - t0;
+  }
+  lm_call **calls = malloc(sizeof *calls * (size_t)n);
+  double t0 = now_us();
+  for (int i = 0; i < n; i++) lm_cconn_start(c, LM_MSG_PING, &ping.base, NULL, 0, NULL, 0, &calls[i], NULL);
+  for (int i = 0; i < n; i++) {
+    lm_call_wait(calls[i], 10000, NULL, NULL, NULL);
+    lm_call_release(calls[i]);
+  }
+  double dt = (now_us() - t0) / 1e6;
+  report("loom client -> controller", lat, n, dt, n);
+  free(calls);
+  free(lat);
+  lm_cconn_close(c);
+  kill(ctl, SIGTERM);
+  waitpid(ctl, NULL, 0);
+  plain_tcp(n, flen);
+  return 0;
+}

@@ -1,0 +1,630 @@
+/* Arrays in libloom: shardings, put, get, delete, queries. The controller answers where each
+ * shard lives (ARRAY_CREATE / ARRAY_LOCATE, with a token per shard); the bytes then go between
+ * this process and the workers' data ports directly: one SHARD_PUT per distinct shard per
+ * worker (the worker copies it to its other devices that hold the same shard), sent from the
+ * caller's buffer when the shard is a contiguous part of it; one SHARD_GET per distinct shard,
+ * received straight into the caller's buffer when contiguous. Transfers to different workers
+ * are in flight at the same time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "client/client_int.h"
+#include "common/dtype.h"
+
+#define fail lm_client_fail
+#define failf lm_client_failf
+
+/* ---- shardings ---- */
+
+void loom_sharding_initialize(loom_sharding *s) {
+  if (!s) return;
+  memset(s, 0, sizeof *s);
+  s->struct_size = sizeof *s;
+  memset(s->dim_axes, -1, sizeof s->dim_axes);
+}
+
+void loom_sharding_single(loom_sharding *s, const int32_t *device) {
+  loom_sharding_initialize(s);
+  if (!s) return;
+  s->num_devices = 1;
+  s->devices = device;
+}
+
+void loom_sharding_replicated(loom_sharding *s, const int32_t *devices, int32_t n) {
+  loom_sharding_initialize(s);
+  if (!s) return;
+  s->mesh_rank = 1;
+  s->mesh_shape[0] = n;
+  s->num_devices = n;
+  s->devices = devices;
+}
+
+void loom_sharding_tiled(loom_sharding *s, const int32_t *devices, int32_t n, int32_t dim) {
+  loom_sharding_replicated(s, devices, n);
+  if (s && dim >= 0 && dim < LOOM_MAX_RANK) s->dim_axes[dim][0] = 0;
+}
+
+int lm_sharding_from_public(const loom_sharding *in, int32_t rank, const int64_t *dims, lm_sharding *sh,
+                            uint32_t **devs, lm_err *err) {
+  *devs = NULL;
+  lm_sharding_init(sh);
+  if (!in) {
+    *devs = calloc(1, sizeof **devs);
+    if (!*devs) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    sh->devices = *devs;
+    return 0;
+  }
+  if (in->struct_size < offsetof(loom_sharding, dim_axes) + sizeof in->dim_axes || in->struct_size > (1u << 16))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "sharding.struct_size is %zu; set it with loom_sharding_initialize",
+                   in->struct_size);
+  if (in->mesh_rank < 0 || in->mesh_rank > LOOM_MAX_MESH_AXES)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "sharding.mesh_rank %d is outside 0..%d", in->mesh_rank,
+                   LOOM_MAX_MESH_AXES);
+  if (in->num_devices < 1 || in->num_devices > LM_SHARD_MAX_DEVICES || !in->devices)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "a sharding needs 1 to %d devices (num_devices %d%s)",
+                   LM_SHARD_MAX_DEVICES, in->num_devices, in->devices ? "" : ", devices NULL");
+  sh->mesh_rank = in->mesh_rank;
+  for (int a = 0; a < in->mesh_rank; a++) sh->mesh_shape[a] = in->mesh_shape[a];
+  sh->ndev = (uint32_t)in->num_devices;
+  memcpy(sh->dim_axes, in->dim_axes, sizeof sh->dim_axes);
+  *devs = malloc((size_t)in->num_devices * sizeof **devs);
+  if (!*devs) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  for (int32_t i = 0; i < in->num_devices; i++) {
+    if (in->devices[i] < 0) {
+      free(*devs);
+      *devs = NULL;
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "device id %d is negative", in->devices[i]);
+    }
+    (*devs)[i] = (uint32_t)in->devices[i];
+  }
+  sh->devices = *devs;
+  int rc = lm_sharding_check(sh, rank, dims, err);
+  if (rc < 0) {
+    free(*devs);
+    *devs = NULL;
+  }
+  return rc;
+}
+
+void lm_sharding_to_public(const lm_sharding *sh, const int32_t *idevs, loom_sharding *out) {
+  loom_sharding full;
+  loom_sharding_initialize(&full);
+  full.mesh_rank = sh->mesh_rank;
+  for (int a = 0; a < sh->mesh_rank; a++) full.mesh_shape[a] = sh->mesh_shape[a];
+  full.num_devices = (int32_t)sh->ndev;
+  full.devices = idevs;
+  memcpy(full.dim_axes, sh->dim_axes, sizeof full.dim_axes);
+  size_t keep = out->struct_size;
+  memcpy(out, &full, keep < sizeof full ? keep : sizeof full);
+  out->struct_size = keep;
+}
+
+/* ---- array handles ---- */
+
+loom_array *lm_array_new(loom_client *c, uint64_t id, loom_dtype dtype, int32_t rank, const int64_t *dims,
+                         const lm_sharding *sh, lm_fut *producer) {
+  loom_array *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->udevs = malloc(sh->ndev * sizeof *a->udevs);
+  a->idevs = malloc(sh->ndev * sizeof *a->idevs);
+  if (!a->udevs || !a->idevs) {
+    free(a->udevs), free(a->idevs), free(a);
+    return NULL;
+  }
+  a->c = c;
+  a->id = id;
+  a->dtype = dtype;
+  a->rank = rank;
+  if (rank) memcpy(a->dims, dims, (size_t)rank * sizeof *dims);
+  a->sh = *sh;
+  for (uint32_t i = 0; i < sh->ndev; i++) a->udevs[i] = sh->devices[i], a->idevs[i] = (int32_t)sh->devices[i];
+  a->sh.devices = a->udevs;
+  a->producer = producer ? lm_fut_ref(producer) : NULL;
+  atomic_init(&a->deleted, 0);
+  return a;
+}
+
+static uint64_t array_bytes(const loom_array *a) {
+  uint64_t n;
+  lm_dims_numel(a->rank, a->dims, &n);
+  return n * lm_dtype_size((lm_dtype)a->dtype);
+}
+
+loom_dtype loom_array_dtype(const loom_array *a) { return a ? a->dtype : LOOM_DTYPE_INVALID; }
+int32_t loom_array_rank(const loom_array *a) { return a ? a->rank : 0; }
+const int64_t *loom_array_dims(const loom_array *a) { return a ? a->dims : NULL; }
+uint64_t loom_array_nbytes(const loom_array *a) { return a ? array_bytes(a) : 0; }
+uint64_t loom_array_id(const loom_array *a) { return a ? a->id : 0; }
+int loom_array_is_deleted(const loom_array *a) { return a ? atomic_load(&a->deleted) : 1; }
+int32_t loom_array_num_shards(const loom_array *a) { return a ? (int32_t)a->sh.ndev : 0; }
+
+loom_status loom_array_sharding(const loom_array *a, loom_sharding *out) {
+  if (!a || !out) return failf(a ? a->c : NULL, LOOM_INVALID_ARGUMENT, "loom_array_sharding: NULL argument");
+  if (out->struct_size < offsetof(loom_sharding, devices) + sizeof out->devices || out->struct_size > (1u << 16))
+    return failf(a->c, LOOM_INVALID_ARGUMENT, "loom_array_sharding: out->struct_size is %zu", out->struct_size);
+  lm_sharding_to_public(&a->sh, a->idevs, out);
+  return LOOM_OK;
+}
+
+loom_status loom_array_shard_info(const loom_array *a, int32_t index, loom_shard_desc *out) {
+  if (!a || !out) return failf(a ? a->c : NULL, LOOM_INVALID_ARGUMENT, "loom_array_shard_info: NULL argument");
+  if (out->struct_size < offsetof(loom_shard_desc, nbytes) || out->struct_size > (1u << 16))
+    return failf(a->c, LOOM_INVALID_ARGUMENT, "loom_array_shard_info: out->struct_size is %zu", out->struct_size);
+  if (index < 0 || (uint32_t)index >= a->sh.ndev)
+    return failf(a->c, LOOM_NOT_FOUND, "array %llu has %u shards (index %d)", (unsigned long long)a->id, a->sh.ndev,
+                 index);
+  loom_shard_desc full;
+  memset(&full, 0, sizeof full);
+  full.struct_size = sizeof full;
+  full.device = a->idevs[index];
+  full.rank = a->rank;
+  lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)index, full.offsets, full.dims);
+  uint64_t n;
+  lm_dims_numel(a->rank, full.dims, &n);
+  full.nbytes = n * lm_dtype_size((lm_dtype)a->dtype);
+  size_t keep = out->struct_size;
+  memcpy(out, &full, keep < sizeof full ? keep : sizeof full);
+  out->struct_size = keep;
+  return LOOM_OK;
+}
+
+/* ---- data connections ---- */
+
+/* The open connection to a worker's data port (opening it if needed). */
+static int dataconn(loom_client *c, const char *addr, lm_cconn **out, lm_err *err) {
+  pthread_mutex_lock(&c->data_mu);
+  lm_dataconn *d = c->dataconns;
+  for (; d; d = d->next)
+    if (!d->broken && !strcmp(d->addr, addr)) break;
+  if (d && !lm_cconn_ok(d->conn, NULL)) {
+    d->broken = true; /* another thread may still hold it: closed at disconnect */
+    d = NULL;
+  }
+  if (d) {
+    *out = d->conn;
+    pthread_mutex_unlock(&c->data_mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&c->data_mu);
+  lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data"};
+  o.limits.max_payload = LM_FRAME_PAYLOAD_HARD_MAX; /* shards land in the caller's buffers */
+  lm_cconn *conn;
+  int rc = lm_cconn_open(addr, &o, &conn, err);
+  if (rc < 0) {
+    lm_err_prefix(err, "worker data port %s", addr);
+    return rc;
+  }
+  lm_dataconn *n = calloc(1, sizeof *n);
+  if (!n) {
+    lm_cconn_close(conn);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  snprintf(n->addr, sizeof n->addr, "%s", addr);
+  n->conn = conn;
+  pthread_mutex_lock(&c->data_mu);
+  n->next = c->dataconns;
+  c->dataconns = n;
+  pthread_mutex_unlock(&c->data_mu);
+  *out = conn;
+  return 0;
+}
+
+void lm_client_close_data(loom_client *c) {
+  lm_dataconn *d = c->dataconns;
+  while (d) {
+    lm_dataconn *n = d->next;
+    lm_cconn_close(d->conn);
+    free(d);
+    d = n;
+  }
+  c->dataconns = NULL;
+}
+
+/* Waits for a set of calls (all of them, whatever happens) and returns the first failure. */
+static int wait_calls(loom_client *c, lm_call **calls, size_t n, lm_err *err) {
+  int first = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!calls[i]) continue;
+    lm_err e;
+    int rc = lm_call_wait(calls[i], c->timeout_ms, c->intr, c->intr_arg, &e);
+    if (rc < 0 && !first) {
+      first = rc;
+      *err = e;
+    }
+  }
+  return first;
+}
+
+static bool same_region(const Lmw__ShardLocation *a, const Lmw__ShardLocation *b) {
+  return a->n_offsets == b->n_offsets &&
+         (!a->n_offsets || !memcmp(a->offsets, b->offsets, a->n_offsets * sizeof *a->offsets));
+}
+
+static void array_delete_remote(loom_client *c, uint64_t id) {
+  Lmw__ArrayDelete d = LMW__ARRAY_DELETE__INIT;
+  d.n_ids = 1;
+  d.ids = &id;
+  lm_call *call;
+  if (lm_cconn_start(c->conn, LM_MSG_ARRAY_DELETE, &d.base, NULL, 0, NULL, 0, &call, NULL) == 0)
+    lm_call_release(call); /* ordered before anything sent later; nobody needs the answer */
+}
+
+/* ---- put ---- */
+
+void loom_put_args_initialize(loom_put_args *a) {
+  if (!a) return;
+  memset(a, 0, sizeof *a);
+  a->struct_size = sizeof *a;
+}
+
+typedef struct put_group {
+  size_t first;                      /* index of the first device with this (worker, region) */
+  size_t ntargets;
+  Lmw__ShardTarget *targets;
+  Lmw__ShardTarget **tptr;
+  void *staging;
+} put_group;
+
+static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh, uint64_t id,
+                  const Lmw__ArrayPlacement *pl, lm_err *err) {
+  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
+  size_t n = pl->n_shards;
+  put_group *g = calloc(n, sizeof *g);
+  size_t *group_of = calloc(n, sizeof *group_of);
+  lm_call **calls = calloc(n, sizeof *calls);
+  int rc = 0;
+  if (!g || !group_of || !calls) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  size_t ng = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    const Lmw__ShardLocation *l = pl->shards[i];
+    if (!l->data_address[0] || l->n_dims != (size_t)a->rank || l->n_offsets != (size_t)a->rank) {
+      rc = lm_errf(err, LOOM_PROTOCOL, "the controller's placement of shard %zu is malformed", i);
+      break;
+    }
+    int64_t off[LOOM_MAX_RANK], sd[LOOM_MAX_RANK];
+    lm_sharding_shard(sh, a->rank, a->dims, (uint32_t)i, off, sd);
+    for (int d = 0; d < a->rank; d++)
+      if ((uint64_t)off[d] != l->offsets[d] || (uint64_t)sd[d] != l->dims[d])
+        rc = lm_errf(err, LOOM_PROTOCOL, "the controller placed shard %zu elsewhere than the sharding says", i);
+    size_t k = 0;
+    while (k < ng && !(pl->shards[g[k].first]->worker_id == l->worker_id && same_region(pl->shards[g[k].first], l))) k++;
+    if (k == ng) g[ng++].first = i;
+    group_of[i] = k;
+    g[k].ntargets++;
+  }
+  for (size_t k = 0; rc == 0 && k < ng; k++) {
+    g[k].targets = calloc(g[k].ntargets, sizeof *g[k].targets);
+    g[k].tptr = calloc(g[k].ntargets, sizeof *g[k].tptr);
+    if (!g[k].targets || !g[k].tptr) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    g[k].ntargets = 0;
+  }
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    put_group *gr = &g[group_of[i]];
+    Lmw__ShardTarget *t = &gr->targets[gr->ntargets];
+    lmw__shard_target__init(t);
+    t->array = id;
+    t->local_index = pl->shards[i]->local_index;
+    t->token = pl->shards[i]->token;
+    gr->tptr[gr->ntargets++] = t;
+  }
+  /* send every group, then wait for every answer */
+  for (size_t k = 0; rc == 0 && k < ng; k++) {
+    const Lmw__ShardLocation *l = pl->shards[g[k].first];
+    int64_t off[LOOM_MAX_RANK], sd[LOOM_MAX_RANK];
+    lm_sharding_shard(sh, a->rank, a->dims, (uint32_t)g[k].first, off, sd);
+    uint64_t numel, first;
+    lm_dims_numel(a->rank, sd, &numel);
+    uint64_t bytes = numel * esize;
+    const void *payload;
+    if (a->shard_data) {
+      payload = a->shard_data[g[k].first];
+      if (!payload && bytes) {
+        rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "shard_data[%zu] is NULL", g[k].first);
+        break;
+      }
+    } else if (lm_region_contiguous(a->rank, a->dims, off, sd, &first)) {
+      payload = (const uint8_t *)a->data + first * esize;
+    } else {
+      g[k].staging = malloc(bytes ? bytes : 1);
+      if (!g[k].staging) {
+        rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory staging a shard of %llu bytes", (unsigned long long)bytes);
+        break;
+      }
+      lm_region_copy(a->rank, a->dims, off, sd, esize, (void *)a->data, g[k].staging, true);
+      payload = g[k].staging;
+    }
+    uint64_t udims[LOOM_MAX_RANK];
+    for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)sd[d];
+    Lmw__ShardPut m = LMW__SHARD_PUT__INIT;
+    m.session = lm_cconn_session_id(c->conn);
+    m.dtype = (uint32_t)a->dtype;
+    m.n_dims = (size_t)a->rank;
+    m.dims = udims;
+    m.n_targets = g[k].ntargets;
+    m.targets = g[k].tptr;
+    lm_cconn *dc;
+    rc = dataconn(c, l->data_address, &dc, err);
+    if (rc == 0) rc = lm_cconn_start(dc, LM_MSG_SHARD_PUT, &m.base, payload, bytes, NULL, 0, &calls[k], err);
+    if (rc < 0) lm_err_prefix(err, "putting shard %zu on device %u (worker %u)", g[k].first, l->device, l->worker_id);
+    free(g[k].staging); /* sent: lm_cconn_start returns once the bytes are written */
+    g[k].staging = NULL;
+  }
+  lm_err e2;
+  int rc2 = calls ? wait_calls(c, calls, ng, &e2) : 0;
+  if (rc == 0 && rc2 < 0) {
+    rc = rc2;
+    *err = e2;
+  }
+  for (size_t k = 0; calls && k < ng; k++) lm_call_release(calls[k]);
+  for (size_t k = 0; g && k < ng; k++) {
+    free(g[k].targets);
+    free(g[k].tptr);
+    free(g[k].staging);
+  }
+  free(g), free(group_of), free(calls);
+  return rc;
+}
+
+loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **out) {
+  if (!out) return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: out is NULL");
+  *out = NULL;
+  if (!c || !a) return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: NULL argument");
+  if (a->struct_size < offsetof(loom_put_args, shard_data) || a->struct_size > (1u << 16))
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: args.struct_size is %zu; use loom_put_args_initialize",
+                 a->struct_size);
+  loom_put_args args;
+  loom_put_args_initialize(&args);
+  memcpy(&args, a, a->struct_size < sizeof args ? a->struct_size : sizeof args);
+  a = &args;
+  if (!lm_dtype_valid((int)a->dtype)) return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: unknown dtype %d", (int)a->dtype);
+  if (a->rank < 0 || a->rank > LOOM_MAX_RANK || (a->rank && !a->dims))
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: rank %d (0..%d) with%s dims", a->rank, LOOM_MAX_RANK,
+                 a->dims ? "" : "out");
+  uint64_t numel, nbytes;
+  if (lm_dims_numel(a->rank, a->dims, &numel) < 0 ||
+      __builtin_mul_overflow(numel, (uint64_t)lm_dtype_size((lm_dtype)a->dtype), &nbytes))
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: a negative dimension or a size that overflows");
+  if (!!a->data == !!a->shard_data && nbytes)
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: give either data or shard_data");
+  if (a->data && a->data_size != nbytes)
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: data_size is %zu but the array has %llu bytes",
+                 a->data_size, (unsigned long long)nbytes);
+  lm_sharding sh;
+  uint32_t *devs;
+  lm_err err;
+  if (lm_sharding_from_public(a->sharding, a->rank, a->dims, &sh, &devs, &err) < 0) {
+    lm_err_prefix(&err, "loom_array_put");
+    return fail(c, &err);
+  }
+  uint64_t id = atomic_fetch_add(&c->next_id, 1);
+  /* ask the controller where the shards go */
+  Lmw__ArrayCreate m = LMW__ARRAY_CREATE__INIT;
+  uint64_t udims[LOOM_MAX_RANK];
+  for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)a->dims[d];
+  m.id = id;
+  m.dtype = (uint32_t)a->dtype;
+  m.n_dims = (size_t)a->rank;
+  m.dims = udims;
+  Lmw__Sharding ws = LMW__SHARDING__INIT;
+  Lmw__DimAxes dims[LOOM_MAX_RANK], *dptr[LOOM_MAX_RANK];
+  uint32_t axes[LOOM_MAX_RANK * LOOM_MAX_MESH_AXES];
+  uint64_t mesh[LOOM_MAX_MESH_AXES];
+  ws.n_mesh_shape = (size_t)sh.mesh_rank;
+  for (int i = 0; i < sh.mesh_rank; i++) mesh[i] = (uint64_t)sh.mesh_shape[i];
+  ws.mesh_shape = mesh;
+  ws.n_devices = sh.ndev;
+  ws.devices = devs;
+  size_t na = 0;
+  for (int d = 0; d < a->rank; d++) {
+    lmw__dim_axes__init(&dims[d]);
+    dims[d].axes = axes + na;
+    for (int j = 0; j < LOOM_MAX_MESH_AXES && sh.dim_axes[d][j] >= 0; j++) axes[na++] = (uint32_t)sh.dim_axes[d][j];
+    dims[d].n_axes = (size_t)(axes + na - dims[d].axes);
+    dptr[d] = &dims[d];
+  }
+  ws.n_dims = (size_t)a->rank;
+  ws.dims = dptr;
+  m.sharding = &ws;
+  ProtobufCMessage *rm;
+  int rc = lm_cconn_call(c->conn, LM_MSG_ARRAY_CREATE, &m.base, LM_MSG_ARRAY_PLACEMENT, c->timeout_ms, c->intr,
+                         c->intr_arg, &rm, &err);
+  if (rc == 0) {
+    const Lmw__ArrayPlacement *pl = (const Lmw__ArrayPlacement *)rm;
+    if (pl->id != id || pl->n_shards != sh.ndev) rc = lm_errf(&err, LOOM_PROTOCOL, "the controller's placement does not match");
+    else rc = do_put(c, a, &sh, id, pl, &err);
+    lm_msg_free(rm);
+    if (rc < 0) array_delete_remote(c, id); /* frees whatever shards did land */
+  }
+  loom_array *arr = rc == 0 ? lm_array_new(c, id, a->dtype, a->rank, a->dims, &sh, NULL) : NULL;
+  if (rc == 0 && !arr) {
+    array_delete_remote(c, id);
+    rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  free(devs);
+  if (rc < 0) return fail(c, &err);
+  *out = arr;
+  return LOOM_OK;
+}
+
+/* ---- get ---- */
+
+typedef struct get_part {
+  size_t shard;                      /* the location it comes from */
+  void *dst;                         /* where the bytes land (dst or staging) */
+  void *staging;
+  uint64_t bytes;
+  int64_t off[LOOM_MAX_RANK], sd[LOOM_MAX_RANK];
+} get_part;
+
+static int locate(loom_array *a, Lmw__ArrayPlacement **out, lm_err *err) {
+  loom_client *c = a->c;
+  if (atomic_load(&a->deleted))
+    return lm_errf(err, LOOM_NOT_FOUND, "array %llu was deleted", (unsigned long long)a->id);
+  if (a->producer) {
+    int rc = lm_fut_wait(a->producer, -1, err);
+    if (rc < 0) return rc;
+  }
+  Lmw__ArrayLocate m = LMW__ARRAY_LOCATE__INIT;
+  m.id = a->id;
+  ProtobufCMessage *rm;
+  LM_TRY(lm_cconn_call(c->conn, LM_MSG_ARRAY_LOCATE, &m.base, LM_MSG_ARRAY_PLACEMENT, c->timeout_ms, c->intr,
+                       c->intr_arg, &rm, err));
+  Lmw__ArrayPlacement *pl = (Lmw__ArrayPlacement *)rm;
+  if (pl->n_shards != a->sh.ndev) {
+    lm_msg_free(rm);
+    return lm_errf(err, LOOM_PROTOCOL, "the controller's placement of array %llu does not match its sharding",
+                   (unsigned long long)a->id);
+  }
+  for (size_t i = 0; i < pl->n_shards; i++)
+    if (pl->shards[i]->n_offsets != (size_t)a->rank || pl->shards[i]->n_dims != (size_t)a->rank) {
+      lm_msg_free(rm);
+      return lm_errf(err, LOOM_PROTOCOL, "the controller's placement of array %llu is malformed",
+                     (unsigned long long)a->id);
+    }
+  *out = pl;
+  return 0;
+}
+
+static int get_parts(loom_array *a, const Lmw__ArrayPlacement *pl, get_part *parts, size_t np, lm_err *err) {
+  loom_client *c = a->c;
+  lm_call **calls = calloc(np ? np : 1, sizeof *calls);
+  if (!calls) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  int rc = 0;
+  for (size_t k = 0; rc == 0 && k < np; k++) {
+    const Lmw__ShardLocation *l = pl->shards[parts[k].shard];
+    Lmw__ShardGet m = LMW__SHARD_GET__INIT;
+    m.session = lm_cconn_session_id(c->conn);
+    m.array = a->id;
+    m.local_index = l->local_index;
+    m.token = l->token;
+    m.min_cseq = l->min_cseq;
+    lm_cconn *dc;
+    rc = dataconn(c, l->data_address, &dc, err);
+    if (rc == 0)
+      rc = lm_cconn_start(dc, LM_MSG_SHARD_GET, &m.base, NULL, 0, parts[k].dst, parts[k].bytes, &calls[k], err);
+  }
+  lm_err e2;
+  int rc2 = wait_calls(c, calls, np, &e2);
+  if (rc == 0 && rc2 < 0) {
+    rc = rc2;
+    *err = e2;
+  }
+  for (size_t k = 0; rc == 0 && k < np; k++) { /* the right amount, in the right place */
+    lm_reply r;
+    rc = lm_call_take_reply(calls[k], &r, err);
+    if (rc < 0) break;
+    const Lmw__ShardGetReply *gr = (const Lmw__ShardGetReply *)r.msg;
+    uint64_t numel = 1;
+    for (size_t d = 0; gr && d < gr->n_dims; d++) numel *= gr->dims[d];
+    if (r.type != LM_MSG_SHARD_GET_REPLY || gr->dtype != (uint32_t)a->dtype || r.payload_len != parts[k].bytes ||
+        (parts[k].bytes && !r.payload_external) || numel * lm_dtype_size((lm_dtype)a->dtype) != parts[k].bytes)
+      rc = lm_errf(err, LOOM_PROTOCOL, "worker %u sent a shard of array %llu that does not match it",
+                   pl->shards[parts[k].shard]->worker_id, (unsigned long long)a->id);
+    lm_reply_free(&r);
+  }
+  for (size_t k = 0; k < np; k++) lm_call_release(calls[k]);
+  free(calls);
+  return rc;
+}
+
+loom_status loom_array_get(loom_array *a, void *dst, size_t dst_size) {
+  if (!a || (!dst && dst_size)) return failf(a ? a->c : NULL, LOOM_INVALID_ARGUMENT, "loom_array_get: NULL argument");
+  loom_client *c = a->c;
+  uint64_t nbytes = array_bytes(a);
+  if (dst_size < nbytes)
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_get: the buffer has %zu bytes, array %llu needs %llu", dst_size,
+                 (unsigned long long)a->id, (unsigned long long)nbytes);
+  lm_err err;
+  Lmw__ArrayPlacement *pl;
+  int rc = locate(a, &pl, &err);
+  if (rc < 0) return fail(c, &err);
+  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
+  size_t n = pl->n_shards, np = 0;
+  get_part *parts = calloc(n ? n : 1, sizeof *parts);
+  if (!parts) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  /* one holder per distinct region, alive ones only */
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    const Lmw__ShardLocation *l = pl->shards[i];
+    if (!l->data_address[0]) continue;
+    bool have = false;
+    for (size_t k = 0; k < np && !have; k++) have = same_region(pl->shards[parts[k].shard], l);
+    if (have) continue;
+    get_part *p = &parts[np++];
+    p->shard = i;
+    lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)i, p->off, p->sd);
+    uint64_t numel, first;
+    lm_dims_numel(a->rank, p->sd, &numel);
+    p->bytes = numel * esize;
+    if (lm_region_contiguous(a->rank, a->dims, p->off, p->sd, &first)) {
+      p->dst = (uint8_t *)dst + first * esize;
+    } else {
+      p->staging = malloc(p->bytes ? p->bytes : 1);
+      if (!p->staging) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+      p->dst = p->staging;
+    }
+  }
+  if (rc == 0) rc = get_parts(a, pl, parts, np, &err);
+  for (size_t k = 0; parts && k < np; k++) {
+    if (rc == 0 && parts[k].staging)
+      lm_region_copy(a->rank, a->dims, parts[k].off, parts[k].sd, esize, dst, parts[k].staging, false);
+    free(parts[k].staging);
+  }
+  free(parts);
+  lm_msg_free(&pl->base);
+  if (rc < 0) return fail(c, &err);
+  return LOOM_OK;
+}
+
+loom_status loom_array_get_shard(loom_array *a, int32_t index, void *dst, size_t dst_size) {
+  if (!a || (!dst && dst_size)) return failf(a ? a->c : NULL, LOOM_INVALID_ARGUMENT, "loom_array_get_shard: NULL argument");
+  loom_client *c = a->c;
+  if (index < 0 || (uint32_t)index >= a->sh.ndev)
+    return failf(c, LOOM_NOT_FOUND, "array %llu has %u shards (index %d)", (unsigned long long)a->id, a->sh.ndev, index);
+  get_part p;
+  memset(&p, 0, sizeof p);
+  p.shard = (size_t)index;
+  lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)index, p.off, p.sd);
+  uint64_t numel;
+  lm_dims_numel(a->rank, p.sd, &numel);
+  p.bytes = numel * lm_dtype_size((lm_dtype)a->dtype);
+  if (dst_size < p.bytes)
+    return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_get_shard: the buffer has %zu bytes, the shard needs %llu",
+                 dst_size, (unsigned long long)p.bytes);
+  p.dst = dst;
+  lm_err err;
+  Lmw__ArrayPlacement *pl;
+  int rc = locate(a, &pl, &err);
+  if (rc < 0) return fail(c, &err);
+  if (!pl->shards[index]->data_address[0])
+    rc = lm_errf(&err, LOOM_WORKER_LOST, "the shard of array %llu on device %u is lost with its worker",
+                 (unsigned long long)a->id, pl->shards[index]->device);
+  if (rc == 0) rc = get_parts(a, pl, &p, 1, &err);
+  lm_msg_free(&pl->base);
+  if (rc < 0) return fail(c, &err);
+  return LOOM_OK;
+}
+
+loom_status loom_array_block_until_ready(loom_array *a, int64_t timeout_ms) {
+  if (!a) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_array_block_until_ready: array is NULL");
+  if (!a->producer) return LOOM_OK;
+  lm_err err;
+  int rc = lm_fut_wait(a->producer, timeout_ms, &err);
+  if (rc < 0) return fail(a->c, &err);
+  return LOOM_OK;
+}
+
+loom_status loom_array_delete(loom_array *a) {
+  if (!a) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_array_delete: array is NULL");
+  if (atomic_exchange(&a->deleted, 1)) return LOOM_OK;
+  array_delete_remote(a->c, a->id);
+  return LOOM_OK;
+}
+
+void loom_array_release(loom_array *a) {
+  if (!a) return;
+  loom_array_delete(a);
+  lm_fut_unref(a->producer);
+  free(a->udevs);
+  free(a->idevs);
+  free(a);
+}

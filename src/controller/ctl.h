@@ -1,0 +1,191 @@
+/* The controller's internals, shared by its parts:
+ *   controller.c    the event loop, peers, handshake, registration, health, sessions
+ *   ctl_arrays.c    array metadata and placement: create, locate, delete (no element data)
+ *   ctl_programs.c  compiling: parse, SPMD analysis, the executable cache, loading on workers
+ *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
+ *                   completion, failures, the launch log
+ * Everything runs on the loop thread. */
+#ifndef LM_CONTROLLER_CTL_H
+#define LM_CONTROLLER_CTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "common/sharding.h"
+#include "controller/controller.h"
+#include "controller/registry.h"
+#include "controller/session.h"
+#include "hlo/spmd.h"
+#include "net/msg.h"
+#include "net/sock.h"
+#include "net/token.h"
+
+typedef enum { ROLE_NEW = 0, ROLE_CLIENT, ROLE_WORKER } peer_role;
+
+typedef struct ctl ctl;
+typedef struct c_launch c_launch;
+
+typedef struct peer {
+  ctl *ctl;
+  lm_conn *conn;
+  peer_role role;
+  bool registered;           /* workers: REGISTER_WORKER accepted */
+  uint32_t worker_id;        /* workers, once registered */
+  uint64_t cseq;             /* workers: messages sent to it since registration */
+  lm_session *session;       /* clients */
+  struct peer *prev, *next;  /* the controller's list of peers */
+} peer;
+
+/* Handle kinds in a session's table. */
+enum { H_ARRAY = 1, H_EXECUTABLE = 2 };
+
+enum { A_READY = 0, A_PENDING = 1, A_FAILED = 2 };
+
+/* An array's metadata; its data lives on the workers. */
+typedef struct c_array {
+  uint64_t id;
+  lm_dtype dtype;
+  int rank;
+  int64_t dims[LM_SHARD_MAX_RANK];
+  lm_sharding sh;            /* sh.devices points at devs */
+  uint32_t *devs;            /* virtual device ids */
+  int state;                 /* A_* */
+  int code;                  /* A_FAILED: why */
+  char *msg;
+  uint64_t producer;         /* the launch that computes it (0: put) */
+} c_array;
+
+enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2 };
+
+typedef struct c_waiter {    /* a COMPILE waiting for its program to load */
+  peer *client;
+  uint64_t rid;
+  struct c_waiter *next;
+} c_waiter;
+
+/* A compiled program, shared by every session that compiles the same text for the same devices. */
+typedef struct c_program {
+  uint64_t id;
+  uint64_t fingerprint;
+  int refs;                  /* executables naming it */
+  char *text;
+  size_t len;
+  char *name;
+  uint32_t ndev;
+  uint32_t *devices;         /* virtual id of each process */
+  uint32_t *proc_pos;        /* process -> its mesh position */
+  lm_spmd_info *info;
+  int state;                 /* P_* */
+  uint32_t loads_pending;
+  int code;
+  char msg[LM_ERR_MSG_MAX];
+  uint32_t *loaded_on;       /* [ndev] workers that acked the load */
+  uint32_t nloaded;
+  struct c_load { uint32_t worker; uint64_t rid; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0: answered */
+  uint32_t nloads;
+  bool default_devices;      /* compiled without a device list (devices 0..n-1) */
+  c_waiter *waiters;
+  uint64_t idle_since;       /* when refs dropped to 0 */
+  struct c_program *next;
+} c_program;
+
+typedef struct c_exe {
+  ctl *ctl;
+  c_program *prog;
+} c_exe;
+
+/* One entry of the launch log: what the recovery of a lost worker would replay. */
+typedef struct c_log_entry {
+  uint64_t seq, session, program;
+  uint32_t nin, nout, ndev;
+  uint64_t *ids;             /* [nin + nout] inputs then outputs */
+  uint32_t *phys;            /* [2 * ndev]: worker, local index of each process's device */
+  int status;                /* 1 running, 0 ok, < 0 failed */
+} c_log_entry;
+
+#define LM_LAUNCH_LOG_MAX 65536
+
+struct c_launch {
+  uint64_t seq;
+  peer *client;              /* NULL once the client is gone */
+  uint64_t rid;
+  uint64_t session;
+  c_program *prog;           /* a reference (refs) */
+  uint32_t nworkers;
+  uint32_t *workers;         /* workers with devices in it */
+  uint8_t *done;             /* [nworkers] reported (or lost) */
+  uint32_t pending;
+  bool failed;
+  uint32_t nout;
+  uint64_t *outputs;
+  c_log_entry *log;
+  c_launch *hnext;           /* hash chain by seq */
+  c_launch *prev, *next;     /* active list */
+};
+
+#define C_LAUNCH_BUCKETS 4096
+
+struct ctl {
+  uv_loop_t loop;
+  uv_tcp_t server;
+  uv_signal_t sigint, sigterm;
+  uv_timer_t health;
+  lm_controller_config cfg;
+  lm_registry *reg;
+  peer *peers;               /* every connected peer */
+  uint32_t npeers;
+  peer **worker_peer;        /* [worker id] -> its peer while alive, else NULL */
+  uint32_t worker_peer_cap;
+  uint32_t nsessions;
+  uint64_t next_session;
+  uint64_t start_ms;
+  bool stopping;
+  char bound[LM_ADDR_MAX];
+  uint8_t token_key[LM_TOKEN_KEY_SIZE];
+  /* programs */
+  c_program *programs;
+  uint64_t next_program;
+  uint64_t next_rid;         /* requests the controller sends to workers */
+  /* launches */
+  uint64_t next_seq;
+  c_launch *active;
+  c_launch *by_seq[C_LAUNCH_BUCKETS];
+  uint64_t launches_total, launches_failed;
+  c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
+  uint64_t log_count;
+};
+
+uint64_t ctl_now_ms(ctl *c);
+void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m);
+void ctl_reply_error(peer *p, uint64_t rid, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Sends to a live, registered worker (counting its cseq); a worker that is gone is skipped. */
+void ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                     const void *payload, uint64_t plen);
+/* "worker 1 (host pid 123)" */
+void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap);
+
+/* arrays */
+void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m);
+void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m);
+void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m);
+void ctl_array_destroy(void *obj);
+/* Fills a wire Sharding from s (rank dims); arrays inside come from the caller's storage. */
+void ctl_sharding_to_wire(const lm_sharding *s, int rank, Lmw__Sharding *w, Lmw__DimAxes *dims, Lmw__DimAxes **dptr,
+                          uint32_t *axes, uint64_t *mesh_shape);
+
+/* programs */
+void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m);
+void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m);
+void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f);
+void ctl_program_release(ctl *c, c_program *prog);
+void ctl_programs_client_gone(ctl *c, peer *p);
+void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why);
+void ctl_programs_free(ctl *c);
+
+/* launches */
+void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);
+void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m);
+void ctl_launches_client_gone(ctl *c, peer *p);
+void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);
+void ctl_launches_free(ctl *c);
+
+#endif

@@ -1,0 +1,279 @@
+/* Array metadata at the controller: shape, dtype, sharding, placement and readiness. Element
+ * data never comes here: ARRAY_CREATE and ARRAY_LOCATE answer with where each shard lives and
+ * a token for the worker, and the client transfers the bytes with the worker directly. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/dtype.h"
+#include "common/log.h"
+#include "controller/ctl.h"
+
+void ctl_array_destroy(void *obj) {
+  c_array *a = obj;
+  if (!a) return;
+  free(a->devs);
+  free(a->msg);
+  free(a);
+}
+
+void ctl_sharding_to_wire(const lm_sharding *s, int rank, Lmw__Sharding *w, Lmw__DimAxes *dims, Lmw__DimAxes **dptr,
+                          uint32_t *axes, uint64_t *mesh_shape) {
+  lmw__sharding__init(w);
+  for (int a = 0; a < s->mesh_rank; a++) mesh_shape[a] = (uint64_t)s->mesh_shape[a];
+  w->n_mesh_shape = (size_t)s->mesh_rank;
+  w->mesh_shape = mesh_shape;
+  w->n_devices = s->ndev;
+  w->devices = (uint32_t *)s->devices;
+  size_t k = 0;
+  for (int d = 0; d < rank; d++) {
+    lmw__dim_axes__init(&dims[d]);
+    dims[d].axes = axes + k;
+    for (int j = 0; j < LM_MESH_MAX_AXES && s->dim_axes[d][j] >= 0; j++) axes[k++] = (uint32_t)s->dim_axes[d][j];
+    dims[d].n_axes = (size_t)(axes + k - dims[d].axes);
+    dptr[d] = &dims[d];
+  }
+  w->n_dims = (size_t)rank;
+  w->dims = dptr;
+}
+
+/* Reads and checks a wire sharding for an array of rank dims against the device table. */
+static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s,
+                              uint32_t **devs_out, lm_err *err) {
+  *devs_out = NULL;
+  lm_sharding_init(s);
+  if (!w) { /* default: the whole array on device 0 */
+    uint32_t *d = calloc(1, sizeof *d);
+    if (!d) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    s->devices = d;
+    *devs_out = d;
+  } else {
+    if (w->n_mesh_shape > LM_MESH_MAX_AXES)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "the mesh has %zu axes (at most %d)", w->n_mesh_shape,
+                     LM_MESH_MAX_AXES);
+    if (w->n_dims > (size_t)rank)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "the sharding describes %zu dimensions of a rank-%d array",
+                     w->n_dims, rank);
+    if (w->n_devices == 0 || w->n_devices > LM_SHARD_MAX_DEVICES)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "a sharding needs 1 to %d devices (got %zu)", LM_SHARD_MAX_DEVICES,
+                     w->n_devices);
+    s->mesh_rank = (int32_t)w->n_mesh_shape;
+    for (size_t a = 0; a < w->n_mesh_shape; a++) {
+      if (w->mesh_shape[a] == 0 || w->mesh_shape[a] > LM_SHARD_MAX_DEVICES)
+        return lm_errf(err, LOOM_INVALID_ARGUMENT, "mesh axis %zu has size %llu", a,
+                       (unsigned long long)w->mesh_shape[a]);
+      s->mesh_shape[a] = (int64_t)w->mesh_shape[a];
+    }
+    for (size_t d = 0; d < w->n_dims; d++) {
+      const Lmw__DimAxes *da = w->dims[d];
+      if (da->n_axes > LM_MESH_MAX_AXES)
+        return lm_errf(err, LOOM_INVALID_ARGUMENT, "dimension %zu is split over %zu axes", d, da->n_axes);
+      for (size_t j = 0; j < da->n_axes; j++) {
+        if (da->axes[j] >= (uint32_t)s->mesh_rank)
+          return lm_errf(err, LOOM_INVALID_ARGUMENT, "dimension %zu is split over mesh axis %u of a %d-axis mesh", d,
+                         da->axes[j], s->mesh_rank);
+        s->dim_axes[d][j] = (int8_t)da->axes[j];
+      }
+    }
+    s->ndev = (uint32_t)w->n_devices;
+    uint32_t *d = malloc(w->n_devices * sizeof *d);
+    if (!d) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    memcpy(d, w->devices, w->n_devices * sizeof *d);
+    s->devices = d;
+    *devs_out = d;
+  }
+  int rc = lm_sharding_check(s, rank, dims, err);
+  /* every device must exist, once, and be healthy */
+  uint32_t ndevs = lm_registry_device_count(c->reg);
+  uint8_t *seen = rc == 0 ? calloc(ndevs ? ndevs : 1, 1) : NULL;
+  if (rc == 0 && !seen) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  for (uint32_t i = 0; rc == 0 && i < s->ndev; i++) {
+    uint32_t v = s->devices[i];
+    if (v >= ndevs)
+      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "no device %u (the cluster has %u devices)", v, ndevs);
+    else if (seen[v])
+      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "device %u appears twice in the sharding", v);
+    else if (!lm_registry_device_healthy(c->reg, v))
+      rc = lm_errf(err, LOOM_WORKER_LOST, "device %u is unavailable: its worker is lost (%s)", v,
+                   lm_registry_device_reason(c->reg, v));
+    else
+      seen[v] = 1;
+  }
+  free(seen);
+  if (rc < 0) {
+    free(*devs_out);
+    *devs_out = NULL;
+  }
+  return rc;
+}
+
+/* Fills the placement reply for array a: one location per device, with put or get tokens. */
+static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int kind) {
+  ctl *c = p->ctl;
+  uint32_t n = a->sh.ndev;
+  Lmw__ShardLocation *locs = calloc(n, sizeof *locs);
+  Lmw__ShardLocation **ptrs = calloc(n, sizeof *ptrs);
+  uint64_t *nums = calloc((size_t)n * 2 * LM_SHARD_MAX_RANK, sizeof *nums);
+  uint8_t *toks = calloc(n, LM_TOKEN_SIZE);
+  if (!locs || !ptrs || !nums || !toks) {
+    free(locs), free(ptrs), free(nums), free(toks);
+    ctl_reply_error(p, f->h.request_id, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    Lmw__ShardLocation *l = &locs[i];
+    lmw__shard_location__init(l);
+    int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
+    lm_sharding_shard(&a->sh, a->rank, a->dims, i, off, sd);
+    uint64_t *o = nums + (size_t)i * 2 * LM_SHARD_MAX_RANK, *dd = o + LM_SHARD_MAX_RANK;
+    for (int d = 0; d < a->rank; d++) o[d] = (uint64_t)off[d], dd[d] = (uint64_t)sd[d];
+    l->n_offsets = l->n_dims = (size_t)a->rank;
+    l->offsets = o;
+    l->dims = dd;
+    const lm_reg_device *dev = lm_registry_device(c->reg, a->devs[i]);
+    const lm_reg_worker *w = lm_registry_worker(c->reg, dev->worker);
+    l->device = a->devs[i];
+    l->worker_id = dev->worker;
+    l->local_index = dev->local_index;
+    peer *wp = dev->worker < c->worker_peer_cap ? c->worker_peer[dev->worker] : NULL;
+    bool alive = lm_registry_device_healthy(c->reg, a->devs[i]) && wp;
+    l->data_address = alive ? w->data_address : "";
+    if (alive) {
+      lm_token_make(c->token_key, kind, p->session->id, a->id, dev->worker, dev->local_index,
+                    kind == LM_TOKEN_PUT ? (uint32_t)a->dtype : 0, kind == LM_TOKEN_PUT ? dd : NULL,
+                    kind == LM_TOKEN_PUT ? (size_t)a->rank : 0, toks + (size_t)i * LM_TOKEN_SIZE);
+      l->token.data = toks + (size_t)i * LM_TOKEN_SIZE;
+      l->token.len = LM_TOKEN_SIZE;
+      l->min_cseq = wp->cseq;
+    }
+    ptrs[i] = l;
+  }
+  Lmw__ArrayPlacement r = LMW__ARRAY_PLACEMENT__INIT;
+  r.id = a->id;
+  r.n_shards = n;
+  r.shards = ptrs;
+  ctl_reply(p, f, LM_MSG_ARRAY_PLACEMENT, &r.base);
+  free(locs), free(ptrs), free(nums), free(toks);
+}
+
+void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) {
+  ctl *c = p->ctl;
+  lm_err err;
+  int rc = 0;
+  if (!lm_dtype_valid((int)m->dtype)) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "unknown dtype %u", m->dtype);
+  else if (m->n_dims > LM_SHARD_MAX_RANK)
+    rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "rank %zu is more than %d", m->n_dims, LM_SHARD_MAX_RANK);
+  c_array *a = rc == 0 ? calloc(1, sizeof *a) : NULL;
+  if (rc == 0 && !a) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0) {
+    a->id = m->id;
+    a->dtype = (lm_dtype)m->dtype;
+    a->rank = (int)m->n_dims;
+    uint64_t numel = 1, nbytes;
+    for (int d = 0; rc == 0 && d < a->rank; d++) {
+      if (m->dims[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, m->dims[d], &numel))
+        rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "the shape overflows");
+      a->dims[d] = (int64_t)m->dims[d];
+    }
+    if (rc == 0 && __builtin_mul_overflow(numel, (uint64_t)lm_dtype_size(a->dtype), &nbytes))
+      rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "the array's size overflows");
+  }
+  if (rc == 0) rc = sharding_from_wire(c, m->sharding, a->rank, a->dims, &a->sh, &a->devs, &err);
+  if (rc == 0) { /* a shard larger than its device can never be put */
+    int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
+    lm_sharding_shard(&a->sh, a->rank, a->dims, 0, off, sd);
+    uint64_t bytes;
+    lm_dims_numel(a->rank, sd, &bytes);
+    bytes *= lm_dtype_size(a->dtype);
+    for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) {
+      const lm_reg_device *d = lm_registry_device(c->reg, a->devs[i]);
+      if (bytes > d->memory_capacity)
+        rc = lm_errf(&err, LOOM_DEVICE_OUT_OF_MEMORY,
+                     "a shard of %llu bytes does not fit device %u, which has %llu bytes of memory",
+                     (unsigned long long)bytes, a->devs[i], (unsigned long long)d->memory_capacity);
+    }
+  }
+  for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) lm_session_touch(p->session, lm_registry_device(c->reg, a->devs[i])->worker);
+  if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, &err);
+  if (rc < 0) {
+    ctl_array_destroy(a);
+    ctl_reply_error(p, f->h.request_id, rc, "cannot create array %llu: %s", (unsigned long long)m->id, err.msg);
+    return;
+  }
+  a->state = A_READY;
+  placement_reply(p, f, a, LM_TOKEN_PUT);
+}
+
+void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) {
+  ctl *c = p->ctl;
+  c_array *a = lm_session_get(p->session, m->id, H_ARRAY);
+  if (!a) {
+    ctl_reply_error(p, f->h.request_id, LOOM_NOT_FOUND, "array %llu %s", (unsigned long long)m->id,
+                    lm_session_was_deleted(p->session, m->id) ? "was deleted" : "does not exist in this session");
+    return;
+  }
+  if (a->state == A_FAILED) {
+    ctl_reply_error(p, f->h.request_id, a->code, "%s", a->msg ? a->msg : "its producer failed");
+    return;
+  }
+  /* every distinct shard needs a holder that is alive */
+  for (uint32_t i = 0; i < a->sh.ndev; i++) {
+    if (lm_registry_device_healthy(c->reg, a->devs[i])) continue;
+    int64_t oi[LM_SHARD_MAX_RANK], si[LM_SHARD_MAX_RANK], oj[LM_SHARD_MAX_RANK], sj[LM_SHARD_MAX_RANK];
+    lm_sharding_shard(&a->sh, a->rank, a->dims, i, oi, si);
+    bool covered = false;
+    for (uint32_t j = 0; j < a->sh.ndev && !covered; j++) {
+      if (j == i || !lm_registry_device_healthy(c->reg, a->devs[j])) continue;
+      lm_sharding_shard(&a->sh, a->rank, a->dims, j, oj, sj);
+      covered = !memcmp(oi, oj, (size_t)a->rank * sizeof *oi);
+    }
+    if (!covered) {
+      char wn[160];
+      ctl_worker_name(c, lm_registry_device(c->reg, a->devs[i])->worker, wn, sizeof wn);
+      ctl_reply_error(p, f->h.request_id, LOOM_WORKER_LOST, "array %llu lost its shard on device %u with %s (%s)",
+                      (unsigned long long)a->id, a->devs[i], wn, lm_registry_device_reason(c->reg, a->devs[i]));
+      return;
+    }
+  }
+  placement_reply(p, f, a, LM_TOKEN_GET);
+}
+
+void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) {
+  ctl *c = p->ctl;
+  uint32_t nw = lm_registry_worker_count(c->reg);
+  /* one FREE_ARRAYS per worker for the whole request */
+  uint64_t **ids = calloc(nw ? nw : 1, sizeof *ids);
+  size_t *cnt = calloc(nw ? nw : 1, sizeof *cnt);
+  if (!ids || !cnt) {
+    free(ids), free(cnt);
+    ctl_reply_error(p, f->h.request_id, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  for (size_t k = 0; k < m->n_ids; k++) {
+    c_array *a = lm_session_get(p->session, m->ids[k], H_ARRAY);
+    if (!a) continue; /* deleting twice (or something unknown) is not an error */
+    for (uint32_t i = 0; i < a->sh.ndev; i++) {
+      uint32_t w = lm_registry_device(c->reg, a->devs[i])->worker;
+      if (cnt[w] && ids[w][cnt[w] - 1] == a->id) continue;
+      if (cnt[w] == 0 || (cnt[w] >= 8 && (cnt[w] & (cnt[w] - 1)) == 0)) { /* 8, 16, 32, ... */
+        uint64_t *g = realloc(ids[w], (cnt[w] ? cnt[w] * 2 : 8) * sizeof *g);
+        if (!g) continue;
+        ids[w] = g;
+      }
+      ids[w][cnt[w]++] = a->id;
+    }
+    lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+  }
+  for (uint32_t w = 0; w < nw; w++) {
+    if (!cnt[w]) continue;
+    Lmw__FreeArrays fa = LMW__FREE_ARRAYS__INIT;
+    fa.session = p->session->id;
+    fa.n_ids = cnt[w];
+    fa.ids = ids[w];
+    ctl_worker_send(c, w, LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0);
+    free(ids[w]);
+  }
+  free(ids);
+  free(cnt);
+  Lmw__Ack ack = LMW__ACK__INIT;
+  ctl_reply(p, f, LM_MSG_ACK, &ack.base);
+}

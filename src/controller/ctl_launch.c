@@ -1,0 +1,423 @@
+/* Launches at the controller. A LAUNCH names an executable, input arrays and new output ids;
+ * the controller checks the inputs against the executable (dtype, shape, and that each process's
+ * device holds exactly the shard that process needs), gives the launch the next global sequence
+ * number, creates the outputs (pending) and sends ONE RUN to each worker holding a device of the
+ * launch. Its reply (LAUNCH_REPLY, or ERROR) goes out when every worker has reported RUN_DONE,
+ * or at once when one fails or is lost: the other workers are then told to abort it
+ * (ABORT_LAUNCH), so none waits for a collective that cannot complete. Every launch is recorded
+ * in the launch log (program, inputs and outputs by id, the physical devices) for recovery. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/dtype.h"
+#include "common/log.h"
+#include "controller/ctl.h"
+
+#define LM_LAUNCH_MAX_VALUES 65536 /* inputs or outputs of one launch */
+
+static size_t bucket(uint64_t seq) { return (size_t)(seq % C_LAUNCH_BUCKETS); }
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static c_launch *find_launch(ctl *c, uint64_t seq) {
+  for (c_launch *l = c->by_seq[bucket(seq)]; l; l = l->hnext)
+    if (l->seq == seq) return l;
+  return NULL;
+}
+
+static void type_str(lm_dtype dt, int rank, const int64_t *dims, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "%s[", lm_dtype_name(dt));
+  for (int d = 0; d < rank && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)dims[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static void region_str(int rank, const int64_t *off, const int64_t *sd, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < rank && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld:%lld", d ? ", " : "", (long long)off[d], (long long)(off[d] + sd[d]));
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* Does array a fit input i of prog on every process's device? */
+static int check_input(ctl *c, const c_program *prog, uint32_t i, const c_array *a, lm_err *err) {
+  (void)c;
+  const lm_spmd_info *info = prog->info;
+  const lm_spmd_value *v = &info->inputs[i];
+  char have[160], want[160];
+  bool full = a->dtype == v->global.dtype && a->rank == v->global.rank &&
+              !memcmp(a->dims, v->global.dims, (size_t)a->rank * sizeof *a->dims);
+  bool local = !full && info->form == LM_SPMD_REPLICAS && a->dtype == v->local.dtype && a->rank == v->local.rank &&
+               !memcmp(a->dims, v->local.dims, (size_t)a->rank * sizeof *a->dims);
+  if (!full && !local) {
+    type_str(a->dtype, a->rank, a->dims, have, sizeof have);
+    type_str(v->global.dtype, v->global.rank, v->global.dims, want, sizeof want);
+    return lm_errf(err, LOOM_SHAPE_MISMATCH, "input %u (array %llu) is %s but the executable takes %s", i,
+                   (unsigned long long)a->id, have, want);
+  }
+  for (uint32_t p = 0; p < info->nproc; p++) {
+    uint32_t dev = prog->devices[p];
+    uint32_t k = 0;
+    while (k < a->sh.ndev && a->devs[k] != dev) k++;
+    if (k == a->sh.ndev)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT,
+                     "input %u (array %llu) has no shard on device %u, which runs process %u of the executable", i,
+                     (unsigned long long)a->id, dev, p);
+    int64_t ao[LM_SHARD_MAX_RANK], as[LM_SHARD_MAX_RANK], eo[LM_SHARD_MAX_RANK], es[LM_SHARD_MAX_RANK];
+    lm_sharding_shard(&a->sh, a->rank, a->dims, k, ao, as);
+    if (full) {
+      lm_sharding_shard(&v->sh, v->global.rank, v->global.dims, prog->proc_pos[p], eo, es);
+    } else {
+      memset(eo, 0, sizeof eo);
+      memcpy(es, a->dims, sizeof es);
+    }
+    if (memcmp(ao, eo, (size_t)a->rank * sizeof *ao) || memcmp(as, es, (size_t)a->rank * sizeof *as)) {
+      region_str(a->rank, ao, as, have, sizeof have);
+      region_str(a->rank, eo, es, want, sizeof want);
+      return lm_errf(err, LOOM_INVALID_ARGUMENT,
+                     "input %u (array %llu) is sharded differently from what the executable expects: its shard on "
+                     "device %u is %s, but process %u needs %s",
+                     i, (unsigned long long)a->id, dev, have, p, want);
+    }
+  }
+  return 0;
+}
+
+/* Creates output arrays that already failed (the launch was refused), so later uses say why. */
+static void failed_outputs(peer *p, const Lmw__Launch *m, int code, const char *msg) {
+  for (size_t j = 0; j < m->n_outputs; j++) {
+    c_array *a = calloc(1, sizeof *a);
+    if (!a) return;
+    a->id = m->outputs[j];
+    a->state = A_FAILED;
+    a->code = code;
+    a->msg = strdup(msg);
+    lm_sharding_init(&a->sh);
+    a->sh.ndev = 0; /* no shards anywhere */
+    if (lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
+  }
+}
+
+static void log_record(ctl *c, c_launch *l, const Lmw__Launch *m) {
+  c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+  free(e->ids);
+  free(e->phys);
+  memset(e, 0, sizeof *e);
+  e->seq = l->seq;
+  e->session = l->session;
+  e->program = l->prog->id;
+  e->nin = (uint32_t)m->n_inputs;
+  e->nout = (uint32_t)m->n_outputs;
+  e->ndev = l->prog->ndev;
+  e->ids = malloc((m->n_inputs + m->n_outputs + 1) * sizeof *e->ids);
+  e->phys = malloc(((size_t)2 * e->ndev + 1) * sizeof *e->phys);
+  if (e->ids) {
+    if (m->n_inputs) memcpy(e->ids, m->inputs, m->n_inputs * sizeof *e->ids);
+    if (m->n_outputs) memcpy(e->ids + m->n_inputs, m->outputs, m->n_outputs * sizeof *e->ids);
+  }
+  for (uint32_t i = 0; e->phys && i < e->ndev; i++) {
+    const lm_reg_device *d = lm_registry_device(c->reg, l->prog->devices[i]);
+    e->phys[2 * i] = d->worker;
+    e->phys[2 * i + 1] = d->local_index;
+  }
+  e->status = 1;
+  c->log_count++;
+}
+
+static void log_status(ctl *c, uint64_t seq, int status) {
+  c_log_entry *e = &c->log[seq % LM_LAUNCH_LOG_MAX];
+  if (e->seq == seq) e->status = status;
+}
+
+static void set_outputs(ctl *c, c_launch *l, int state, int code, const char *msg) {
+  (void)c;
+  if (!l->client) return;
+  for (uint32_t j = 0; j < l->nout; j++) {
+    c_array *a = lm_session_get(l->client->session, l->outputs[j], H_ARRAY);
+    if (!a || a->producer != l->seq || a->state != A_PENDING) continue;
+    a->state = state;
+    if (state == A_FAILED) {
+      a->code = code;
+      free(a->msg);
+      a->msg = strdup(msg);
+    }
+  }
+}
+
+static void launch_free(ctl *c, c_launch *l) {
+  for (c_launch **pp = &c->by_seq[bucket(l->seq)]; *pp; pp = &(*pp)->hnext)
+    if (*pp == l) {
+      *pp = l->hnext;
+      break;
+    }
+  if (l->prev) l->prev->next = l->next;
+  else c->active = l->next;
+  if (l->next) l->next->prev = l->prev;
+  ctl_program_release(c, l->prog);
+  free(l->workers);
+  free(l->done);
+  free(l->outputs);
+  free(l);
+}
+
+/* The launch failed (a worker reported an error or was lost): fail it now, abort it elsewhere. */
+static void launch_fail(ctl *c, c_launch *l, int code, const char *msg) {
+  if (l->failed) return;
+  l->failed = true;
+  c->launches_failed++;
+  char full[LM_ERR_MSG_MAX];
+  snprintf(full, sizeof full, "launch %llu failed: %s", (unsigned long long)l->seq, msg);
+  set_outputs(c, l, A_FAILED, code, full);
+  if (l->client) ctl_reply_error(l->client, l->rid, code, "%s", full);
+  log_status(c, l->seq, code < 0 ? code : LOOM_INTERNAL);
+  Lmw__AbortLaunch ab = LMW__ABORT_LAUNCH__INIT;
+  ab.seq = l->seq;
+  ab.reason = full;
+  for (uint32_t i = 0; i < l->nworkers; i++)
+    if (!l->done[i]) ctl_worker_send(c, l->workers[i], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0);
+}
+
+static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
+  if (l->done[idx]) return;
+  l->done[idx] = 1;
+  if (--l->pending > 0) return;
+  if (!l->failed) {
+    set_outputs(c, l, A_READY, 0, NULL);
+    log_status(c, l->seq, 0);
+    if (l->client) {
+      Lmw__LaunchReply r = LMW__LAUNCH_REPLY__INIT;
+      r.seq = l->seq;
+      lm_err err;
+      if (lm_conn_send(l->client->conn, LM_MSG_LAUNCH_REPLY, l->rid, &r.base, NULL, 0, NULL, NULL, &err) < 0 &&
+          lm_conn_is_open(l->client->conn))
+        lm_warn("cannot reply to %s: %s", lm_conn_peer_name(l->client->conn), err.msg);
+    }
+  }
+  launch_free(c, l);
+}
+
+void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m) {
+  c_launch *l = find_launch(c, m->seq);
+  if (!l) return; /* already finished (failed elsewhere and freed) */
+  uint32_t idx = 0;
+  while (idx < l->nworkers && l->workers[idx] != w->worker_id) idx++;
+  if (idx == l->nworkers) {
+    lm_warn("worker %u reported launch %llu, which it is not part of", w->worker_id, (unsigned long long)m->seq);
+    return;
+  }
+  if (m->code < 0) {
+    char msg[LM_ERR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%.900s", m->message && m->message[0] ? m->message : lm_status_desc(m->code));
+    for (char *q = msg; *q; q++)
+      if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = ' ';
+    launch_fail(c, l, m->code, msg);
+  }
+  launch_worker_done(c, l, idx);
+}
+
+void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
+  char wn[160], msg[LM_ERR_MSG_MAX];
+  ctl_worker_name(c, worker, wn, sizeof wn);
+  c_launch *l = c->active;
+  while (l) {
+    c_launch *n = l->next;
+    for (uint32_t i = 0; i < l->nworkers; i++) {
+      if (l->workers[i] != worker || l->done[i]) continue;
+      snprintf(msg, sizeof msg, "%s was lost during the launch: %s", wn, why);
+      launch_fail(c, l, LOOM_WORKER_LOST, msg);
+      launch_worker_done(c, l, i); /* may free l */
+      break;
+    }
+    l = n;
+  }
+}
+
+void ctl_launches_client_gone(ctl *c, peer *p) {
+  for (c_launch *l = c->active; l; l = l->next)
+    if (l->client == p) l->client = NULL;
+}
+
+void ctl_launches_free(ctl *c) {
+  while (c->active) {
+    c_launch *l = c->active;
+    l->prog->refs++; /* programs are freed wholesale next; do not let eviction run */
+    launch_free(c, l);
+  }
+  for (size_t i = 0; c->log && i < LM_LAUNCH_LOG_MAX; i++) {
+    free(c->log[i].ids);
+    free(c->log[i].phys);
+  }
+  free(c->log);
+  c->log = NULL;
+}
+
+void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
+  ctl *c = p->ctl;
+  lm_session *s = p->session;
+  uint64_t rid = f->h.request_id;
+  lm_err err;
+  if (m->n_inputs > LM_LAUNCH_MAX_VALUES || m->n_outputs > LM_LAUNCH_MAX_VALUES) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "a launch takes at most %d inputs and outputs (got %zu and %zu)",
+                    LM_LAUNCH_MAX_VALUES, m->n_inputs, m->n_outputs);
+    return;
+  }
+  /* the new ids must be new (and distinct): otherwise nothing can be created for them */
+  uint64_t *sorted = malloc((m->n_outputs + 1) * sizeof *sorted);
+  if (!sorted) {
+    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  if (m->n_outputs) memcpy(sorted, m->outputs, m->n_outputs * sizeof *sorted);
+  qsort(sorted, m->n_outputs, sizeof *sorted, cmp_u64);
+  for (size_t j = 0; j < m->n_outputs; j++) {
+    uint64_t id = sorted[j];
+    if (!id || (j && sorted[j - 1] == id) || lm_session_has(s, id) || lm_session_was_deleted(s, id)) {
+      free(sorted);
+      ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "output id %llu is not new in this session",
+                      (unsigned long long)id);
+      return;
+    }
+  }
+  free(sorted);
+  int rc = 0;
+  c_exe *e = lm_session_get(s, m->executable, H_EXECUTABLE);
+  c_program *prog = e ? e->prog : NULL;
+  if (!e)
+    rc = lm_errf(&err, LOOM_NOT_FOUND, "executable %llu %s", (unsigned long long)m->executable,
+                 lm_session_was_deleted(s, m->executable) ? "was destroyed" : "does not exist in this session");
+  else if (m->n_inputs != prog->info->ninputs || m->n_outputs != prog->info->noutputs)
+    rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "%s takes %u inputs and returns %u outputs (got %zu and %zu)",
+                 prog->name, prog->info->ninputs, prog->info->noutputs, m->n_inputs, m->n_outputs);
+  for (size_t i = 0; rc == 0 && i < m->n_inputs; i++) {
+    c_array *a = lm_session_get(s, m->inputs[i], H_ARRAY);
+    if (!a)
+      rc = lm_errf(&err, LOOM_NOT_FOUND, "input %zu: array %llu %s", i, (unsigned long long)m->inputs[i],
+                   lm_session_was_deleted(s, m->inputs[i]) ? "was deleted" : "does not exist in this session");
+    else if (a->state == A_FAILED) /* the producer's error, as it is: chains do not nest messages */
+      rc = lm_errf(&err, a->code, "%s", a->msg ? a->msg : "an input's producer failed");
+    else
+      rc = check_input(c, prog, (uint32_t)i, a, &err);
+  }
+  for (uint32_t i = 0; rc == 0 && i < prog->ndev; i++)
+    if (!lm_registry_device_healthy(c->reg, prog->devices[i])) {
+      char wn[160];
+      ctl_worker_name(c, lm_registry_device(c->reg, prog->devices[i])->worker, wn, sizeof wn);
+      rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u (process %u) is unavailable: %s is lost (%s)", prog->devices[i], i,
+                   wn, lm_registry_device_reason(c->reg, prog->devices[i]));
+    }
+  c_launch *l = NULL;
+  if (rc == 0) {
+    l = calloc(1, sizeof *l);
+    if (l) {
+      l->workers = calloc(prog->ndev, sizeof *l->workers);
+      l->done = calloc(prog->ndev, 1);
+      l->outputs = calloc(m->n_outputs + 1, sizeof *l->outputs);
+    }
+    if (!l || !l->workers || !l->done || !l->outputs) {
+      if (l) free(l->workers), free(l->done), free(l->outputs);
+      free(l);
+      l = NULL;
+      rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+    }
+  }
+  if (rc < 0) {
+    failed_outputs(p, m, rc, err.msg);
+    ctl_reply_error(p, rid, rc, "%s", err.msg);
+    return;
+  }
+  const lm_spmd_info *info = prog->info;
+  l->seq = ++c->next_seq;
+  l->client = p;
+  l->rid = rid;
+  l->session = s->id;
+  l->prog = prog;
+  prog->refs++;
+  l->nout = (uint32_t)m->n_outputs;
+  if (m->n_outputs) memcpy(l->outputs, m->outputs, m->n_outputs * sizeof *l->outputs);
+  c->launches_total++;
+  /* outputs exist from now on, pending */
+  uint32_t *mesh_devs = calloc(info->nproc, sizeof *mesh_devs);
+  for (uint32_t pos = 0; mesh_devs && pos < info->nproc; pos++) mesh_devs[pos] = prog->devices[info->mesh_procs[pos]];
+  for (uint32_t j = 0; j < l->nout; j++) {
+    const lm_spmd_value *v = &info->outputs[j];
+    c_array *a = calloc(1, sizeof *a);
+    uint32_t *devs = malloc(info->nproc * sizeof *devs);
+    if (!a || !devs || !mesh_devs) {
+      free(a), free(devs);
+      continue; /* its later uses will find no such array */
+    }
+    memcpy(devs, mesh_devs, info->nproc * sizeof *devs);
+    a->id = l->outputs[j];
+    a->dtype = (lm_dtype)v->global.dtype;
+    a->rank = v->global.rank;
+    memcpy(a->dims, v->global.dims, sizeof a->dims);
+    a->sh = v->sh;
+    a->sh.devices = devs;
+    a->devs = devs;
+    a->state = A_PENDING;
+    a->producer = l->seq;
+    if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
+  }
+  free(mesh_devs);
+  /* one RUN per worker: its devices, and where every process runs (for collectives) */
+  uint32_t n = prog->ndev;
+  uint32_t *pw = malloc(n * sizeof *pw), *pd = malloc(n * sizeof *pd);
+  Lmw__RunDevice *rdev = calloc(n, sizeof *rdev);
+  Lmw__RunDevice **rptr = calloc(n, sizeof *rptr);
+  if (!pw || !pd || !rdev || !rptr) {
+    free(pw), free(pd), free(rdev), free(rptr);
+    set_outputs(c, l, A_FAILED, LOOM_NO_MEMORY, "out of host memory at the controller");
+    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "launch %llu: out of host memory at the controller",
+                    (unsigned long long)l->seq);
+    ctl_program_release(c, prog);
+    free(l->workers), free(l->done), free(l->outputs), free(l);
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_reg_device *d = lm_registry_device(c->reg, prog->devices[i]);
+    pw[i] = d->worker;
+    pd[i] = d->local_index;
+    uint32_t k = 0;
+    while (k < l->nworkers && l->workers[k] != d->worker) k++;
+    if (k == l->nworkers) {
+      l->workers[l->nworkers++] = d->worker;
+      lm_session_touch(s, d->worker); /* the worker will hold the session's outputs */
+    }
+  }
+  l->pending = l->nworkers;
+  l->hnext = c->by_seq[bucket(l->seq)];
+  c->by_seq[bucket(l->seq)] = l;
+  l->next = c->active;
+  if (c->active) c->active->prev = l;
+  c->active = l;
+  log_record(c, l, m);
+  for (uint32_t k = 0; k < l->nworkers; k++) {
+    size_t nd = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (pw[i] != l->workers[k]) continue;
+      Lmw__RunDevice *rd = &rdev[nd];
+      lmw__run_device__init(rd);
+      rd->local_index = pd[i];
+      rd->process = i;
+      rd->n_inputs = m->n_inputs;
+      rd->inputs = m->inputs;
+      rd->n_outputs = m->n_outputs;
+      rd->outputs = m->outputs;
+      rptr[nd++] = rd;
+    }
+    Lmw__Run run = LMW__RUN__INIT;
+    run.seq = l->seq;
+    run.session = s->id;
+    run.program = prog->id;
+    run.n_devices = nd;
+    run.devices = rptr;
+    run.n_proc_workers = n;
+    run.proc_workers = pw;
+    run.n_proc_devices = n;
+    run.proc_devices = pd;
+    ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0);
+  }
+  free(pw), free(pd), free(rdev), free(rptr);
+}

@@ -1,0 +1,412 @@
+/* Compiling at the controller: the module is parsed, verified and its SPMD form analyzed here
+ * once (errors reach the client at compile time), checked against the devices asked for, then
+ * loaded by every worker that holds one of those devices (LOAD_PROGRAM, each worker answers
+ * ACK or ERROR); the COMPILE reply is sent when all have loaded it. Programs are cached by the
+ * text and the device list: a second identical compile, from any session, reuses the program.
+ * Programs no executable names any more stay cached (up to IDLE_MAX) and are then unloaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/hash.h"
+#include "common/log.h"
+#include "controller/ctl.h"
+#include "hlo/parse.h"
+
+#define IDLE_MAX 16
+
+typedef struct c_load load_req;
+
+typedef struct waiter_ext {
+  c_waiter w;
+  uint64_t exe_id;
+} waiter_ext;
+
+static void program_free(c_program *p) {
+  if (!p) return;
+  c_waiter *w = p->waiters;
+  while (w) {
+    c_waiter *n = w->next;
+    free(w);
+    w = n;
+  }
+  free(p->text);
+  free(p->name);
+  free(p->devices);
+  free(p->proc_pos);
+  free(p->loaded_on);
+  free(p->loads);
+  lm_spmd_info_free(p->info);
+  free(p);
+}
+
+static load_req *loads_of(c_program *p) { return p->loads; }
+
+static void unlink_program(ctl *c, c_program *p) {
+  for (c_program **pp = &c->programs; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      return;
+    }
+}
+
+static void unload_everywhere(ctl *c, c_program *p) {
+  Lmw__UnloadProgram u = LMW__UNLOAD_PROGRAM__INIT;
+  u.program = p->id;
+  /* every worker that was sent the program, answered or not: an UNLOAD follows its LOAD */
+  for (uint32_t i = 0; i < p->nloads; i++) ctl_worker_send(c, p->loads[i].worker, LM_MSG_UNLOAD_PROGRAM, 0, &u.base, NULL, 0);
+}
+
+static void exe_destroy(void *obj) {
+  c_exe *e = obj;
+  ctl_program_release(e->ctl, e->prog);
+  free(e);
+}
+
+/* Evicts idle programs beyond IDLE_MAX, oldest first. */
+static void evict_idle(ctl *c) {
+  for (;;) {
+    uint32_t idle = 0;
+    c_program *oldest = NULL;
+    for (c_program *p = c->programs; p; p = p->next)
+      if (p->refs == 0 && p->state == P_READY) {
+        idle++;
+        if (!oldest || p->idle_since < oldest->idle_since) oldest = p;
+      }
+    if (idle <= IDLE_MAX || !oldest) return;
+    unlink_program(c, oldest);
+    unload_everywhere(c, oldest);
+    program_free(oldest);
+  }
+}
+
+void ctl_program_release(ctl *c, c_program *p) {
+  if (!p || --p->refs > 0) return;
+  p->idle_since = ctl_now_ms(c);
+  evict_idle(c);
+}
+
+/* Builds the COMPILE reply for p and sends it to one client request. */
+static void send_compile_reply(ctl *c, peer *client, uint64_t rid, c_program *p, bool cached) {
+  const lm_spmd_info *info = p->info;
+  uint32_t nv = info->ninputs + info->noutputs;
+  uint32_t *mesh_devs = calloc(info->nproc, sizeof *mesh_devs);
+  Lmw__ValueInfo *vi = calloc(nv ? nv : 1, sizeof *vi);
+  Lmw__ValueInfo **vptr = calloc(nv ? nv : 1, sizeof *vptr);
+  Lmw__Sharding *sh = calloc(nv ? nv : 1, sizeof *sh);
+  Lmw__DimAxes *dims = calloc((size_t)(nv ? nv : 1) * LM_SHARD_MAX_RANK, sizeof *dims);
+  Lmw__DimAxes **dptr = calloc((size_t)(nv ? nv : 1) * LM_SHARD_MAX_RANK, sizeof *dptr);
+  uint32_t *axes = calloc((size_t)(nv ? nv : 1) * LM_SHARD_MAX_RANK * LM_MESH_MAX_AXES, sizeof *axes);
+  uint64_t *nums = calloc((size_t)(nv ? nv : 1) * (LM_SHARD_MAX_RANK + LM_MESH_MAX_AXES), sizeof *nums);
+  if (!mesh_devs || !vi || !vptr || !sh || !dims || !dptr || !axes || !nums) {
+    ctl_reply_error(client, rid, LOOM_NO_MEMORY, "out of host memory");
+  } else {
+    for (uint32_t m = 0; m < info->nproc; m++) mesh_devs[m] = p->devices[info->mesh_procs[m]];
+    for (uint32_t i = 0; i < nv; i++) {
+      const lm_spmd_value *v = i < info->ninputs ? &info->inputs[i] : &info->outputs[i - info->ninputs];
+      lm_sharding s = v->sh;
+      s.devices = mesh_devs;
+      uint64_t *gd = nums + (size_t)i * (LM_SHARD_MAX_RANK + LM_MESH_MAX_AXES);
+      ctl_sharding_to_wire(&s, v->global.rank, &sh[i], dims + (size_t)i * LM_SHARD_MAX_RANK,
+                           dptr + (size_t)i * LM_SHARD_MAX_RANK, axes + (size_t)i * LM_SHARD_MAX_RANK * LM_MESH_MAX_AXES,
+                           gd + LM_SHARD_MAX_RANK);
+      lmw__value_info__init(&vi[i]);
+      vi[i].dtype = v->global.dtype;
+      for (int d = 0; d < v->global.rank; d++) gd[d] = (uint64_t)v->global.dims[d];
+      vi[i].n_dims = v->global.rank;
+      vi[i].dims = gd;
+      vi[i].sharding = &sh[i];
+      vptr[i] = &vi[i];
+    }
+    Lmw__CompileReply r = LMW__COMPILE_REPLY__INIT;
+    r.form = (char *)lm_spmd_form_name(info->form);
+    r.num_replicas = (uint32_t)info->num_replicas;
+    r.num_partitions = (uint32_t)info->num_partitions;
+    r.n_devices = p->ndev;
+    r.devices = p->devices;
+    r.n_inputs = info->ninputs;
+    r.inputs = vptr;
+    r.n_outputs = info->noutputs;
+    r.outputs = vptr + info->ninputs;
+    r.fingerprint = p->fingerprint;
+    r.cached = cached;
+    lm_err err;
+    if (lm_conn_send(client->conn, LM_MSG_COMPILE_REPLY, rid, &r.base, NULL, 0, NULL, NULL, &err) < 0 &&
+        lm_conn_is_open(client->conn))
+      lm_warn("cannot reply to %s: %s", lm_conn_peer_name(client->conn), err.msg);
+  }
+  free(mesh_devs), free(vi), free(vptr), free(sh), free(dims), free(dptr), free(axes), free(nums);
+  (void)c;
+}
+
+/* Gives the client its executable handle for p and the reply. */
+static void finish_compile(ctl *c, peer *client, uint64_t rid, uint64_t exe_id, c_program *p, bool cached) {
+  c_exe *e = calloc(1, sizeof *e);
+  lm_err err;
+  if (!e) {
+    ctl_reply_error(client, rid, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  e->ctl = c;
+  e->prog = p;
+  if (lm_session_add_id(client->session, exe_id, H_EXECUTABLE, e, exe_destroy, &err) < 0) {
+    free(e); /* not taken: its destroy does not run */
+    ctl_reply_error(client, rid, err.code, "%s", err.msg);
+    return;
+  }
+  p->refs++;
+  send_compile_reply(c, client, rid, p, cached);
+}
+
+/* Every load answered (or one failed): answer the waiting compiles. */
+static void loads_settled(ctl *c, c_program *p) {
+  c_waiter *w = p->waiters;
+  p->waiters = NULL;
+  while (w) {
+    c_waiter *n = w->next;
+    waiter_ext *we = (waiter_ext *)w;
+    if (w->client) {
+      if (p->state == P_READY) finish_compile(c, w->client, w->rid, we->exe_id, p, false);
+      else ctl_reply_error(w->client, w->rid, p->code, "%s", p->msg);
+    }
+    free(w);
+    w = n;
+  }
+  if (p->state == P_FAILED) {
+    unlink_program(c, p);
+    unload_everywhere(c, p);
+    program_free(p);
+  } else if (p->refs == 0) {
+    p->idle_since = ctl_now_ms(c);
+    evict_idle(c);
+  }
+}
+
+static void program_fail(ctl *c, c_program *p, int code, const char *msg) {
+  if (p->state != P_LOADING) return;
+  p->state = P_FAILED;
+  p->code = code < 0 ? code : LOOM_INTERNAL;
+  snprintf(p->msg, sizeof p->msg, "%s", msg);
+  loads_settled(c, p);
+}
+
+void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f) {
+  for (c_program *p = c->programs; p; p = p->next) {
+    if (p->state != P_LOADING) continue;
+    load_req *lr = loads_of(p);
+    for (uint32_t i = 0; i < p->nloads; i++) {
+      if (lr[i].rid != f->h.request_id || lr[i].worker != w->worker_id) continue;
+      lr[i].rid = 0;
+      if (f->h.type == LM_MSG_ERROR) {
+        lm_err err;
+        int code = lm_msg_error_status(f, &err);
+        program_fail(c, p, code, err.msg);
+        return;
+      }
+      p->loaded_on[p->nloaded++] = w->worker_id;
+      if (--p->loads_pending == 0) {
+        p->state = P_READY;
+        lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloaded);
+        loads_settled(c, p);
+      }
+      return;
+    }
+  }
+  /* a load of a program that already failed elsewhere (and was unloaded): nothing to do */
+  lm_debug("worker %u answered request %llu, which is no longer pending", w->worker_id,
+           (unsigned long long)f->h.request_id);
+}
+
+void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why) {
+  c_program *p = c->programs;
+  while (p) {
+    c_program *n = p->next;
+    if (p->state == P_LOADING) {
+      load_req *lr = loads_of(p);
+      for (uint32_t i = 0; i < p->nloads; i++)
+        if (lr[i].rid && lr[i].worker == worker) {
+          char wn[160], msg[LM_ERR_MSG_MAX];
+          ctl_worker_name(c, worker, wn, sizeof wn);
+          snprintf(msg, sizeof msg, "%s was lost while loading the program: %s", wn, why);
+          program_fail(c, p, LOOM_WORKER_LOST, msg);
+          break;
+        }
+    }
+    p = n;
+  }
+}
+
+void ctl_programs_client_gone(ctl *c, peer *client) {
+  for (c_program *p = c->programs; p; p = p->next)
+    for (c_waiter *w = p->waiters; w; w = w->next)
+      if (w->client == client) w->client = NULL;
+}
+
+void ctl_programs_free(ctl *c) {
+  while (c->programs) {
+    c_program *p = c->programs;
+    c->programs = p->next;
+    program_free(p);
+  }
+}
+
+static uint64_t fingerprint(const char *text, size_t len, const uint32_t *devs, size_t ndev) {
+  uint64_t h = lm_hash64(text, len, LM_HASH_SEED);
+  h = lm_hash64(devs, ndev * sizeof *devs, h ^ (ndev + 1));
+  return lm_hash_mix(h);
+}
+
+void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
+  ctl *c = p->ctl;
+  uint64_t rid = f->h.request_id;
+  const char *text = (const char *)f->payload;
+  size_t len = (size_t)f->h.payload_len;
+  char name[128];
+  snprintf(name, sizeof name, "%s", m->name && m->name[0] ? m->name : "<program>");
+  for (char *q = name; *q; q++)
+    if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
+  if (!m->id || lm_session_has(p->session, m->id) || lm_session_was_deleted(p->session, m->id)) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "executable id %llu is not new in this session",
+                    (unsigned long long)m->id);
+    return;
+  }
+  if (!len) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "COMPILE without the module's text");
+    return;
+  }
+  if (m->n_devices > LM_SHARD_MAX_DEVICES) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%zu devices is more than %d", m->n_devices, LM_SHARD_MAX_DEVICES);
+    return;
+  }
+  uint64_t fp = fingerprint(text, len, m->devices, m->n_devices);
+  for (c_program *q = c->programs; q; q = q->next) {
+    if (q->fingerprint != fp || q->state == P_FAILED || q->len != len || memcmp(q->text, text, len) != 0) continue;
+    /* same text and the same explicit device list (or both default) */
+    bool same = m->n_devices == 0 ? q->default_devices
+                                  : !q->default_devices && m->n_devices == q->ndev &&
+                                        !memcmp(m->devices, q->devices, q->ndev * sizeof *q->devices);
+    if (!same) continue;
+    if (q->state == P_READY) {
+      finish_compile(c, p, rid, m->id, q, true);
+    } else {
+      waiter_ext *we = calloc(1, sizeof *we);
+      if (!we) {
+        ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
+        return;
+      }
+      we->w.client = p;
+      we->w.rid = rid;
+      we->exe_id = m->id;
+      we->w.next = q->waiters;
+      q->waiters = &we->w;
+    }
+    return;
+  }
+  /* parse, verify, analyze */
+  lm_err err;
+  lm_module *mod = NULL;
+  lm_spmd_info *info = NULL;
+  lm_parse_opts po = {.filename = name};
+  int rc = lm_parse_module(text, len, &po, &mod, &err);
+  if (rc == 0) rc = lm_spmd_analyze(mod, &info, &err);
+  lm_module_free(mod);
+  if (rc < 0) {
+    ctl_reply_error(p, rid, rc, "%s", err.msg);
+    return;
+  }
+  uint32_t n = info->nproc, ndevs = lm_registry_device_count(c->reg);
+  char shape[96];
+  snprintf(shape, sizeof shape, "%s%lld replica%s x %lld partition%s", "", (long long)info->num_replicas,
+           info->num_replicas == 1 ? "" : "s", (long long)info->num_partitions, info->num_partitions == 1 ? "" : "s");
+  if (m->n_devices && m->n_devices != n) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%s runs %u processes (%s) but %zu devices were given", name, n,
+                    shape, m->n_devices);
+    lm_spmd_info_free(info);
+    return;
+  }
+  if (!m->n_devices && n > ndevs) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%s needs %u devices (%s) but the cluster has %u", name, n, shape,
+                    ndevs);
+    lm_spmd_info_free(info);
+    return;
+  }
+  c_program *prog = calloc(1, sizeof *prog);
+  if (prog) {
+    prog->devices = calloc(n, sizeof *prog->devices);
+    prog->proc_pos = calloc(n, sizeof *prog->proc_pos);
+    prog->loaded_on = calloc(n, sizeof *prog->loaded_on);
+    prog->loads = calloc(n, sizeof *prog->loads);
+    prog->text = malloc(len);
+    prog->name = strdup(name);
+  }
+  if (!prog || !prog->devices || !prog->proc_pos || !prog->loaded_on || !prog->loads || !prog->text || !prog->name) {
+    if (prog) prog->info = info;
+    else lm_spmd_info_free(info);
+    program_free(prog);
+    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  prog->info = info;
+  memcpy(prog->text, text, len);
+  prog->len = len;
+  prog->ndev = n;
+  prog->fingerprint = fp;
+  prog->default_devices = m->n_devices == 0;
+  for (uint32_t i = 0; i < n; i++) prog->devices[i] = m->n_devices ? m->devices[i] : i;
+  for (uint32_t pos = 0; pos < n; pos++) prog->proc_pos[info->mesh_procs[pos]] = pos;
+  /* the devices: known, distinct, alive */
+  rc = 0;
+  uint8_t *seen = calloc(ndevs ? ndevs : 1, 1);
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    uint32_t v = prog->devices[i];
+    if (!seen) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+    else if (v >= ndevs) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "no device %u (the cluster has %u)", v, ndevs);
+    else if (seen[v]) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "device %u is given twice", v);
+    else if (!lm_registry_device_healthy(c->reg, v))
+      rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u is unavailable: %s", v, lm_registry_device_reason(c->reg, v));
+    else seen[v] = 1;
+  }
+  free(seen);
+  if (rc < 0) {
+    ctl_reply_error(p, rid, rc, "cannot compile %s: %s", name, err.msg);
+    program_free(prog);
+    return;
+  }
+  waiter_ext *we = calloc(1, sizeof *we);
+  if (!we) {
+    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
+    program_free(prog);
+    return;
+  }
+  we->w.client = p;
+  we->w.rid = rid;
+  we->exe_id = m->id;
+  prog->waiters = &we->w;
+  prog->id = c->next_program++;
+  prog->state = P_LOADING;
+  prog->next = c->programs;
+  c->programs = prog;
+  /* one LOAD_PROGRAM per worker holding a device */
+  load_req *lr = loads_of(prog);
+  Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
+  lp.program = prog->id;
+  lp.name = prog->name;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t w = lm_registry_device(c->reg, prog->devices[i])->worker;
+    bool dup = false;
+    for (uint32_t j = 0; j < prog->nloads; j++) dup |= lr[j].worker == w;
+    if (dup) continue;
+    lr[prog->nloads].worker = w;
+    lr[prog->nloads].rid = c->next_rid++;
+    ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len);
+    prog->nloads++;
+    prog->loads_pending++;
+  }
+  lm_debug("compiling %s as program %llu: %s, %u processes, loading on %u workers", name,
+           (unsigned long long)prog->id, lm_spmd_form_name(info->form), n, prog->loads_pending);
+}
+
+void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m) {
+  lm_session_forget(p->session, m->id, H_EXECUTABLE, NULL);
+  Lmw__Ack ack = LMW__ACK__INIT;
+  ctl_reply(p, f, LM_MSG_ACK, &ack.base);
+}

@@ -1,0 +1,183 @@
+/* The worker's internals, shared by its parts:
+ *   worker.c   the event loop: controller connection, registration, heartbeats, dispatch
+ *   wk_store.c shards in device memory ("slots": a shard that may still be being computed)
+ *   wk_exec.c  programs, per-device execution threads and queues, launches
+ *   wk_data.c  the data port: clients put and get shards directly (no controller in between)
+ *
+ * Threads: the loop thread owns everything but the device threads' work; device threads take
+ * tasks from their own queue in order and report finished launches through an async handle.
+ * Slots are shared and guarded by the store's mutex. */
+#ifndef LM_WORKER_WK_H
+#define LM_WORKER_WK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+#include "common/err.h"
+#include "dataplane/dataplane.h"
+#include "exec/exec.h"
+#include "hlo/spmd.h"
+#include "net/conn.h"
+#include "net/sock.h"
+#include "net/token.h"
+#include "worker/worker.h"
+
+typedef struct wk wk;
+
+/* ---- slots (wk_store.c) ---- */
+
+enum { WK_SLOT_PENDING = 0, WK_SLOT_READY = 1, WK_SLOT_FAILED = 2 };
+
+typedef struct wk_slot {
+  uint64_t session, array;     /* key, with dev */
+  uint32_t dev;                /* local device index */
+  int refs;                    /* under the store's mutex; the table holds one while listed */
+  int state;                   /* WK_SLOT_* */
+  lm_buffer *buf;              /* READY: the shard (one reference) */
+  int code;                    /* FAILED: the status and ... */
+  char *msg;                   /* ... its message (malloc'd) */
+  bool listed;                 /* in the table */
+  struct wk_slot *next;        /* hash chain */
+} wk_slot;
+
+typedef struct wk_store {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;           /* broadcast whenever a slot leaves PENDING */
+  wk_slot **buckets;
+  size_t nbuckets, count;
+  uint64_t *closed;            /* sessions the controller closed: open addressing, 0 = empty */
+  size_t closed_cap, closed_count;
+} wk_store;
+
+int wk_store_init(wk_store *s);
+void wk_store_destroy(wk_store *s);  /* frees every listed slot */
+/* A new unlisted slot with one reference (the caller's), state PENDING. NULL: out of memory. */
+wk_slot *wk_slot_new(uint64_t session, uint64_t array, uint32_t dev);
+/* Lists s (the table takes its own reference), replacing any slot with the same key. */
+void wk_store_put(wk_store *st, wk_slot *s);
+/* The listed slot with that key, with a new reference; NULL when none. */
+wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t dev);
+void wk_slot_ref(wk_store *st, wk_slot *s);
+void wk_slot_release(wk_store *st, wk_slot *s); /* NULL ok */
+/* PENDING -> READY with buf (the slot takes the caller's reference) or FAILED with code/msg. */
+void wk_slot_finish(wk_store *st, wk_slot *s, lm_buffer *buf, int code, const char *msg);
+/* Unlists the slots of (session, array) on devices 0..ndev-1. */
+void wk_store_drop_array(wk_store *st, uint64_t session, uint64_t array, uint32_t ndev);
+/* Unlists every slot of the session and remembers it as closed. */
+void wk_store_close_session(wk_store *st, uint64_t session);
+bool wk_store_session_closed(wk_store *st, uint64_t session);
+
+/* ---- programs and launches (wk_exec.c) ---- */
+
+typedef struct wk_program {
+  uint64_t id;
+  atomic_int refs;
+  lm_program *prog;            /* the per-device program (lm_spmd_localize'd) */
+  lm_spmd_info *info;
+  char *name;
+  struct wk_program *next;
+} wk_program;
+
+typedef struct wk_launch wk_launch;
+
+typedef struct wk_task {
+  wk_launch *l;
+  uint32_t dev, proc;
+  uint32_t nin, nout;
+  wk_slot **in;                /* [nin]; NULL entries: missing shards (the task fails) */
+  wk_slot **out;               /* [nout] */
+  uint64_t missing;            /* the first missing input's array id */
+  struct wk_task *next;
+} wk_task;
+
+struct wk_launch {
+  wk *w;
+  uint64_t seq, session;
+  wk_program *prog;
+  atomic_uint remaining;       /* tasks not finished */
+  volatile int cancel;         /* set by ABORT_LAUNCH / SESSION_CLOSED; the executor polls it */
+  pthread_mutex_t mu;          /* guards code/msg */
+  int code;                    /* first failure */
+  char msg[LM_ERR_MSG_MAX];
+  char cancel_reason[256];
+  void *coll;                  /* lm_spmd_coll of this launch on this worker, or NULL */
+  uint32_t nprocs;
+  lm_dp_member *procs;
+  struct wk_launch *prev, *next; /* the loop's list of active launches */
+  struct wk_launch *done_next;   /* the finished list */
+};
+
+typedef struct wk_dev {
+  wk *w;
+  uint32_t idx;
+  lm_device *dev;
+  pthread_t th;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wk_task *head, *tail;
+  bool stop;
+} wk_dev;
+
+int wk_exec_start(wk *w, lm_err *err);  /* device threads and the async handle */
+void wk_exec_stop(wk *w);               /* joins the threads, fails queued tasks, frees launches */
+void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m);
+void wk_on_unload_program(wk *w, const Lmw__UnloadProgram *m);
+void wk_on_run(wk *w, const Lmw__Run *m);
+void wk_on_abort(wk *w, const Lmw__AbortLaunch *m);
+void wk_on_session_closed(wk *w, uint64_t session);
+void wk_program_release(wk_program *p);
+
+/* ---- the data port (wk_data.c) ---- */
+
+typedef struct wk_dconn wk_dconn;
+typedef struct wk_parked wk_parked;
+
+int wk_data_start(wk *w, const char *listen, lm_err *err);
+void wk_data_stop(wk *w);
+/* Serves parked gets whose slots finished or whose cseq has been reached. */
+void wk_data_poll(wk *w);
+void wk_data_session_closed(wk *w, uint64_t session);
+
+/* ---- the worker ---- */
+
+struct wk {
+  uv_loop_t loop;
+  uv_signal_t sigint, sigterm;
+  uv_timer_t timer;            /* connection retries, then heartbeats */
+  uv_async_t async;            /* device threads -> loop: launches finished */
+  bool async_open;
+  lm_worker_config cfg;
+  struct sockaddr_storage addr;
+  lm_conn *conn;               /* to the controller; NULL between attempts */
+  lm_conn_config conn_cfg;
+  wk_dev *devs;                /* [cfg.devices] */
+  char host[256];
+  uint64_t first_attempt_ms;
+  bool registered, stopping, done;
+  uint32_t worker_id, heartbeat_ms;
+  uint64_t heartbeat_seq;
+  uint8_t token_key[LM_TOKEN_KEY_SIZE];
+  uint64_t cseq;               /* controller messages processed since registration */
+  lm_dp *dp;                   /* data-plane endpoint (NULL if it could not be created) */
+  wk_store store;
+  wk_program *programs;
+  wk_launch *active;           /* launches with tasks queued or running */
+  pthread_mutex_t done_mu;
+  wk_launch *finished;         /* finished, RUN_DONE not sent yet */
+  /* data port */
+  uv_tcp_t data_server;
+  bool data_open;
+  char data_addr[LM_ADDR_MAX];
+  wk_dconn *dconns;
+  wk_parked *parked;
+  int rc;                      /* result of lm_worker_run */
+  lm_err err;
+};
+
+/* Sends a one-way message to the controller (logs a failure). */
+void wk_send(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m);
+
+#endif

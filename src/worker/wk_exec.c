@@ -1,0 +1,524 @@
+/* Programs, device execution threads and launches on a worker.
+ *
+ * The controller sends one RUN per launch with this worker's devices in it, in global sequence
+ * order; the loop thread turns it into one task per device, resolving input shards to slots
+ * (references held, so a later delete cannot pull them away) and listing PENDING output slots
+ * at once (so later launches and gets can name them). Each device thread runs its queue in
+ * order: a task waits until its inputs are ready (futures on shards, no round trip), runs the
+ * per-device program, and fills its outputs; the last task of a launch hands it back to the
+ * loop thread, which reports RUN_DONE. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include "common/log.h"
+#include "hlo/parse.h"
+#include "worker/wk.h"
+
+#if defined(__has_include)
+#if __has_include("worker/spmd_coll.h")
+#include "worker/spmd_coll.h"
+#define WK_HAVE_SPMD_COLL 1
+#endif
+#endif
+
+/* ---- programs ---- */
+
+void wk_program_release(wk_program *p) {
+  if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+  lm_program_destroy(p->prog);
+  lm_spmd_info_free(p->info);
+  free(p->name);
+  free(p);
+}
+
+static wk_program *find_program(wk *w, uint64_t id) {
+  for (wk_program *p = w->programs; p; p = p->next)
+    if (p->id == id) return p;
+  return NULL;
+}
+
+static void unlist_program(wk *w, uint64_t id) {
+  for (wk_program **pp = &w->programs; *pp; pp = &(*pp)->next)
+    if ((*pp)->id == id) {
+      wk_program *p = *pp;
+      *pp = p->next;
+      wk_program_release(p);
+      return;
+    }
+}
+
+void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
+  lm_err err;
+  lm_module *mod = NULL;
+  lm_spmd_info *info = NULL;
+  lm_program *prog = NULL;
+  const char *name = m->name && m->name[0] ? m->name : "<program>";
+  lm_parse_opts po = {.filename = name};
+  int rc = m->program ? 0 : lm_errf(&err, LOOM_PROTOCOL, "LOAD_PROGRAM without a program id");
+  if (rc == 0) rc = lm_parse_module((const char *)f->payload, (size_t)f->h.payload_len, &po, &mod, &err);
+  if (rc == 0) rc = lm_spmd_analyze(mod, &info, &err);
+  if (rc == 0) rc = lm_spmd_localize(mod, &err);
+  if (rc == 0) {
+    rc = lm_program_create(mod, &prog, &err); /* takes mod, also on failure */
+    mod = NULL;
+  }
+  wk_program *p = NULL;
+  if (rc == 0 && !(p = calloc(1, sizeof *p))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && !(p->name = strdup(name))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc < 0) {
+    if (p) free(p->name);
+    free(p);
+    lm_program_destroy(prog);
+    lm_spmd_info_free(info);
+    lm_module_free(mod);
+    lm_warn("cannot load program %llu (%s): %s", (unsigned long long)m->program, name, err.msg);
+    char msg[LM_ERR_MSG_MAX + 64];
+    snprintf(msg, sizeof msg, "worker %u cannot load it: %s", w->worker_id, err.msg);
+    lm_conn_send_error(w->conn, f->h.request_id, rc, msg);
+    return;
+  }
+  p->id = m->program;
+  p->prog = prog;
+  p->info = info;
+  atomic_init(&p->refs, 1);
+  unlist_program(w, p->id);
+  p->next = w->programs;
+  w->programs = p;
+  lm_debug("loaded program %llu (%s): %s, %u processes", (unsigned long long)p->id, name,
+           lm_spmd_form_name(info->form), info->nproc);
+  Lmw__Ack ack = LMW__ACK__INIT;
+  wk_send(w, LM_MSG_ACK, f->h.request_id, &ack.base);
+}
+
+void wk_on_unload_program(wk *w, const Lmw__UnloadProgram *m) { unlist_program(w, m->program); }
+
+/* ---- launches ---- */
+
+static void launch_fail(wk_launch *l, int code, const char *msg) {
+  pthread_mutex_lock(&l->mu);
+  if (l->code == 0) {
+    l->code = code;
+    snprintf(l->msg, sizeof l->msg, "%s", msg);
+  }
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void launch_free(wk_launch *l) {
+#ifdef WK_HAVE_SPMD_COLL
+  if (l->coll) lm_spmd_coll_destroy(l->coll);
+#endif
+  wk_program_release(l->prog);
+  pthread_mutex_destroy(&l->mu);
+  free(l->procs);
+  free(l);
+}
+
+static void task_free(wk *w, wk_task *t) {
+  for (uint32_t i = 0; i < t->nin; i++) wk_slot_release(&w->store, t->in[i]);
+  for (uint32_t i = 0; i < t->nout; i++) wk_slot_release(&w->store, t->out[i]);
+  free(t->in);
+  free(t);
+}
+
+/* The task is over (ran, failed or was dropped): counts it off its launch. */
+static void task_done(wk *w, wk_task *t) {
+  wk_launch *l = t->l;
+  task_free(w, t);
+  if (atomic_fetch_sub(&l->remaining, 1) != 1) return;
+  pthread_mutex_lock(&w->done_mu);
+  l->done_next = w->finished;
+  w->finished = l;
+  pthread_mutex_unlock(&w->done_mu);
+  uv_async_send(&w->async);
+}
+
+static void fail_outputs(wk *w, wk_task *t, int code, const char *msg) {
+  for (uint32_t i = 0; i < t->nout; i++) wk_slot_finish(&w->store, t->out[i], NULL, code, msg);
+  launch_fail(t->l, code, msg);
+}
+
+static void run_task(wk_dev *d, wk_task *t) {
+  wk *w = d->w;
+  wk_launch *l = t->l;
+  const lm_spmd_info *info = l->prog->info;
+  lm_err err;
+  char msg[LM_ERR_MSG_MAX];
+  int rc = 0;
+  for (uint32_t i = 0; i < t->nin; i++)
+    if (!t->in[i]) {
+      snprintf(msg, sizeof msg, "worker %u device %u: array %llu (input %u) has no shard here: it was never put, "
+               "or was deleted", w->worker_id, d->idx, (unsigned long long)t->missing, i);
+      fail_outputs(w, t, LOOM_NOT_FOUND, msg);
+      return;
+    }
+  /* wait for the inputs: they come from earlier launches on this device, or from puts */
+  pthread_mutex_lock(&w->store.mu);
+  for (;;) {
+    bool pending = false;
+    for (uint32_t i = 0; i < t->nin; i++) pending |= t->in[i]->state == WK_SLOT_PENDING;
+    if (!pending || l->cancel) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&w->store.cv, &w->store.mu, &ts);
+  }
+  int in_code = 0;
+  const char *in_msg = NULL;
+  for (uint32_t i = 0; i < t->nin && !in_code; i++)
+    if (t->in[i]->state == WK_SLOT_FAILED) {
+      in_code = t->in[i]->code;
+      snprintf(msg, sizeof msg, "%s", t->in[i]->msg ? t->in[i]->msg : "an input's producer failed");
+      in_msg = msg;
+    }
+  pthread_mutex_unlock(&w->store.mu);
+  if (l->cancel) {
+    snprintf(msg, sizeof msg, "launch %llu was aborted: %s", (unsigned long long)l->seq,
+             l->cancel_reason[0] ? l->cancel_reason : "cancelled");
+    fail_outputs(w, t, LOOM_CANCELLED, msg);
+    return;
+  }
+  if (in_code) { /* an input's producer failed: its error propagates as it is */
+    fail_outputs(w, t, in_code, in_msg);
+    return;
+  }
+  lm_buffer *args_small[8], *res_small[8];
+  lm_buffer **args = t->nin <= 8 ? args_small : calloc(t->nin, sizeof *args);
+  lm_buffer **res = t->nout <= 8 ? res_small : calloc(t->nout, sizeof *res);
+  if (!args || !res) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  uint32_t nargs = 0;
+  for (uint32_t i = 0; rc == 0 && i < t->nin; i++) {
+    lm_buffer *b = t->in[i]->buf; /* READY slots never change */
+    const lm_type *want = &info->inputs[i].local;
+    if (lm_type_equal(&b->type, want)) {
+      args[nargs++] = lm_buffer_retain(b);
+    } else if (b->type.kind == LM_TYPE_TENSOR && b->type.dtype == want->dtype &&
+               lm_type_numel(&b->type) == lm_type_numel(want)) { /* [1, T...] rows of a replicated program */
+      rc = lm_buffer_view(want, b, &args[nargs], &err);
+      if (rc == 0) nargs++;
+    } else {
+      char b1[96], b2[96];
+      rc = lm_errf(&err, LOOM_SHAPE_MISMATCH, "input %u is %s here but the program takes %s", i,
+                   lm_type_str(&b->type, b1, sizeof b1), lm_type_str(want, b2, sizeof b2));
+    }
+  }
+  if (rc == 0) {
+    lm_run_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = d->dev;
+    o.num_replicas = info->num_replicas;
+    o.num_partitions = info->num_partitions;
+    o.replica_id = t->proc / info->num_partitions;
+    o.partition_id = t->proc % info->num_partitions;
+    o.cancel = &l->cancel;
+#ifdef WK_HAVE_SPMD_COLL
+    if (l->coll) lm_spmd_coll_opts(l->coll, &o);
+#endif
+    memset(res, 0, t->nout * sizeof *res);
+    rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
+  }
+  for (uint32_t i = 0; i < nargs; i++) lm_buffer_release(args[i]);
+  if (rc == 0) {
+    for (uint32_t i = 0; i < t->nout; i++) wk_slot_finish(&w->store, t->out[i], res[i], 0, NULL);
+  } else {
+    if (rc == LOOM_CANCELLED && l->cancel)
+      snprintf(msg, sizeof msg, "launch %llu was aborted: %s", (unsigned long long)l->seq,
+               l->cancel_reason[0] ? l->cancel_reason : "cancelled");
+    else
+      snprintf(msg, sizeof msg, "worker %u device %u (process %u): %.900s", w->worker_id, d->idx, t->proc, err.msg);
+    fail_outputs(w, t, rc, msg);
+  }
+  if (args != args_small) free(args);
+  if (res != res_small) free(res);
+}
+
+static void *dev_main(void *arg) {
+  wk_dev *d = arg;
+  for (;;) {
+    pthread_mutex_lock(&d->mu);
+    while (!d->head && !d->stop) pthread_cond_wait(&d->cv, &d->mu);
+    wk_task *t = d->head;
+    if (t) {
+      d->head = t->next;
+      if (!d->head) d->tail = NULL;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!t) break; /* stopping and nothing queued */
+    if (d->stop) { /* stopping: drop the rest */
+      fail_outputs(d->w, t, LOOM_CANCELLED, "the worker is stopping");
+    } else {
+      run_task(d, t);
+    }
+    task_done(d->w, t);
+  }
+  return NULL;
+}
+
+static void enqueue(wk_dev *d, wk_task *t) {
+  pthread_mutex_lock(&d->mu);
+  t->next = NULL;
+  if (d->tail) d->tail->next = t;
+  else d->head = t;
+  d->tail = t;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void send_run_done(wk *w, uint64_t seq, int code, const char *msg) {
+  Lmw__RunDone r = LMW__RUN_DONE__INIT;
+  r.seq = seq;
+  r.code = code;
+  r.message = (char *)(msg ? msg : "");
+  wk_send(w, LM_MSG_RUN_DONE, 0, &r.base);
+}
+
+static void on_async(uv_async_t *a) {
+  wk *w = a->data;
+  pthread_mutex_lock(&w->done_mu);
+  wk_launch *l = w->finished;
+  w->finished = NULL;
+  pthread_mutex_unlock(&w->done_mu);
+  /* report in sequence order (the list is newest first) */
+  wk_launch *rev = NULL;
+  while (l) {
+    wk_launch *n = l->done_next;
+    l->done_next = rev;
+    rev = l;
+    l = n;
+  }
+  while (rev) {
+    wk_launch *n = rev->done_next;
+    if (rev->prev) rev->prev->next = rev->next;
+    else w->active = rev->next;
+    if (rev->next) rev->next->prev = rev->prev;
+    send_run_done(w, rev->seq, rev->code, rev->msg);
+    launch_free(rev);
+    rev = n;
+  }
+  wk_data_poll(w);
+}
+
+/* Fails a RUN before any task was queued: its outputs fail with the reason, RUN_DONE says so. */
+static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
+  for (size_t i = 0; i < m->n_devices; i++) {
+    const Lmw__RunDevice *rd = m->devices[i];
+    if (rd->local_index >= w->cfg.devices) continue;
+    for (size_t j = 0; j < rd->n_outputs; j++) {
+      wk_slot *s = wk_slot_new(m->session, rd->outputs[j], rd->local_index);
+      if (!s) continue;
+      wk_slot_finish(&w->store, s, NULL, code, msg);
+      wk_store_put(&w->store, s);
+      wk_slot_release(&w->store, s);
+    }
+  }
+  send_run_done(w, m->seq, code, msg);
+}
+
+void wk_on_run(wk *w, const Lmw__Run *m) {
+  char msg[512];
+  wk_program *p = find_program(w, m->program);
+  if (!p) {
+    snprintf(msg, sizeof msg, "worker %u has no program %llu loaded", w->worker_id, (unsigned long long)m->program);
+    reject_run(w, m, LOOM_NOT_FOUND, msg);
+    return;
+  }
+  const lm_spmd_info *info = p->info;
+  if (m->n_proc_workers != info->nproc || m->n_proc_devices != info->nproc || m->n_devices == 0 ||
+      m->n_devices > w->cfg.devices) {
+    snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
+    reject_run(w, m, LOOM_PROTOCOL, msg);
+    return;
+  }
+  for (size_t i = 0; i < m->n_devices; i++) {
+    const Lmw__RunDevice *rd = m->devices[i];
+    bool dup = false;
+    for (size_t j = 0; j < i; j++) dup |= m->devices[j]->local_index == rd->local_index;
+    if (rd->local_index >= w->cfg.devices || dup || rd->process >= info->nproc || rd->n_inputs != info->ninputs ||
+        rd->n_outputs != info->noutputs) {
+      snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
+      reject_run(w, m, LOOM_PROTOCOL, msg);
+      return;
+    }
+  }
+  if (wk_store_session_closed(&w->store, m->session)) {
+    send_run_done(w, m->seq, LOOM_CANCELLED, "the session is closed");
+    return;
+  }
+  wk_launch *l = calloc(1, sizeof *l);
+  wk_task **tasks = calloc(m->n_devices, sizeof *tasks);
+  if (l) l->procs = calloc(info->nproc, sizeof *l->procs);
+  if (!l || !tasks || !l->procs) {
+    if (l) free(l->procs);
+    free(l);
+    free(tasks);
+    reject_run(w, m, LOOM_NO_MEMORY, "out of host memory on the worker");
+    return;
+  }
+  l->w = w;
+  l->seq = m->seq;
+  l->session = m->session;
+  l->prog = p;
+  atomic_fetch_add(&p->refs, 1);
+  pthread_mutex_init(&l->mu, NULL);
+  l->nprocs = info->nproc;
+  for (uint32_t i = 0; i < info->nproc; i++) l->procs[i] = (lm_dp_member){m->proc_workers[i], m->proc_devices[i]};
+  int rc = 0;
+  lm_err err;
+  (void)err;
+  if (info->nproc > 1) {
+#ifdef WK_HAVE_SPMD_COLL
+    if (w->dp) rc = lm_spmd_coll_create(w->dp, l->procs, l->nprocs, m->seq, (lm_spmd_coll **)&l->coll, &err);
+    if (rc < 0) snprintf(msg, sizeof msg, "worker %u: cannot set up the launch's collectives: %.400s", w->worker_id, err.msg);
+#endif
+  }
+  for (size_t i = 0; rc == 0 && i < m->n_devices; i++) {
+    const Lmw__RunDevice *rd = m->devices[i];
+    wk_task *t = calloc(1, sizeof *t);
+    wk_slot **sl = calloc(rd->n_inputs + rd->n_outputs + 1, sizeof *sl);
+    if (!t || !sl) {
+      free(t);
+      free(sl);
+      rc = LOOM_NO_MEMORY;
+      snprintf(msg, sizeof msg, "out of host memory on worker %u", w->worker_id);
+      break;
+    }
+    t->l = l;
+    t->dev = rd->local_index;
+    t->proc = rd->process;
+    t->nin = (uint32_t)rd->n_inputs;
+    t->nout = (uint32_t)rd->n_outputs;
+    t->in = sl;
+    t->out = sl + rd->n_inputs;
+    for (uint32_t j = 0; j < t->nin; j++) {
+      t->in[j] = wk_store_get(&w->store, m->session, rd->inputs[j], t->dev);
+      if (!t->in[j] && !t->missing) t->missing = rd->inputs[j];
+    }
+    for (uint32_t j = 0; j < t->nout; j++) {
+      t->out[j] = wk_slot_new(m->session, rd->outputs[j], t->dev);
+      if (t->out[j]) wk_store_put(&w->store, t->out[j]);
+      else rc = LOOM_NO_MEMORY;
+    }
+    tasks[i] = t;
+    if (rc < 0) snprintf(msg, sizeof msg, "out of host memory on worker %u", w->worker_id);
+  }
+  atomic_init(&l->remaining, (unsigned)m->n_devices);
+  l->prev = NULL;
+  l->next = w->active;
+  if (w->active) w->active->prev = l;
+  w->active = l;
+  for (size_t i = 0; i < m->n_devices; i++) {
+    wk_task *t = tasks[i];
+    if (rc < 0) { /* fail every task, through the normal completion path */
+      if (!t) {
+        if (atomic_fetch_sub(&l->remaining, 1) == 1) {
+          pthread_mutex_lock(&w->done_mu);
+          l->done_next = w->finished;
+          w->finished = l;
+          pthread_mutex_unlock(&w->done_mu);
+          uv_async_send(&w->async);
+        }
+        continue;
+      }
+      for (uint32_t j = 0; j < t->nout; j++)
+        if (t->out[j]) wk_slot_finish(&w->store, t->out[j], NULL, rc, msg);
+      launch_fail(l, rc, msg);
+      task_done(w, t);
+      continue;
+    }
+    enqueue(&w->devs[t->dev], t);
+  }
+  free(tasks);
+}
+
+static wk_launch *find_launch(wk *w, uint64_t seq) {
+  for (wk_launch *l = w->active; l; l = l->next)
+    if (l->seq == seq) return l;
+  return NULL;
+}
+
+static void cancel_launch(wk *w, wk_launch *l, const char *why) {
+  if (l->cancel) return;
+  snprintf(l->cancel_reason, sizeof l->cancel_reason, "%s", why);
+  __atomic_store_n(&l->cancel, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_lock(&w->store.mu); /* wake device threads waiting for inputs */
+  pthread_cond_broadcast(&w->store.cv);
+  pthread_mutex_unlock(&w->store.mu);
+}
+
+void wk_on_abort(wk *w, const Lmw__AbortLaunch *m) {
+  wk_launch *l = find_launch(w, m->seq);
+  if (l) cancel_launch(w, l, m->reason && m->reason[0] ? m->reason : "aborted by the controller");
+}
+
+void wk_on_session_closed(wk *w, uint64_t session) {
+  for (wk_launch *l = w->active; l; l = l->next)
+    if (l->session == session) cancel_launch(w, l, "its session closed");
+  wk_store_close_session(&w->store, session);
+  wk_data_session_closed(w, session);
+}
+
+/* ---- start / stop ---- */
+
+int wk_exec_start(wk *w, lm_err *err) {
+  pthread_mutex_init(&w->done_mu, NULL);
+  if (uv_async_init(&w->loop, &w->async, on_async) != 0)
+    return lm_errf(err, LOOM_INTERNAL, "cannot create the async handle");
+  w->async.data = w;
+  w->async_open = true;
+  for (uint32_t i = 0; i < w->cfg.devices; i++) {
+    wk_dev *d = &w->devs[i];
+    d->w = w;
+    d->idx = i;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* signals belong to the loop thread */
+    int rc = pthread_create(&d->th, NULL, dev_main, d);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) return lm_errf(err, LOOM_NO_MEMORY, "cannot start device thread %u", i);
+    d->started = true;
+  }
+  return 0;
+}
+
+void wk_exec_stop(wk *w) {
+  for (wk_launch *l = w->active; l; l = l->next) cancel_launch(w, l, "the worker is stopping");
+  for (uint32_t i = 0; w->devs && i < w->cfg.devices; i++) {
+    wk_dev *d = &w->devs[i];
+    if (!d->started) continue;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+  }
+  for (uint32_t i = 0; w->devs && i < w->cfg.devices; i++) {
+    wk_dev *d = &w->devs[i];
+    if (!d->started) continue;
+    pthread_join(d->th, NULL);
+    d->started = false;
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+  }
+  /* every task is done now: free the launches without reporting */
+  pthread_mutex_lock(&w->done_mu);
+  wk_launch *l = w->finished;
+  w->finished = NULL;
+  pthread_mutex_unlock(&w->done_mu);
+  while (l) {
+    wk_launch *n = l->done_next;
+    if (l->prev) l->prev->next = l->next;
+    else w->active = l->next;
+    if (l->next) l->next->prev = l->prev;
+    launch_free(l);
+    l = n;
+  }
+  while (w->programs) {
+    wk_program *p = w->programs;
+    w->programs = p->next;
+    wk_program_release(p);
+  }
+  pthread_mutex_destroy(&w->done_mu);
+}

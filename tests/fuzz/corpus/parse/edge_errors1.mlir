@@ -1,0 +1,3 @@
+func.func @f(%a: tensor<4xi4>) {
+ return
+}

@@ -1,0 +1,7 @@
+func.func @a() {
+ func.return
+}
+// -----
+func.func @b() {
+ func.return
+}

@@ -1,0 +1,37 @@
+module @jit__fun attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["i"=8]> {stablehlo.mesh = {axes = [{name = "i", size = 8 : i64}]}}
+  func.func public @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"i"}, {}]>}) -> (tensor<8x8x8xf32> {jax.result_info = "result[0]", sdy.sharding = #sdy.sharding<@mesh, [{"i"}, {}, {}]>}, tensor<8x8xf32> {jax.result_info = "result[1]", sdy.sharding = #sdy.sharding<@mesh, [{"i"}, {}]>}, tensor<8x8xf32> {jax.result_info = "result[2]", sdy.sharding = #sdy.sharding<@mesh, [{"i"}, {}]>}, tensor<8x8xf32> {jax.result_info = "result[3]", sdy.sharding = #sdy.sharding<@mesh, [{"i"}, {}]>}, tensor<8xi32> {jax.result_info = "result[4]", sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}, tensor<8xf32> {jax.result_info = "result[5]", sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>}) {
+    %0:6 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"i"}, {}]>] out_shardings=[<@mesh, [{"i"}, {}, {}]>, <@mesh, [{"i"}, {}]>, <@mesh, [{"i"}, {}]>, <@mesh, [{"i"}, {}]>, <@mesh, [{"i"}]>, <@mesh, [{"i"}]>] manual_axes={"i"} (%arg1: tensor<1x8xf32>) {
+      %1 = stablehlo.reshape %arg1 : (tensor<1x8xf32>) -> tensor<8xf32>
+      %2 = stablehlo.broadcast_in_dim %1, dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
+      %3 = "stablehlo.all_gather"(%2) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<1x8xf32>) -> tensor<8x8xf32>
+      %4 = "stablehlo.all_reduce"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> ({
+      ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+        %19 = stablehlo.maximum %arg2, %arg3 : tensor<f32>
+        stablehlo.return %19 : tensor<f32>
+      }) : (tensor<8xf32>) -> tensor<8xf32>
+      %5 = "stablehlo.collective_permute"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, source_target_pairs = dense<[[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}> : (tensor<8xf32>) -> tensor<8xf32>
+      %6 = "stablehlo.all_to_all"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, split_count = 8 : i64, split_dimension = 0 : i64}> : (tensor<8xf32>) -> tensor<8xf32>
+      %c = stablehlo.constant dense<1> : tensor<ui32>
+      %c_0 = stablehlo.constant dense<8> : tensor<ui32>
+      %7 = stablehlo.partition_id : tensor<ui32>
+      %8 = stablehlo.divide %7, %c : tensor<ui32>
+      %9 = stablehlo.remainder %8, %c_0 : tensor<ui32>
+      %10 = stablehlo.convert %9 : (tensor<ui32>) -> tensor<i32>
+      %11 = "stablehlo.reduce_scatter"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+      ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+        %19 = stablehlo.add %arg2, %arg3 : tensor<f32>
+        stablehlo.return %19 : tensor<f32>
+      }) : (tensor<8xf32>) -> tensor<1xf32>
+      %12 = stablehlo.reshape %11 : (tensor<1xf32>) -> tensor<f32>
+      %13 = stablehlo.broadcast_in_dim %3, dims = [1, 2] : (tensor<8x8xf32>) -> tensor<1x8x8xf32>
+      %14 = stablehlo.broadcast_in_dim %4, dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
+      %15 = stablehlo.broadcast_in_dim %5, dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
+      %16 = stablehlo.broadcast_in_dim %6, dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
+      %17 = stablehlo.broadcast_in_dim %10, dims = [] : (tensor<i32>) -> tensor<1xi32>
+      %18 = stablehlo.broadcast_in_dim %12, dims = [] : (tensor<f32>) -> tensor<1xf32>
+      sdy.return %13, %14, %15, %16, %17, %18 : tensor<1x8x8xf32>, tensor<1x8xf32>, tensor<1x8xf32>, tensor<1x8xf32>, tensor<1xi32>, tensor<1xf32>
+    } : (tensor<8x8xf32>) -> (tensor<8x8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8xi32>, tensor<8xf32>)
+    return %0#0, %0#1, %0#2, %0#3, %0#4, %0#5 : tensor<8x8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8xi32>, tensor<8xf32>
+  }
+}

@@ -1,0 +1,121 @@
+"""Fixtures for the Python package's tests: a real local cluster per test module (`loom up
+--detach`: a controller and 2 workers x 4 CPU devices, its state in a temporary directory,
+always `loom down` afterwards), the default loom.jax client over it, and a time limit per test.
+
+The tests import the installed `loom` package (scripts/install-python.sh, run by `make test`,
+installs it over this build's libloom); they fail at once with a clear message when the
+installed package was built from another build directory.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax  # noqa: E402
+
+jax.config.update("jax_num_cpu_devices", 8)  # before anything starts JAX's backend
+
+SOURCE_DIR = Path(os.environ.get("LOOM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+BUILD_DIR = Path(os.environ.get("LOOM_BUILD_DIR", SOURCE_DIR / "build"))
+LOOM_BIN = os.environ.get("LOOM_BIN", str(BUILD_DIR / "bin" / "loom"))
+TEST_TIME_LIMIT = 120  # seconds per test
+
+import loom  # noqa: E402
+
+try:
+    from loom import _build_info
+except ImportError:  # an installation not made by setup.py's build_ext
+    _build_info = None
+if "LOOM_BUILD_DIR" in os.environ and _build_info is not None and \
+        Path(_build_info.BUILD_DIR).resolve() != BUILD_DIR.resolve():
+    raise pytest.UsageError(f"the installed loom package ({loom.__file__}) was built from {_build_info.BUILD_DIR}, not "
+                            f"{BUILD_DIR}: run `make python` (scripts/install-python.sh {BUILD_DIR})")
+
+
+def run_loom(args, env, timeout=60, check=True):
+    r = subprocess.run([LOOM_BIN, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    if check and r.returncode != 0:
+        raise AssertionError(f"loom {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+class LocalCluster:
+    """A cluster started with `loom up --detach` in its own state directory."""
+
+    def __init__(self, state_dir, workers=2, devices_per_worker=4, device_memory=None):
+        self.state = Path(state_dir)
+        self.env = {k: v for k, v in os.environ.items() if k != "LOOM_CONTROLLER"}
+        self.env["LOOM_STATE_DIR"] = str(self.state)
+        args = ["up", "--detach", "--workers", str(workers), "--devices-per-worker", str(devices_per_worker)]
+        if device_memory:
+            args += ["--device-memory", str(device_memory)]
+        self.up_output = run_loom(args, self.env, timeout=90).stdout
+        self.num_devices = workers * devices_per_worker
+
+    def devices_json(self):
+        return json.loads(run_loom(["devices", "--json"], self.env).stdout)["devices"]
+
+    def down(self):
+        r = run_loom(["down"], self.env, timeout=60, check=False)
+        return r
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A local cluster for the whole module; LOOM_STATE_DIR points clients at it."""
+    state = tmp_path_factory.mktemp("loom-state")
+    mp = pytest.MonkeyPatch()
+    mp.delenv("LOOM_CONTROLLER", raising=False)
+    mp.setenv("LOOM_STATE_DIR", str(state))
+    c = LocalCluster(state)
+    try:
+        yield c
+    finally:
+        import loom.jax
+        loom.jax._closed_default()
+        r = c.down()
+        mp.undo()
+        assert r.returncode == 0, f"loom down failed: {r.stdout}{r.stderr}"
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    """The default loom.jax client, connected to the module's cluster."""
+    import loom.jax
+    return loom.jax.initialize(patch_jax=False)
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"test exceeded its {TEST_TIME_LIMIT} s limit")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIME_LIMIT)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def wait_for(cond, timeout, interval=0.1, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def python_script(code, env, **kw):
+    """Starts `python -c code` with env (a cluster's), stdout piped, in its own process group."""
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, **kw)

@@ -1,0 +1,282 @@
+"""loom.jax against JAX on the CPU: each function is lowered by JAX, run on the local cluster by
+Loom, and compared with jax.jit's result on one CPU device within the tolerance stated beside it
+(rtol, atol as in numpy.testing.assert_allclose; 0 means bitwise). Then the SPMD forms: pmap with
+psum, and shard_map collectives on a 2x4 mesh over both workers; then the errors."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import loom
+import loom.jax as lj
+from loom.jax import P
+
+rng = np.random.default_rng(42)
+
+
+def f32(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def mlp_params(sizes):
+    return [{"w": f32(m, n, scale=1 / np.sqrt(m)), "b": f32(n, scale=0.1)} for m, n in zip(sizes[:-1], sizes[1:])]
+
+
+def mlp(params, x):
+    for layer in params[:-1]:
+        x = jax.nn.gelu(x @ layer["w"] + layer["b"])
+    return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def mlp_loss(params, x, y):
+    return jnp.mean((mlp(params, x) - y) ** 2)
+
+
+def layer_norm(x, g, b):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) * lax.rsqrt(v + 1e-5) * g + b
+
+
+def rnn_scan(w, xs):
+    def cell(h, x):
+        h = jnp.tanh(h @ w + x)
+        return h, h.sum()
+    return lax.scan(cell, jnp.zeros(w.shape[0], jnp.float32), xs)
+
+
+def newton_sqrt(x):
+    def body(c):
+        i, y = c
+        return i + 1, 0.5 * (y + x / y)
+    return lax.while_loop(lambda c: c[0] < 30, body, (0, jnp.ones_like(x)))[1]
+
+
+def collatz_steps(n):
+    return lax.while_loop(lambda c: c[0] != 1, lambda c: (jnp.where(c[0] % 2 == 0, c[0] // 2, 3 * c[0] + 1),
+                                                          c[1] + 1), (n, 0))[1]
+
+
+def conv(x, k):
+    return lax.conv_general_dilated(x, k, window_strides=(1, 1), padding="SAME",
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+MLP_PARAMS = mlp_params([16, 32, 32, 4])
+X16, Y4 = f32(24, 16), f32(24, 4)
+
+# (name, function, arguments, rtol, atol)
+CASES = [
+    ("elementwise_transcendental", lambda x: jnp.sin(x) * jnp.exp(-x * x) + jnp.log1p(jnp.abs(x)) - jnp.tanh(x),
+     (f32(64, 33),), 2e-6, 2e-6),
+    ("elementwise_pow_sqrt", lambda x: jnp.sqrt(jnp.abs(x)) + jnp.power(jnp.abs(x) + 1, 1.7) - lax.rsqrt(x * x + 1),
+     (f32(257),), 2e-6, 2e-6),
+    ("integer_arithmetic", lambda a, b: ((a * 3 + b) // 7) % 5 - (a >> 2) ^ (b & 0xFF),
+     (rng.integers(-1000, 1000, 100).astype(np.int32), rng.integers(1, 1000, 100).astype(np.int32)), 0, 0),
+    ("compare_select", lambda x, y: jnp.where(x > y, x - y, jnp.minimum(x, y) * 0.1).clip(-0.5, 2.0),
+     (f32(40, 8), f32(40, 8)), 0, 0),
+    ("gelu_erf", lambda x: jax.nn.gelu(x, approximate=False) + jax.scipy.special.erf(x) + jax.nn.sigmoid(x),
+     (f32(300),), 3e-6, 3e-6),
+    ("reductions", lambda x: (x.sum(0), x.mean(1), x.max(), x.min(1), jnp.prod(x[:4, :4] + 1.5, 1)),
+     (f32(37, 29),), 2e-5, 2e-5),
+    ("argmax_argmin", lambda x: (jnp.argmax(x, 1), jnp.argmin(x, 0)), (f32(17, 23),), 0, 0),
+    ("cumsum_cumprod", lambda x: (jnp.cumsum(x, 0), jnp.cumprod(1 + x * 0.01, 1)), (f32(20, 12),), 2e-5, 2e-5),
+    ("logsumexp", lambda x: jax.nn.logsumexp(x, axis=-1), (f32(16, 50, scale=5),), 2e-6, 2e-6),
+    ("matmul", lambda a, b: a @ b, (f32(64, 48), f32(48, 40)), 2e-5, 2e-5),
+    ("matmul_f64_accum_int", lambda a, b: jnp.matmul(a, b), (rng.integers(-50, 50, (12, 9)).astype(np.int32),
+                                                             rng.integers(-50, 50, (9, 7)).astype(np.int32)), 0, 0),
+    ("einsum_batched", lambda a, b: jnp.einsum("bij,bjk->bik", a, b), (f32(4, 8, 16), f32(4, 16, 5)), 2e-5, 2e-5),
+    ("einsum_contract", lambda a, b: jnp.einsum("abc,cd,ad->b", a, b, a[:, 0, :4]), (f32(6, 5, 4), f32(4, 4)),
+     2e-5, 2e-5),
+    ("softmax", lambda x: jax.nn.softmax(x, axis=-1), (f32(8, 100, scale=4),), 2e-6, 1e-7),
+    ("layer_norm", layer_norm, (f32(10, 64, scale=3), f32(64), f32(64)), 2e-5, 2e-5),
+    ("mlp_forward", mlp, (MLP_PARAMS, X16), 2e-5, 2e-5),
+    ("mlp_grad", jax.grad(mlp_loss), (MLP_PARAMS, X16, Y4), 1e-4, 1e-5),
+    ("mlp_value_and_grad_jacobian", lambda x: jax.jacrev(lambda v: jnp.tanh(v) * v.sum())(x), (f32(6),), 2e-6, 2e-6),
+    ("lax_scan_rnn", rnn_scan, (f32(8, 8, scale=0.3), f32(12, 8)), 2e-5, 2e-5),
+    ("while_loop_newton", newton_sqrt, (np.abs(f32(50)) + 0.1,), 2e-6, 0),
+    ("while_loop_collatz", collatz_steps, (np.int32(27),), 0, 0),
+    ("cond", lambda p, x: lax.cond(p > 0, lambda v: v * 2 + 1, lambda v: jnp.sin(v), x),
+     (np.float32(-1.0), f32(7)), 1e-6, 1e-6),
+    ("switch", lambda i, x: lax.switch(i, [jnp.sin, jnp.cos, jnp.exp], x), (np.int32(2), f32(9)), 1e-6, 1e-6),
+    ("gather_indexing", lambda x, i: (x[i], x[:, i[:3]], x[i, 2:5], jnp.take_along_axis(x[:8], i[:, None] % 6, 1)),
+     (f32(10, 6), rng.integers(0, 10, 8).astype(np.int32)), 0, 0),
+    ("scatter_add_set", lambda x, i, v: (x.at[i].add(v), x.at[i].set(v * 2), x.at[i, 1].max(v[:, 0])),
+     (f32(10, 3), np.array([1, 4, 4, 9], np.int32), f32(4, 3)), 1e-6, 1e-6),
+    ("dynamic_slice_update", lambda x, s: lax.dynamic_update_slice(x, lax.dynamic_slice(x, (s, 0), (2, 4)) * 10,
+                                                                   (0, s)),
+     (f32(6, 8), np.int32(3)), 0, 0),
+    ("random_threefry", lambda k: (jax.random.normal(k, (5, 7)), jax.random.uniform(jax.random.fold_in(k, 3), (11,)),
+                                   jax.random.randint(k, (6,), 0, 100)),
+     (np.asarray(jax.random.PRNGKey(1234)),), 1e-6, 1e-6),
+    ("random_split_bits", lambda k: jax.random.bits(jax.random.split(k, 3)[2], (4, 4)),
+     (np.asarray(jax.random.PRNGKey(7)),), 0, 0),
+    ("convolution", conv, (f32(2, 9, 9, 3), f32(3, 3, 3, 5)), 2e-5, 2e-5),
+    ("conv_grad", jax.grad(lambda x, k: (conv(x, k) ** 2).sum(), argnums=1), (f32(1, 6, 6, 2), f32(3, 3, 2, 3)),
+     1e-4, 1e-5),
+    ("sort_topk", lambda x: (jnp.sort(x, 1), jnp.argsort(x[0]), lax.top_k(x, 3)[0]), (f32(5, 20),), 0, 0),
+    ("reshape_transpose_concat", lambda x: jnp.concatenate([x.T.reshape(4, -1), jnp.flip(x, 0).reshape(4, -1)], 1),
+     (f32(6, 10),), 0, 0),
+    ("vmap_dot", jax.vmap(lambda a, b: jnp.dot(a, b) / (1 + jnp.linalg.norm(a))), (f32(9, 5), f32(9, 5)), 2e-6, 2e-6),
+    ("linalg_solve", lambda a, b: jnp.linalg.solve(a @ a.T + 4 * jnp.eye(5), b), (f32(5, 5), f32(5, 2)), 1e-4, 1e-5),
+    ("bfloat16_matmul", lambda a, b: (a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)).astype(jnp.float32),
+     (f32(16, 32), f32(32, 8)), 1e-2, 1e-2),
+]
+
+
+@pytest.mark.parametrize("name,fn,args,rtol,atol", CASES, ids=[c[0] for c in CASES])
+def test_matches_jax(client, name, fn, args, rtol, atol):
+    want = jax.jit(fn)(*args)
+    got = lj.jit(fn)(*args)
+    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
+    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
+    assert got_tree == want_tree
+    for g, w in zip(got_leaves, want_leaves):
+        assert isinstance(g, loom.Array)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g, w)
+        np.testing.assert_allclose(np.asarray(g, dtype=np.float64) if g.dtype == jnp.bfloat16 else g.numpy(),
+                                   np.asarray(w, dtype=np.float64) if w.dtype == jnp.bfloat16 else np.asarray(w),
+                                   rtol=rtol, atol=atol, err_msg=name)
+
+
+def test_enough_functions():
+    assert len(CASES) >= 25
+
+
+def test_jit_reuses_compilation_and_chains(client):
+    f = lj.jit(lambda x, s: x * s + 1)
+    x = np.arange(5, dtype=np.float32)
+    y = f(x, 2.0)
+    y = f(y, 3.0)  # the output passes back without a copy
+    assert len(f._cache) == 1
+    np.testing.assert_allclose(y.numpy(), (x * 2 + 1) * 3 + 1)
+    g = lj.jit(lambda x, n: x * n, static_argnums=1)
+    np.testing.assert_allclose(g(x, 4).numpy(), x * 4)
+    np.testing.assert_allclose(g(x, 5).numpy(), x * 5)
+    assert len(g._cache) == 2
+    h = lj.jit(lambda x: x + 1, device=5)
+    assert h(x).sharding.devices == (5,)
+
+
+def test_pmap_psum(client):
+    n = client.device_count()
+    f = lj.pmap(lambda v: lax.psum(1, "devices"), axis_name="devices")
+    np.testing.assert_array_equal(f(jnp.arange(n)).numpy(), np.full(n, n))
+    g = lj.pmap(lambda x, s: (lax.psum(x * s, "i"), lax.all_gather(x, "i"), lax.pmean(x, "i")), axis_name="i",
+                in_axes=(0, None))
+    x = f32(n, 3)
+    s, gathered, mean = g(x, np.float32(2))
+    want = jax.pmap(lambda x, s: (lax.psum(x * s, "i"), lax.all_gather(x, "i"), lax.pmean(x, "i")), axis_name="i",
+                    in_axes=(0, None))(x, np.float32(2))
+    np.testing.assert_allclose(s.numpy(), want[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(gathered.numpy(), want[1])
+    np.testing.assert_allclose(mean.numpy(), want[2], rtol=1e-6, atol=1e-6)
+    four = lj.pmap(lambda v: v * lax.axis_index("i"), axis_name="i")(np.ones((4, 2), np.float32))
+    np.testing.assert_array_equal(four.numpy(), np.arange(4)[:, None] * np.ones((4, 2)))
+    other = lj.pmap(lambda v: lax.psum(v, "i"), axis_name="i", devices=[7, 2, 5])(np.arange(3.0, dtype=np.float32))
+    np.testing.assert_array_equal(other.numpy(), [3, 3, 3])
+    assert other.sharding.devices == (7, 2, 5)
+
+
+@pytest.fixture(scope="module")
+def mesh(client):
+    # Rows are the workers (devices 0-3 on one, 4-7 on the other), so "y" collectives stay
+    # inside a worker and "x" ones cross between workers.
+    return lj.Mesh(np.arange(8).reshape(2, 4), ("x", "y"))
+
+
+def test_shard_map_collectives_2x4(client, mesh):
+    def body(a):
+        g = lax.all_gather(a, "y", tiled=True)
+        s = lax.psum_scatter(a, "x", scatter_dimension=1, tiled=True)
+        p = lax.ppermute(a, "y", perm=[(i, (i + 1) % 4) for i in range(4)])
+        t = lax.all_to_all(a, "y", 1, 1, tiled=True)
+        q = lax.ppermute(a, "x", perm=[(0, 1), (1, 0)])
+        r = lax.psum(a, ("x", "y"))
+        return g, s, p, t, q, r
+
+    specs = dict(mesh=mesh, in_specs=P("x", "y"),
+                 out_specs=(P("x", None), P("x", "y"), P("x", "y"), P("x", "y"), P("x", "y"), P()), check_vma=False)
+    x = f32(4, 16)
+    got = lj.shard_map(body, **specs)(x)
+    want = jax.jit(jax.shard_map(body, **specs))(x)
+    for name, g, w in zip(["all_gather", "psum_scatter", "ppermute", "all_to_all", "ppermute_x", "psum_xy"], got,
+                          want):
+        np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-6, atol=1e-6, err_msg=name)
+    # Inputs placed with a NamedSharding pass without a copy; outputs carry the mesh layout.
+    xs = lj.put(x, lj.NamedSharding(mesh, P("x", "y")))
+    assert xs.sharding.mesh_shape == (2, 4)
+    again = lj.shard_map(body, **specs)(xs)
+    np.testing.assert_allclose(again[0].numpy(), np.asarray(want[0]), rtol=1e-6, atol=1e-6)
+
+
+def test_shard_map_data_parallel_grad(client, mesh):
+    flat = lj.Mesh(np.arange(8), ("data",))
+    params = mlp_params([16, 8, 4])
+    x, y = f32(64, 16), f32(64, 4)
+
+    def step(p, x, y):
+        loss, g = jax.value_and_grad(lambda q: lax.pmean(mlp_loss(q, x, y), "data"))(p)
+        return loss, g
+
+    got_loss, got_g = lj.shard_map(step, mesh=flat, in_specs=(P(), P("data"), P("data")), out_specs=(P(), P()))(
+        params, x, y)
+    want_loss, want_g = jax.value_and_grad(mlp_loss)(params, x, y)
+    np.testing.assert_allclose(float(got_loss), float(want_loss), rtol=1e-5)
+    for g, w in zip(jax.tree_util.tree_leaves(got_g), jax.tree_util.tree_leaves(want_g)):
+        np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-4, atol=1e-6)
+
+
+def test_unsupported_op_is_a_clear_error(client):
+    with pytest.raises(loom.UnsupportedError, match="syevd"):
+        lj.jit(lambda a: jnp.linalg.eigh(a @ a.T)[0])(f32(4, 4))
+
+
+def test_wrong_shaped_input_is_a_clear_error(client):
+    f = lj.jit(lambda a, b: a @ b)
+    with pytest.raises(TypeError, match="dot_general"):  # JAX refuses it while lowering
+        f(f32(3, 4), f32(5, 2))
+    exe = f.executable(f32(3, 4), f32(4, 2))
+    with pytest.raises(loom.ShapeMismatchError, match=r"\(4, 3\)"):
+        exe(f32(4, 3), f32(4, 2))
+    y, fut = exe.launch(client.put(f32(4, 3)), client.put(f32(4, 2)))
+    with pytest.raises(loom.ShapeMismatchError, match="input 0"):
+        fut.wait(timeout=30)
+
+
+def test_automatic_partitioning_is_refused(client, mesh):
+    f = lj.jit(lambda a: a * 2, in_shardings=lj.NamedSharding(mesh, P("x", "y")))
+    with pytest.raises(loom.LoomError, match="partition"):
+        f(f32(4, 8))
+
+
+@pytest.mark.parametrize("spec", [P("x", "y"), P(("x", "y")), P(("y", "x")), P(None, "x"), P("y"), P()],
+                         ids=str)
+def test_named_sharding_places_shards_where_jax_does(client, spec):
+    # A mesh whose device order is not the identity: the mapping must follow mesh.devices.
+    mesh = lj.Mesh(np.array([[6, 4, 5, 7], [2, 0, 3, 1]]), ("x", "y"))
+    ns = lj.NamedSharding(mesh, spec)
+    x = np.arange(8 * 16, dtype=np.int32).reshape(8, 16)
+    a = lj.put(x, ns)
+    want = {d.id: tuple(s.start or 0 for s in idx) for d, idx in ns.devices_indices_map(x.shape).items()}
+    got = {dev: tuple(offs) for dev, offs, dims in a.shards_info()}
+    assert got == want
+    for i, (dev, offs, dims) in enumerate(a.shards_info()):
+        np.testing.assert_array_equal(a.shard(i), x[tuple(slice(o, o + n) for o, n in zip(offs, dims))])
+
+
+def test_shard_map_on_a_permuted_mesh(client):
+    mesh = lj.Mesh(np.array([[6, 4, 5, 7], [2, 0, 3, 1]]), ("x", "y"))
+
+    def body(a):
+        me = (lax.axis_index("x") * 4 + lax.axis_index("y")).astype(jnp.float32)
+        return a * 100 + me, lax.ppermute(a, "x", perm=[(0, 1), (1, 0)]) + lax.psum(a, "y")
+
+    specs = dict(mesh=mesh, in_specs=P("x", "y"), out_specs=(P("x", "y"), P("x", "y")))
+    x = f32(4, 8)
+    got = lj.shard_map(body, **specs)(x)
+    want = jax.jit(jax.shard_map(body, **specs))(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-6, atol=1e-6)
+    assert [d for d, _, _ in got[0].shards_info()] == [6, 4, 5, 7, 2, 0, 3, 1]
