@@ -161,7 +161,14 @@ static void ar_worker(int me) {
     for (int s = 0; s < nsizes; s++) fprintf(f, "%zu %.9f\n", size_at(s), best[s]);
     fclose(f);
   }
-  lm_dp_barrier(g, (uint32_t)(me * g_devs), 0xfffffffffull, NULL, &e);
+  /* everyone done before anyone leaves: a barrier among the workers' device 0 */
+  lm_dp_member *m0 = calloc(g_procs, sizeof *m0);
+  for (int i = 0; i < g_procs; i++) m0[i] = (lm_dp_member){.worker = (uint64_t)i + 1, .device = 0};
+  lm_dp_group *g0;
+  if (lm_dp_group_get(dp, m0, (uint32_t)g_procs, &g0, &e) < 0 || lm_dp_barrier(g0, (uint32_t)me, 1, NULL, &e) < 0)
+    die("final barrier", &e);
+  lm_dp_group_release(g0);
+  free(m0);
   lm_dp_group_release(g);
   lm_dp_destroy(dp);
   free(best);

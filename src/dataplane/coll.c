@@ -12,6 +12,7 @@
 #include "dataplane/dp_internal.h"
 
 #define DP_NONE UINT32_MAX
+#define DP_LOCAL_SMALL (64u << 10) /* all_reduce: the leader alone folds local inputs up to this */
 
 /* ---- groups ---- */
 
@@ -586,10 +587,12 @@ typedef struct dp_meet {
   void **recv;
   int64_t *a0, *a1;
   void *shared;               /* a buffer the leader shares (scratch) */
+  void *small;                /* a result buffer owned by the meeting point (freed with it) */
 } dp_meet;
 
 static void meet_free(dp_meet *m) {
   pthread_cond_destroy(&m->cv);
+  free(m->small);
   free(m);
 }
 
@@ -941,6 +944,25 @@ int lm_dp_all_reduce(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *se
   void *nb = c.v.recv[0]; /* the node's value is built in the leader's result buffer */
   lm_err e;
   lm_err_clear(&e);
+  if (L > 1 && nbytes <= DP_LOCAL_SMALL) {
+    /* small: the leader folds alone into a buffer the meeting point owns, so the others copy
+     * the result and leave without a last barrier (two barriers instead of four) */
+    if (dp_leader(&c)) {
+      void *buf = malloc(nbytes);
+      if (!buf) dp_local_fail(&c, LOOM_NO_MEMORY, "out of memory");
+      else {
+        c.v.m->small = buf;
+        rc = dp_fold(red, c.v.send, L, 0, count, buf, &e);
+        if (rc) dp_local_fail(&c, rc, e.msg);
+        else {
+          ar_nodes(&c.cc, buf, buf, count, red);
+          dp_leader_done(&c);
+        }
+      }
+    }
+    if ((rc = dp_sync(&c)) == 0) memcpy(recv, c.v.m->small, nbytes);
+    return dp_end(&c, rc);
+  }
   if (L > 1) {
     size_t lo, hi;
     dp_slice(count, esz, L, t, &lo, &hi);

@@ -47,7 +47,8 @@ int lm_dp_address(lm_dp *dp, const void **blob, size_t *len);
 int lm_dp_address_id(const void *blob, size_t len, uint64_t *id, lm_err *err);
 
 /* Adds (or replaces, for a restarted worker) the peer described by blob; connects lazily, on
- * first use. A peer whose blob names this endpoint itself is accepted and ignored. Thread-safe. */
+ * first use. Adding a failed peer again (even with the same blob) revives it with a new
+ * connection. A blob naming this endpoint itself is accepted and ignored. Thread-safe. */
 int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, lm_err *err);
 /* Declares a peer dead (the controller saw it go): every pending and later operation involving
  * it fails with LOOM_WORKER_LOST and `why`, until lm_dp_peer_add brings it back. */

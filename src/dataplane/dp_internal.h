@@ -188,7 +188,7 @@ struct lm_dp {
   dp_map posted;               /* dp_req (receives) by key */
   dp_map unexp;                /* dp_unexp by key */
   dp_unexp *ux_old, *ux_new;   /* age list */
-  size_t ux_bytes;             /* copied bytes held */
+  size_t ux_bytes;             /* bytes of unexpected eager data kept (copied or held) */
   dp_map retired;              /* dp_retired by (tag, key2) */
   dp_retired *ret_old, *ret_new;
   dp_req *inflight;            /* requests UCX holds (ucx != NULL) */

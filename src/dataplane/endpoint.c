@@ -17,7 +17,7 @@
 #include "dataplane/dp_internal.h"
 
 #define DP_UX_MAX_MSGS (1u << 20)          /* unexpected messages held at most */
-#define DP_UX_MAX_BYTES ((size_t)1 << 30)  /* bytes of unexpected eager data copied at most */
+#define DP_UX_MAX_BYTES ((size_t)1 << 30)  /* bytes of unexpected eager data kept at most */
 #define DP_UX_HOLD_MIN 4096                /* eager data at least this long is held, not copied */
 #define DP_RETIRED_MAX 4096
 #define DP_RETIRED_AGE_NS (600ll * 1000000000ll)
@@ -501,12 +501,12 @@ int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, l
     p->dp = dp;
     p->next = dp->peers;
     dp->peers = p;
-  } else if (p->blob && p->blob_len == len && memcmp(p->blob, blob, len) == 0) {
+  } else if (!p->failed && p->blob && p->blob_len == len && memcmp(p->blob, blob, len) == 0) {
     pthread_mutex_unlock(&dp->mu); /* the same address again */
     free(copy);
     return 0;
   } else {
-    /* a restarted worker: drop the old connection */
+    /* a restarted worker, or one declared dead that is back: start over with a new connection */
     ucp_ep_h old = p->ep;
     p->ep = NULL;
     dp_close_ep_locked(dp, old);
@@ -687,7 +687,7 @@ static void dp_ux_unlink(lm_dp *dp, dp_unexp *u) {
   if (u->age_next) u->age_next->age_prev = u->age_prev;
   else dp->ux_new = u->age_prev;
   dp_map_remove(&dp->unexp, &u->link);
-  if (u->mode == DP_UX_COPY) dp->ux_bytes -= u->len;
+  if (u->mode != DP_UX_RNDV) dp->ux_bytes -= u->len;
 }
 
 /* Frees an unexpected entry whose data nobody will receive. */
@@ -896,7 +896,7 @@ static ucs_status_t dp_am_cb(void *arg, const void *header, size_t hlen, void *d
     return rndv ? UCS_ERR_CANCELED : UCS_OK;
   }
   int mode = rndv ? DP_UX_RNDV : (can_hold && length >= DP_UX_HOLD_MIN) ? DP_UX_HELD : DP_UX_COPY;
-  if (dp->unexp.n >= DP_UX_MAX_MSGS || (mode == DP_UX_COPY && dp->ux_bytes + length > DP_UX_MAX_BYTES)) {
+  if (dp->unexp.n >= DP_UX_MAX_MSGS || (mode != DP_UX_RNDV && dp->ux_bytes + length > DP_UX_MAX_BYTES)) {
     dp->stats.dropped++;
     return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
   }
@@ -914,10 +914,10 @@ static ucs_status_t dp_am_cb(void *arg, const void *header, size_t hlen, void *d
   if (mode == DP_UX_COPY) {
     if (length) memcpy(u->inline_data, data, length);
     u->data = u->inline_data;
-    dp->ux_bytes += length;
   } else {
     u->data = data;
   }
+  if (mode != DP_UX_RNDV) dp->ux_bytes += length;
   if (dp_map_insert(&dp->unexp, &u->link) < 0) {
     free(u);
     dp->stats.dropped++;

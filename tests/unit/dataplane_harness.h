@@ -6,7 +6,9 @@
 #ifndef LM_TEST_DATAPLANE_HARNESS_H
 #define LM_TEST_DATAPLANE_HARNESS_H
 
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>

@@ -2,6 +2,7 @@
  * element types for all_reduce, sizes 0/1/odd/large, subset and interleaved groups, several
  * calls in flight), bitwise determinism, point-to-point and one-sided transfers, and faults: a
  * killed peer, a peer that never comes, a mismatched call, malformed messages. */
+#define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -431,6 +432,47 @@ static void test_in_flight(void **state) {
   assert_int_equal(h_run(&o), 0);
 }
 
+/* ---- a slow member: the others block instead of spinning ---- */
+
+#include <sys/resource.h>
+
+static int slow_dev(h_worker *w, int dev) {
+  lm_dp_group *g = h_full_group(w);
+  uint32_t r = (uint32_t)(w->proc * w->ndev + dev);
+  lm_err e;
+  lm_dp_reduction sum = {.dtype = LOOM_DTYPE_S64, .op = LM_DP_SUM};
+  int64_t a = r + 1, b = 0;
+  struct rusage r0, r1;
+  getrusage(RUSAGE_THREAD, &r0);
+  double t0 = h_now();
+  for (int it = 0; it < 3; it++) {
+    if (w->proc == 1 && dev == 1) usleep(300000); /* this device is busy computing */
+    int rc = lm_dp_all_reduce(g, r, (uint64_t)it, &a, &b, 1, &sum, NULL, &e);
+    H_CHECK(rc == 0 && b == 10, "rc %d b %" PRId64 ": %s", rc, b, e.msg);
+  }
+  double wall = h_now() - t0;
+  getrusage(RUSAGE_THREAD, &r1);
+  double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+               1e-6 * ((r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec));
+  if (!(w->proc == 1 && dev == 1))
+    H_CHECK(cpu < 0.5 * wall, "waiting for a slow member used %.2f s of CPU in %.2f s", cpu, wall);
+  lm_dp_group_release(g);
+  return 0;
+}
+
+static int slow_body(h_worker *w) {
+  int fails = h_threads(w, w->ndev, slow_dev);
+  lm_dp_stats st;
+  lm_dp_get_stats(w->dp, &st);
+  if (w->proc == 0) H_CHECK(st.blocks > 0, "never blocked");
+  return fails;
+}
+
+static void test_slow_member(void **state) {
+  h_opts o = {.nproc = 2, .ndev = 2, .body = slow_body};
+  assert_int_equal(h_run(&o), 0);
+}
+
 /* ---- determinism ---- */
 
 static uint64_t hash_bytes(const void *p, size_t n) {
@@ -774,7 +816,10 @@ static int malformed_body(h_worker *w) {
     H_CHECK(ucp_worker_create(ctx, &wp, &wk) == UCS_OK, "worker");
     ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
                             .address = (const ucp_address_t *)(blob + DP_ADDR_HDR)};
-    H_CHECK(n > DP_ADDR_HDR && ucp_ep_create(wk, &ep_p, &ep) == UCS_OK, "ep");
+    if (n <= DP_ADDR_HDR || ucp_ep_create(wk, &ep_p, &ep) != UCS_OK) {
+      H_CHECK(0, "cannot reach worker 0 with raw UCX");
+      return 1;
+    }
     uint8_t hdr[DP_HDR_SIZE + 8];
     static uint8_t big[1 << 20];
     memset(hdr, 0, sizeof hdr);
@@ -834,7 +879,8 @@ int main(void) {
       cmocka_unit_test(test_all_reduce_dtypes), cmocka_unit_test(test_all_reduce_dtypes_tcp),
       cmocka_unit_test(test_collectives),       cmocka_unit_test(test_collectives_2x4),
       cmocka_unit_test(test_collectives_4x1),
-      cmocka_unit_test(test_in_flight),         cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_in_flight),         cmocka_unit_test(test_slow_member),
+      cmocka_unit_test(test_determinism),
       cmocka_unit_test(test_p2p),               cmocka_unit_test(test_p2p_tcp),
       cmocka_unit_test(test_killed_peer),       cmocka_unit_test(test_killed_peer_tcp),
       cmocka_unit_test(test_timeout_and_mismatch), cmocka_unit_test(test_malformed_messages),

@@ -192,6 +192,10 @@ static void test_endpoint_and_addresses(void **state) {
   assert_non_null(strstr(e.msg, "the controller saw it go"));
   uint8_t x = 0;
   assert_int_equal(lm_dp_send(dp, 8, 1, &x, 1, NULL, &e), LOOM_WORKER_LOST);
+  /* the same address again revives it (the controller saw it come back) */
+  assert_int_equal(lm_dp_peer_add(dp, b2, l2, &id, &e), 0);
+  assert_int_equal(lm_dp_peer_status(dp, 8, &e), 0);
+  assert_int_equal(lm_dp_peer_fail(dp, 8, "gone again"), 0);
   assert_int_equal(lm_dp_send(dp, 99, 1, &x, 1, NULL, &e), LOOM_NOT_FOUND);
   lm_dp_destroy(dp2);
   dp2 = new_dp(8, 1); /* the worker restarted with a new address */
