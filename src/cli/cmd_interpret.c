@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "cli/util.h"
 #include "common/npy.h"
 #include "exec/exec.h"
 #include "hlo/dump.h"
@@ -78,26 +79,15 @@ static bool parse_size(const char *s, size_t *out) {
   return true;
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 32) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void report(run_cfg *c, const char *file, uint32_t line, const char *fn, case_status st, const char *msg) {
   c->counts[st]++;
   if (c->json) {
     printf("{\"file\": ");
-    json_str(stdout, file);
+    cli_json_string(stdout, file);
     printf(", \"line\": %u, \"function\": ", line);
-    json_str(stdout, fn ? fn : "");
+    cli_json_string(stdout, fn ? fn : "");
     printf(", \"status\": \"%s\", \"message\": ", g_status_names[st]);
-    json_str(stdout, msg ? msg : "");
+    cli_json_string(stdout, msg ? msg : "");
     printf("}\n");
     fflush(stdout); /* whole lines even if a later case brings the process down */
     return;
@@ -321,27 +311,10 @@ static bool is_split_line(const char *p, size_t n) {
 
 /* Splits a file at `// -----` lines into cases and runs each. */
 static int run_file(run_cfg *c, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    report(c, path, 0, NULL, ST_ERROR, strerror(errno));
-    return -1;
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    if (n == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) { free(buf); buf = NULL; break; }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t k = fread(buf + n, 1, cap - n, f);
-    n += k;
-    if (k == 0) break;
-  }
-  fclose(f);
+  size_t n;
+  char *buf = cli_read_file(path, &n);
   if (!buf) {
-    report(c, path, 0, NULL, ST_ERROR, "out of host memory");
+    report(c, path, 0, NULL, ST_ERROR, errno == ENOMEM ? "out of host memory" : strerror(errno));
     return -1;
   }
   c->nfiles++;
