@@ -252,8 +252,7 @@ static int v_scatter(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin < 3 || op->nin % 2 != 1 || op->nout != (op->nin - 1) / 2)
     return lm_op_err(err, op, LOOM_VERIFY, "expects N inputs, indices, N updates and N results");
   uint32_t n = op->nout;
-  for (uint32_t i = 0; i < op->nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < n; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, n, err));
   gdims g;
   LM_TRY(read_dims(op, true, &g, err));
   const lm_type *in0 = lm_vtype(fn, op->in[0]), *it = lm_vtype(fn, op->in[n]), *up0 = lm_vtype(fn, op->in[n + 1]);

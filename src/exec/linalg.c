@@ -212,8 +212,7 @@ static int64_t cfg_char(const lm_op *op, const char *name, int64_t dflt) {
 static int v_lapack_common(const lm_op *op, const lm_func *fn, uint32_t nin, uint32_t nout, lm_err *err) {
   if (op->nin != nin || op->nout != nout)
     return lm_op_err(err, op, LOOM_VERIFY, "custom_call expects %u operand(s) and %u result(s)", nin, nout);
-  for (uint32_t i = 0; i < nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < nout; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_tensors(op, fn, nin, nout, err));
   const lm_type *a = lm_vtype(fn, op->in[0]);
   if (!solvable_type(a->dtype) || a->dtype == LOOM_DTYPE_F16 || a->dtype == LOOM_DTYPE_BF16 || a->rank < 2)
     return lm_op_err(err, op, LOOM_VERIFY, "operand must be a (batch of) f32/f64/complex matrices");
