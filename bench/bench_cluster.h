@@ -1,6 +1,6 @@
 /* A local cluster for the distributed benchmarks: a controller and W workers x D devices forked
  * from the benchmark itself (the same code as `loom controller` / `loom worker`), stopped at the
- * end. Header-only, included by bench_launch.c and bench_transfer.c. */
+ * end. Header-only, included by bench_launch.c, bench_transfer.c and control_rtt.c. */
 #ifndef LM_BENCH_CLUSTER_H
 #define LM_BENCH_CLUSTER_H
 
@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_util.h"
 #include "common/log.h"
 #include "controller/controller.h"
 #include "loom/loom.h"
@@ -23,20 +24,14 @@ typedef struct bench_cluster {
   char addr[128];
 } bench_cluster;
 
-static double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void bench_cluster_stop(bench_cluster *bc) {
+static inline void bench_cluster_stop(bench_cluster *bc) {
   for (int i = bc->n - 1; i >= 0; i--) kill(bc->pids[i], SIGTERM);
   for (int i = bc->n - 1; i >= 0; i--) waitpid(bc->pids[i], NULL, 0);
   bc->n = 0;
 }
 
 /* Starts the cluster and waits until all W * D devices are listed. Exits on failure. */
-static void bench_cluster_start(bench_cluster *bc, int workers, int devices, uint64_t device_memory) {
+static inline void bench_cluster_start(bench_cluster *bc, int workers, int devices, uint64_t device_memory) {
   memset(bc, 0, sizeof *bc);
   setenv("LOOM_LOG_LEVEL", "error", 0);
   char addrfile[64];
@@ -112,7 +107,7 @@ static void bench_cluster_start(bench_cluster *bc, int workers, int devices, uin
   exit(1);
 }
 
-static loom_client *bench_connect(const bench_cluster *bc) {
+static inline loom_client *bench_connect(const bench_cluster *bc) {
   loom_connect_options o;
   loom_connect_options_initialize(&o);
   o.address = bc->addr;

@@ -20,20 +20,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+#include "bench_util.h"
 #include "dataplane/dataplane.h"
 
 static int g_procs = 4, g_devs = 1, g_runs = 3, g_mpi = 1;
 static size_t g_max = 64u << 20;
 static const char *g_only = NULL;
 static char g_dir[PATH_MAX];
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, const lm_err *e) {
   fprintf(stderr, "bench_dataplane[%d]: %s: %s\n", (int)getpid(), what, e ? e->msg : strerror(errno));
@@ -54,10 +48,10 @@ static void exchange(lm_dp *dp, int me, int n) {
   for (int i = 0; i < n; i++) {
     if (i == me) continue;
     snprintf(path, sizeof path, "%s/addr.%d", g_dir, i);
-    double t0 = now_s();
+    double t0 = bench_now();
     FILE *g;
     while (!(g = fopen(path, "rb"))) {
-      if (now_s() - t0 > 60) die("waiting for the other workers' addresses", NULL);
+      if (bench_now() - t0 > 60) die("waiting for the other workers' addresses", NULL);
       usleep(2000);
     }
     uint8_t buf[65536];
@@ -107,10 +101,10 @@ static void *ar_main(void *arg) {
       for (int w = 0; w < 2; w++)
         if (lm_dp_all_reduce(t->g, rank, tag++, a, b, count, &sum, NULL, &e) < 0) die("all_reduce", &e);
       if (lm_dp_barrier(t->g, rank, tag++, NULL, &e) < 0) die("barrier", &e);
-      double t0 = now_s();
+      double t0 = bench_now();
       for (int i = 0; i < it; i++)
         if (lm_dp_all_reduce(t->g, rank, tag++, a, b, count, &sum, NULL, &e) < 0) die("all_reduce", &e);
-      double dt = (now_s() - t0) / it, worst;
+      double dt = (bench_now() - t0) / it, worst;
       if (lm_dp_all_reduce(t->g, rank, tag++, &dt, &worst, 1, &mx, NULL, &e) < 0) die("all_reduce", &e);
       float want = (float)n * (n + 1) / 2;
       for (size_t i = 0; i < count; i += 1 + count / 97)
@@ -314,20 +308,20 @@ static void put_worker(int me) {
       int it = iters_for(sz);
       double bp = 1e9, bg = 1e9, bm = 1e9;
       for (int run = 0; run < g_runs; run++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         for (int i = 0; i < it; i++)
           if (lm_dp_put(dp, peer, peer_blob, plen, 0, local, sz, NULL, &e) < 0) die("put", &e);
-        double tp = (now_s() - t0) / it;
-        t0 = now_s();
+        double tp = (bench_now() - t0) / it;
+        t0 = bench_now();
         for (int i = 0; i < it; i++)
           if (lm_dp_get(dp, peer, peer_blob, plen, 0, local2, sz, NULL, &e) < 0) die("get", &e);
-        double tg = (now_s() - t0) / it;
-        t0 = now_s();
+        double tg = (bench_now() - t0) / it;
+        t0 = bench_now();
         for (int i = 0; i < it; i++) {
           memcpy(local2, local, sz);
           __asm__ __volatile__("" ::"r"(local2) : "memory");
         }
-        double tm = (now_s() - t0) / it;
+        double tm = (bench_now() - t0) / it;
         if (tp < bp) bp = tp;
         if (tg < bg) bg = tg;
         if (tm < bm) bm = tm;

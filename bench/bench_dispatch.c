@@ -8,19 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "bench_util.h"
 #include "loom/loom.h"
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+static double now_us(void) { return bench_now() * 1e6; }
 
 static int die(loom_client *c, const char *what) {
   fprintf(stderr, "bench_dispatch: %s: %s\n", what, loom_errmsg(c));
@@ -107,9 +98,10 @@ int main(int argc, char **argv) {
     loom_future_destroy(fu);
     loom_array_release(y);
   }
-  qsort(lat, (size_t)m, sizeof *lat, cmp);
+  double p50, p99;
+  bench_percentiles(lat, m, &p50, &p99);
   printf("{\"issue_us\": %.2f, \"chain_us\": %.2f, \"rtt_p50_us\": %.1f, \"rtt_p99_us\": %.1f}\n", (t1 - t0) / n,
-         (t2 - t0) / n, lat[m / 2], lat[m * 99 / 100]);
+         (t2 - t0) / n, p50, p99);
   free(lat);
   free(ys);
   free(zeros);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 #include "exec/exec.h"
 #include "hlo/ir.h"
 
@@ -123,12 +124,6 @@ static inline void bi_finish(bi *b, uint32_t n, const uint32_t *vals) {
   r->nin = n;
   r->in = bi_alloc(b, n * sizeof(uint32_t));
   memcpy(r->in, vals, n * sizeof(uint32_t));
-}
-
-static inline double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 #endif

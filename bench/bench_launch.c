@@ -4,9 +4,6 @@
  * messages a launch needs, two plain TCP round trips between processes (client -> controller
  * -> worker and back), measured the same way.
  *   build/bench/bench_launch [N]      (N launches per measurement, default 2000) */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include "bench_cluster.h"
 
 static const char *k_tiny8 =
@@ -27,11 +24,6 @@ static const char *k_tiny1 =
     "    %c = stablehlo.constant dense<1> : tensor<8xi32>\n"
     "    %1 = stablehlo.add %a, %c : tensor<8xi32>\n"
     "    return %1 : tensor<8xi32>\n  }\n}\n";
-
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static void check(loom_client *c, loom_status st, const char *what) {
   if (st == LOOM_OK) return;
@@ -75,8 +67,8 @@ static result measure(loom_client *c, const char *text, int n) {
     loom_array_release(x);
     x = y;
   }
-  qsort(lat, (size_t)n, sizeof *lat, cmpd);
-  result r = {lat[n / 2], lat[n * 99 / 100], 0};
+  result r = {0};
+  bench_percentiles(lat, n, &r.p50_us, &r.p99_us);
   /* throughput: n chained launches issued without waiting, then one wait */
   double best = 1e30;
   for (int rep = 0; rep < 3; rep++) {
@@ -107,31 +99,9 @@ static result measure(loom_client *c, const char *text, int n) {
 
 /* The peer: a ping-pong of 64-byte messages over TCP between two processes. */
 static void tcp_rtt(int n, double *p50, double *p99) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  bind(l, (struct sockaddr *)&a, sizeof a);
-  socklen_t sl = sizeof a;
-  getsockname(l, (struct sockaddr *)&a, &sl);
-  listen(l, 1);
-  pid_t pid = fork();
   char buf[64] = {0};
-  int one = 1;
-  if (pid == 0) {
-    int s = accept(l, NULL, NULL);
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    for (;;) {
-      size_t got = 0;
-      while (got < sizeof buf) {
-        ssize_t k = recv(s, buf + got, sizeof buf - got, 0);
-        if (k <= 0) _exit(0);
-        got += (size_t)k;
-      }
-      if (send(s, buf, sizeof buf, 0) != (ssize_t)sizeof buf) _exit(0);
-    }
-  }
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  connect(s, (struct sockaddr *)&a, sizeof a);
-  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  pid_t pid;
+  int s = bench_tcp_echo(sizeof buf, &pid);
   double *lat = malloc((size_t)n * sizeof *lat);
   for (int i = -100; i < n; i++) {
     double t0 = bench_now();
@@ -147,11 +117,8 @@ static void tcp_rtt(int n, double *p50, double *p99) {
     if (i >= 0) lat[i] = (bench_now() - t0) * 1e6;
   }
   close(s);
-  close(l);
   waitpid(pid, NULL, 0);
-  qsort(lat, (size_t)n, sizeof *lat, cmpd);
-  *p50 = lat[n / 2];
-  *p99 = lat[n * 99 / 100];
+  bench_percentiles(lat, n, p50, p99);
   free(lat);
 }
 

@@ -6,14 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "bench_util.h"
 #include "exec/ops_util.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 200;
@@ -28,15 +22,15 @@ int main(int argc, char **argv) {
     int n = (int)(reps * (512 * 512) / (r * c)) + 1;
     double tl = 1e30, to = 1e30, tm = 1e30, t0; /* best of 5 runs of n each: the machine is shared */
     for (int rep = 0; rep < 5; rep++) {
-      t0 = now();
+      t0 = bench_now();
       for (int i = 0; i < n; i++) lm_copy_strided(2, dims, 4, b, ds, a, ss);
-      if ((now() - t0) / n < tl) tl = (now() - t0) / n;
-      t0 = now();
+      if ((bench_now() - t0) / n < tl) tl = (bench_now() - t0) / n;
+      t0 = bench_now();
       for (int i = 0; i < n; i++) cblas_somatcopy(CblasRowMajor, CblasTrans, (int)r, (int)c, 1.0f, a, (int)c, b, (int)r);
-      if ((now() - t0) / n < to) to = (now() - t0) / n;
-      t0 = now();
+      if ((bench_now() - t0) / n < to) to = (bench_now() - t0) / n;
+      t0 = bench_now();
       for (int i = 0; i < n; i++) memcpy(b, a, r * c * 4);
-      if ((now() - t0) / n < tm) tm = (now() - t0) / n;
+      if ((bench_now() - t0) / n < tm) tm = (bench_now() - t0) / n;
     }
     lm_copy_strided(2, dims, 4, b, ds, a, ss);
     for (int64_t i = 0; i < r; i++)

@@ -3,36 +3,16 @@
  * TCP ping-pong of equally sized messages between two processes on this machine.
  *   build/bench/control_rtt [N]      (N round trips per measurement, default 20000)
  * Prints p50/p99 latency of sequential round trips and the rate of N pipelined requests. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "bench_cluster.h"
 #include "client/cconn.h"
-#include "controller/controller.h"
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+static double now_us(void) { return bench_now() * 1e6; }
 
 static void report(const char *what, double *lat, int n, double pipelined_s, int np) {
-  qsort(lat, (size_t)n, sizeof *lat, cmp);
-  printf("%-28s p50 %6.1f us   p99 %6.1f us   pipelined %8.0f req/s\n", what, lat[n / 2], lat[n * 99 / 100],
-         np / pipelined_s);
+  double p50, p99;
+  bench_percentiles(lat, n, &p50, &p99);
+  printf("%-28s p50 %6.1f us   p99 %6.1f us   pipelined %8.0f req/s\n", what, p50, p99, np / pipelined_s);
 }
 
 struct rx_arg {
@@ -54,33 +34,8 @@ static void *drain(void *p) {
 
 /* The peer: a process echoing fixed-size messages over TCP. */
 static void plain_tcp(int n, size_t msg) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  bind(l, (struct sockaddr *)&a, sizeof a);
-  socklen_t sl = sizeof a;
-  getsockname(l, (struct sockaddr *)&a, &sl);
-  listen(l, 1);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = accept(l, NULL, NULL);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char buf[256];
-    for (;;) {
-      size_t got = 0;
-      while (got < msg) {
-        ssize_t k = recv(fd, buf + got, msg - got, 0);
-        if (k <= 0) _exit(0);
-        got += (size_t)k;
-      }
-      if (send(fd, buf, msg, 0) != (ssize_t)msg) _exit(0);
-    }
-  }
-  close(l);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  connect(fd, (struct sockaddr *)&a, sizeof a);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  pid_t pid;
+  int fd = bench_tcp_echo(msg, &pid);
   char buf[256] = {0};
   double *lat = malloc(sizeof(double) * (size_t)n);
   for (int i = 0; i < n; i++) {
@@ -107,36 +62,14 @@ static void plain_tcp(int n, size_t msg) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 20000;
   if (n < 100) n = 100;
-  char addrfile[] = "/tmp/loom-bench-addr-XXXXXX";
-  int afd = mkstemp(addrfile);
-  close(afd);
-  unlink(addrfile);
-  pid_t ctl = fork();
-  if (ctl == 0) {
-    lm_controller_config cfg;
-    lm_controller_config_default(&cfg);
-    cfg.listen = "127.0.0.1:0";
-    cfg.address_file = addrfile;
-    setenv("LOOM_LOG_LEVEL", "warn", 1);
-    lm_err e;
-    _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
-  }
-  char addr[LM_ADDR_MAX] = "";
-  for (int i = 0; i < 500 && !addr[0]; i++) {
-    FILE *f = fopen(addrfile, "r");
-    if (f) {
-      if (fgets(addr, sizeof addr, f)) addr[strcspn(addr, "\n")] = 0;
-      fclose(f);
-    }
-    usleep(10000);
-  }
-  unlink(addrfile);
+  bench_cluster bc; /* a controller alone */
+  bench_cluster_start(&bc, 0, 0, 0);
   lm_cconn *c;
   lm_err e;
   lm_cconn_options o = {.timeout_ms = 10000};
-  if (!addr[0] || lm_cconn_open(addr, &o, &c, &e) < 0) {
-    fprintf(stderr, "control_rtt: cannot start or reach the controller\n");
-    kill(ctl, SIGKILL);
+  if (lm_cconn_open(bc.addr, &o, &c, &e) < 0) {
+    fprintf(stderr, "control_rtt: cannot reach the controller: %s\n", e.msg);
+    bench_cluster_stop(&bc);
     return 1;
   }
   Lmw__Ping ping = LMW__PING__INIT;
@@ -169,8 +102,7 @@ int main(int argc, char **argv) {
   free(calls);
   free(lat);
   lm_cconn_close(c);
-  kill(ctl, SIGTERM);
-  waitpid(ctl, NULL, 0);
+  bench_cluster_stop(&bc);
   plain_tcp(n, flen);
   return 0;
 }

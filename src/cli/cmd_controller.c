@@ -42,13 +42,11 @@ int cmd_controller(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
-  opterr = 0;
-  optind = 1;
+  cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
   int ch;
   uint64_t v;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
     case O_LISTEN: cfg.listen = optarg; break;
     case O_ADDRFILE: cfg.address_file = optarg; break;
     case O_HBI:
@@ -72,10 +70,9 @@ int cmd_controller(int argc, char **argv) {
       if (v > LM_FRAME_PAYLOAD_HARD_MAX) return cli_usage_error(cmd, "--max-payload is above the 1 TiB ceiling");
       cfg.conn.limits.max_payload = v;
       break;
-    default: return cli_bad_option(cmd, argv);
     }
   }
-  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (ch < 0) return o.exit;
   if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms)
     return cli_usage_error(cmd, "--heartbeat-timeout (%u ms) must be longer than --heartbeat-interval (%u ms)",
                            cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);

@@ -1,7 +1,6 @@
 /* `loom devices`: the cluster's devices as one machine, through the public C API (loom.h):
  * virtual id, kind, worker (host and process), slice, memory and health; totals below. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,40 +34,10 @@ static size_t count_distinct(const char **v, size_t n) {
 
 int cmd_devices(int argc, char **argv) {
   const char *cmd = "devices";
-  const char *addr = NULL;
-  int json = 0;
-  uint64_t timeout_s = 30;
-  enum { O_CTL = 1, O_JSON, O_TIMEOUT };
-  static const struct option opts[] = {
-      {"controller", required_argument, 0, O_CTL},
-      {"json", no_argument, 0, O_JSON},
-      {"timeout", required_argument, 0, O_TIMEOUT},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0},
-  };
-  opterr = 0;
-  optind = 1;
-  int ch;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
-    case O_CTL: addr = optarg; break;
-    case O_JSON: json = 1; break;
-    case O_TIMEOUT:
-      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &timeout_s) < 0) return 2;
-      break;
-    default: return cli_bad_option(cmd, argv);
-    }
-  }
-  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-
-  loom_connect_options o;
-  loom_connect_options_initialize(&o);
-  o.address = addr;
-  o.timeout_ms = (int64_t)timeout_s * 1000;
-  o.client_name = "loom devices";
-  loom_client *c;
-  if (loom_connect(&o, &c) != LOOM_OK) return cli_fail(cmd, "%s", loom_errmsg(NULL));
+  cli_query q;
+  if (cli_query_options(cmd, g_usage, argc, argv, &q) < 0) return q.exit;
+  loom_client *c = cli_connect(cmd, q.controller, q.timeout_s);
+  if (!c) return 1;
   int32_t n = 0;
   loom_device_count(c, &n);
   loom_device_desc *d = calloc(n ? (size_t)n : 1, sizeof *d);
@@ -105,7 +74,7 @@ int cmd_devices(int argc, char **argv) {
     }
   free(seen);
   size_t nslices = count_distinct(slices, nworkers);
-  if (json) {
+  if (q.json) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "controller", loom_client_address(c));
     cJSON *arr = cJSON_AddArrayToObject(root, "devices");
@@ -132,10 +101,7 @@ int cmd_devices(int argc, char **argv) {
     cJSON_AddNumberToObject(t, "memory_capacity", (double)cap_total);
     cJSON_AddNumberToObject(t, "healthy_memory_capacity", (double)cap_healthy);
     cJSON_AddNumberToObject(t, "memory_used", (double)used_total);
-    char *s = cJSON_Print(root);
-    if (s) printf("%s\n", s);
-    free(s);
-    cJSON_Delete(root);
+    cli_print_json(root);
   } else {
     cli_table t;
     cli_table_init(&t, 9);

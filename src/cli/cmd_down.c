@@ -51,19 +51,11 @@ int cmd_down(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
-  opterr = 0;
-  optind = 1;
+  cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
   int ch;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
-    case 1:
-      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &timeout_s) < 0) return 2;
-      break;
-    default: return cli_bad_option(cmd, argv);
-    }
-  }
-  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  while ((ch = cli_next_option(&o)) > 0)
+    if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &timeout_s) < 0) return 2; /* the only option */
+  if (ch < 0) return o.exit;
 
   char dir[4096], addr[LM_ADDR_MAX] = "?", v[8192];
   lm_err err;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cli/cli.h"
+#include "cli/util.h"
 #include "common/npy.h"
 #include "exec/exec.h"
 #include "hlo/dump.h"
@@ -78,26 +79,15 @@ static bool parse_size(const char *s, size_t *out) {
   return true;
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 32) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void report(run_cfg *c, const char *file, uint32_t line, const char *fn, case_status st, const char *msg) {
   c->counts[st]++;
   if (c->json) {
     printf("{\"file\": ");
-    json_str(stdout, file);
+    cli_json_string(stdout, file);
     printf(", \"line\": %u, \"function\": ", line);
-    json_str(stdout, fn ? fn : "");
+    cli_json_string(stdout, fn ? fn : "");
     printf(", \"status\": \"%s\", \"message\": ", g_status_names[st]);
-    json_str(stdout, msg ? msg : "");
+    cli_json_string(stdout, msg ? msg : "");
     printf("}\n");
     fflush(stdout); /* whole lines even if a later case brings the process down */
     return;
@@ -321,27 +311,10 @@ static bool is_split_line(const char *p, size_t n) {
 
 /* Splits a file at `// -----` lines into cases and runs each. */
 static int run_file(run_cfg *c, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    report(c, path, 0, NULL, ST_ERROR, strerror(errno));
-    return -1;
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    if (n == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) { free(buf); buf = NULL; break; }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t k = fread(buf + n, 1, cap - n, f);
-    n += k;
-    if (k == 0) break;
-  }
-  fclose(f);
+  size_t n;
+  char *buf = cli_read_file(path, &n);
   if (!buf) {
-    report(c, path, 0, NULL, ST_ERROR, "out of host memory");
+    report(c, path, 0, NULL, ST_ERROR, errno == ENOMEM ? "out of host memory" : strerror(errno));
     return -1;
   }
   c->nfiles++;
@@ -364,50 +337,64 @@ static int run_file(run_cfg *c, const char *path) {
   return 0;
 }
 
+/* Reads the options into c and the program files into files[*nfiles] (both arrays hold argc
+ * entries). Returns 0, or -1 when the command must stop with *exit (0 after --help, 2 after a
+ * usage error). */
+static int parse_args(int argc, char **argv, run_cfg *c, const char **files, int *nfiles, int *status) {
+  *status = 2;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool has_val = i + 1 < argc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      *status = 0;
+      return -1;
+    } else if (!strcmp(a, "--input") && has_val) c->inputs[c->ninputs++] = argv[++i];
+    else if (!strcmp(a, "--output-dir") && has_val) c->output_dir = argv[++i];
+    else if (!strcmp(a, "--probe-dir") && has_val) c->probe_dir = argv[++i];
+    else if (!strcmp(a, "--function") && has_val) c->function = argv[++i][0] == '@' ? argv[i] + 1 : argv[i];
+    else if (!strcmp(a, "--device-memory") && has_val) {
+      if (!parse_size(argv[++i], &c->device_memory) || c->device_memory == 0) {
+        fprintf(stderr, "loom interpret: bad --device-memory '%s'\n", argv[i]);
+        return -1;
+      }
+    } else if (!strcmp(a, "--threads") && has_val) {
+      c->nthreads = atoi(argv[++i]);
+      if (c->nthreads < 1 || c->nthreads > 1024) {
+        fprintf(stderr, "loom interpret: bad --threads\n");
+        return -1;
+      }
+    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) c->quiet = true;
+    else if (!strcmp(a, "--json")) c->json = true;
+    else if (!strcmp(a, "--dump-ir")) c->dump_ir = true;
+    else if (!strcmp(a, "--parse-only")) c->parse_only = true;
+    else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "loom interpret: unknown or incomplete option '%s'\n\n", a);
+      usage(stderr);
+      return -1;
+    } else files[(*nfiles)++] = a;
+  }
+  if (*nfiles == 0) {
+    usage(stderr);
+    return -1;
+  }
+  if ((c->ninputs || c->output_dir) && *nfiles != 1) {
+    fprintf(stderr, "loom interpret: --input/--output-dir take exactly one program file\n");
+    return -1;
+  }
+  return 0;
+}
+
 int cmd_interpret(int argc, char **argv) {
   run_cfg c = {.device_memory = (size_t)2 << 30, .nthreads = 1};
   lm_spmd_local_register(); /* interpreter.run_parallel: processes on threads of this process */
   const char **files = calloc((size_t)argc + 1, sizeof *files);
   c.inputs = calloc((size_t)argc + 1, sizeof *c.inputs);
-  if (!files || !c.inputs) return 2;
-  int nfiles = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool has_val = i + 1 < argc;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); free(files); free(c.inputs); return 0; }
-    else if (!strcmp(a, "--input") && has_val) c.inputs[c.ninputs++] = argv[++i];
-    else if (!strcmp(a, "--output-dir") && has_val) c.output_dir = argv[++i];
-    else if (!strcmp(a, "--probe-dir") && has_val) c.probe_dir = argv[++i];
-    else if (!strcmp(a, "--function") && has_val) c.function = argv[++i][0] == '@' ? argv[i] + 1 : argv[i];
-    else if (!strcmp(a, "--device-memory") && has_val) {
-      if (!parse_size(argv[++i], &c.device_memory) || c.device_memory == 0) {
-        fprintf(stderr, "loom interpret: bad --device-memory '%s'\n", argv[i]);
-        free(files); free(c.inputs);
-        return 2;
-      }
-    } else if (!strcmp(a, "--threads") && has_val) {
-      c.nthreads = atoi(argv[++i]);
-      if (c.nthreads < 1 || c.nthreads > 1024) { fprintf(stderr, "loom interpret: bad --threads\n"); free(files); free(c.inputs); return 2; }
-    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) c.quiet = true;
-    else if (!strcmp(a, "--json")) c.json = true;
-    else if (!strcmp(a, "--dump-ir")) c.dump_ir = true;
-    else if (!strcmp(a, "--parse-only")) c.parse_only = true;
-    else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "loom interpret: unknown or incomplete option '%s'\n\n", a);
-      usage(stderr);
-      free(files); free(c.inputs);
-      return 2;
-    } else files[nfiles++] = a;
-  }
-  if (nfiles == 0) {
-    usage(stderr);
-    free(files); free(c.inputs);
-    return 2;
-  }
-  if ((c.ninputs || c.output_dir) && nfiles != 1) {
-    fprintf(stderr, "loom interpret: --input/--output-dir take exactly one program file\n");
-    free(files); free(c.inputs);
-    return 2;
+  int nfiles = 0, status = 2;
+  if (!files || !c.inputs || parse_args(argc, argv, &c, files, &nfiles, &status) < 0) {
+    free(files);
+    free(c.inputs);
+    return status;
   }
   for (int i = 0; i < nfiles; i++) run_file(&c, files[i]);
   int total = c.counts[0] + c.counts[1] + c.counts[2] + c.counts[3];

@@ -82,34 +82,6 @@ static int parse_arg_name(const char *s, size_t n) {
   return v;
 }
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t k = fread(buf + n, 1, cap - n, f);
-    n += k;
-    if (n < cap) break;
-    char *b2 = realloc(buf, cap * 2);
-    if (!b2) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = b2;
-    cap *= 2;
-  }
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(buf);
-    return NULL;
-  }
-  *len = n;
-  return buf;
-}
-
 static void type_str(loom_dtype dt, int rank, const int64_t *dims, char *buf, size_t cap) {
   static const char *const names[] = {
 #define N(name, value, mlir, npy, size) [value] = mlir,
@@ -119,17 +91,6 @@ static void type_str(loom_dtype dt, int rank, const int64_t *dims, char *buf, si
   size_t n = (size_t)snprintf(buf, cap, "%s[", dt > 0 && dt < LOOM_DTYPE_COUNT ? names[dt] : "?");
   for (int d = 0; d < rank && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)dims[d]);
   if (n < cap) snprintf(buf + n, cap - n, "]");
-}
-
-static void json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') printf("\\%c", ch);
-    else if (ch < 0x20) printf("\\u%04x", ch);
-    else putchar(ch);
-  }
-  putchar('"');
 }
 
 int cmd_run(int argc, char **argv) {
@@ -146,12 +107,10 @@ int cmd_run(int argc, char **argv) {
       {"devices", required_argument, 0, O_DEV},     {"output-dir", required_argument, 0, O_OUT},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
   };
-  opterr = 0;
-  optind = 1;
+  cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts, .max_operands = 1};
   int ch;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
     case O_CTL: addr = optarg; break;
     case O_JSON: json = 1; break;
     case O_TIMEOUT:
@@ -177,29 +136,23 @@ int cmd_run(int argc, char **argv) {
       next_pos = idx + 1;
       break;
     }
-    default: return cli_bad_option(cmd, argv);
     }
   }
+  if (ch < 0) return o.exit;
   if (optind >= argc) return cli_usage_error(cmd, "which program? loom run FILE.mlir");
-  if (optind + 1 < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
   const char *file = argv[optind];
   int32_t devs[4096];
   int ndevs = 0;
   if (dev_list && (ndevs = parse_devices(dev_list, devs, 4096)) <= 0)
     return cli_usage_error(cmd, "--devices wants a list like 0-7 or 0,2,4 (got '%s')", dev_list);
   size_t len;
-  char *text = read_file(file, &len);
+  char *text = cli_read_file(file, &len);
   if (!text) return cli_fail(cmd, "cannot read %s: %s", file, strerror(errno));
 
-  loom_connect_options o;
-  loom_connect_options_initialize(&o);
-  o.address = addr;
-  o.timeout_ms = (int64_t)timeout_s * 1000;
-  o.client_name = "loom run";
-  loom_client *c;
-  if (loom_connect(&o, &c) != LOOM_OK) {
+  loom_client *c = cli_connect(cmd, addr, timeout_s);
+  if (!c) {
     free(text);
-    return cli_fail(cmd, "%s", loom_errmsg(NULL));
+    return 1;
   }
   int rc = 0;
   loom_executable *exe = NULL;
@@ -281,7 +234,7 @@ int cmd_run(int argc, char **argv) {
   }
   if (json) {
     printf("{\"file\": ");
-    json_string(file);
+    cli_json_string(stdout, file);
     printf(", \"form\": \"%s\", \"num_replicas\": %d, \"num_partitions\": %d, \"devices\": [", info.form,
            info.num_replicas, info.num_partitions);
     for (int i = 0; i < info.num_devices; i++) printf("%s%d", i ? ", " : "", info.devices[i]);

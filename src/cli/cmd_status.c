@@ -1,7 +1,6 @@
 /* `loom status`: the cluster in a few lines: the controller (version, uptime, sessions), its
  * workers (host, process, slice, devices, liveness, last heartbeat), slices and totals. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,37 +30,13 @@ typedef struct slice_sum {
 
 int cmd_status(int argc, char **argv) {
   const char *cmd = "status";
-  const char *addr_opt = NULL;
-  int json = 0;
-  uint64_t timeout_s = 30;
-  enum { O_CTL = 1, O_JSON, O_TIMEOUT };
-  static const struct option opts[] = {
-      {"controller", required_argument, 0, O_CTL},
-      {"json", no_argument, 0, O_JSON},
-      {"timeout", required_argument, 0, O_TIMEOUT},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0},
-  };
-  opterr = 0;
-  optind = 1;
-  int ch;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
-    case O_CTL: addr_opt = optarg; break;
-    case O_JSON: json = 1; break;
-    case O_TIMEOUT:
-      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &timeout_s) < 0) return 2;
-      break;
-    default: return cli_bad_option(cmd, argv);
-    }
-  }
-  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  cli_query q;
+  if (cli_query_options(cmd, g_usage, argc, argv, &q) < 0) return q.exit;
 
   char addr[LM_ADDR_MAX];
   lm_err err;
-  if (lm_locate_controller(addr_opt, addr, sizeof addr, &err) < 0) return cli_fail(cmd, "%s", err.msg);
-  int64_t tmo = (int64_t)timeout_s * 1000;
+  if (lm_locate_controller(q.controller, addr, sizeof addr, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  int64_t tmo = (int64_t)q.timeout_s * 1000;
   lm_cconn_options co = {.timeout_ms = tmo, .name = "loom status"};
   lm_cconn *c;
   if (lm_cconn_open(addr, &co, &c, &err) < 0) return cli_fail(cmd, "%s", err.msg);
@@ -103,7 +78,7 @@ int cmd_status(int argc, char **argv) {
     }
   }
 
-  if (json) {
+  if (q.json) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "controller", addr);
     cJSON_AddStringToObject(root, "software", s->software);
@@ -147,10 +122,7 @@ int cmd_status(int argc, char **argv) {
     cJSON_AddNumberToObject(t, "memory_capacity", (double)mem);
     cJSON_AddNumberToObject(t, "healthy_memory_capacity", (double)mem_healthy);
     cJSON_AddNumberToObject(t, "memory_used", (double)used);
-    char *js = cJSON_Print(root);
-    if (js) printf("%s\n", js);
-    free(js);
-    cJSON_Delete(root);
+    cli_print_json(root);
   } else {
     char up[48], m1[32], m2[32], m3[32];
     cli_format_duration(s->uptime_ms, up, sizeof up);

@@ -413,13 +413,11 @@ int cmd_up(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
-  opterr = 0;
-  optind = 1;
+  cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
   int ch;
   uint64_t v;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
     case O_WORKERS:
       if (cli_parse_u64(cmd, "--workers", optarg, 1, 256, &v) < 0) return 2;
       s.workers = (uint32_t)v;
@@ -441,10 +439,9 @@ int cmd_up(int argc, char **argv) {
       if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &v) < 0) return 2;
       s.timeout_ms = v * 1000;
       break;
-    default: return cli_bad_option(cmd, argv);
     }
   }
-  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (ch < 0) return o.exit;
   if (s.slices > s.workers)
     return cli_usage_error(cmd, "--slices (%u) cannot be more than --workers (%u)", s.slices, s.workers);
   if (strlen(s.listen) >= LM_ADDR_MAX) return cli_usage_error(cmd, "--listen address is too long");

@@ -43,13 +43,11 @@ int cmd_worker(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
-  opterr = 0;
-  optind = 1;
+  cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
   int ch;
   uint64_t v;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
-    case 'h': fputs(g_usage, stdout); return 0;
     case O_CTL: cfg.controller = optarg; break;
     case O_DEV:
       if (cli_parse_u64(cmd, "--devices", optarg, 1, LM_WORKER_MAX_DEVICES, &v) < 0) return 2;
@@ -69,10 +67,9 @@ int cmd_worker(int argc, char **argv) {
       cfg.connect_timeout_ms = (uint32_t)(v * 1000);
       break;
     case O_DATA: cfg.data_listen = optarg; break;
-    default: return cli_bad_option(cmd, argv);
     }
   }
-  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (ch < 0) return o.exit;
   if (!cfg.controller || !*cfg.controller)
     return cli_usage_error(cmd, "which controller? pass --controller HOST:PORT or set LOOM_CONTROLLER");
   lm_log_init("worker");

@@ -1,10 +1,14 @@
-/* Option parsing, formatting and error helpers for the `loom` subcommands. */
+/* Option parsing, connecting, formatting, output and error helpers for the `loom` subcommands. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include "cli/util.h"
+#include "loom/loom.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
   char msg[2048];
@@ -27,11 +31,62 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
 }
 
 int cli_bad_option(const char *cmd, char **argv) {
-  extern int optind, optopt;
   const char *arg = optind > 0 ? argv[optind - 1] : "?";
   if (optopt && arg[0] == '-' && arg[1] != '-')
     return cli_usage_error(cmd, "unknown option or missing value for '-%c'", optopt);
   return cli_usage_error(cmd, "unknown option or missing value: '%s'", arg);
+}
+
+int cli_next_option(cli_options *o) {
+  if (!o->started) {
+    opterr = 0;
+    optind = 1;
+    o->started = true;
+  }
+  int ch = getopt_long(o->argc, o->argv, "h", o->opts, NULL);
+  if (ch == 'h') {
+    fputs(o->usage, stdout);
+    o->exit = 0;
+    return -1;
+  }
+  if (ch == '?' || ch == ':') {
+    o->exit = cli_bad_option(o->cmd, o->argv);
+    return -1;
+  }
+  if (ch != -1) return ch;
+  if (o->argc - optind > o->max_operands) {
+    o->exit = cli_usage_error(o->cmd, "unexpected argument '%s'", o->argv[optind + o->max_operands]);
+    return -1;
+  }
+  return 0;
+}
+
+int cli_query_options(const char *cmd, const char *usage, int argc, char **argv, cli_query *q) {
+  enum { O_CTL = 1, O_JSON, O_TIMEOUT };
+  static const struct option opts[] = {
+      {"controller", required_argument, 0, O_CTL},
+      {"json", no_argument, 0, O_JSON},
+      {"timeout", required_argument, 0, O_TIMEOUT},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  *q = (cli_query){.timeout_s = 30};
+  cli_options o = {.cmd = cmd, .usage = usage, .argc = argc, .argv = argv, .opts = opts};
+  int ch;
+  while ((ch = cli_next_option(&o)) > 0) {
+    switch (ch) {
+    case O_CTL: q->controller = optarg; break;
+    case O_JSON: q->json = true; break;
+    case O_TIMEOUT:
+      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &q->timeout_s) < 0) {
+        q->exit = 2;
+        return -1;
+      }
+      break;
+    }
+  }
+  q->exit = o.exit;
+  return ch < 0 ? -1 : 0;
 }
 
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out) {
@@ -74,6 +129,22 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
   }
   cli_usage_error(cmd, "%s: unknown size suffix '%s' (use K, M, G, T or KiB, MiB, GiB, TiB)", opt, suf);
   return -1;
+}
+
+loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s) {
+  char name[64];
+  snprintf(name, sizeof name, "loom %s", cmd);
+  loom_connect_options o;
+  loom_connect_options_initialize(&o);
+  o.address = addr;
+  o.timeout_ms = (int64_t)timeout_s * 1000;
+  o.client_name = name;
+  loom_client *c;
+  if (loom_connect(&o, &c) != LOOM_OK) {
+    cli_fail(cmd, "%s", loom_errmsg(NULL));
+    return NULL;
+  }
+  return c;
 }
 
 void cli_format_size(uint64_t b, char *buf, size_t cap) {
@@ -154,4 +225,49 @@ void cli_table_free(cli_table *t) {
   for (size_t i = 0; i < t->nrows * t->ncols; i++) free(t->cells[i]);
   free(t->cells);
   memset(t, 0, sizeof *t);
+}
+
+void cli_print_json(cJSON *root) {
+  char *s = cJSON_Print(root);
+  if (s) printf("%s\n", s);
+  free(s);
+  cJSON_Delete(root);
+}
+
+void cli_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  int err = buf ? 0 : ENOMEM;
+  while (!err) {
+    size_t k = fread(buf + n, 1, cap - n, f);
+    n += k;
+    if (n < cap) {
+      if (ferror(f)) err = errno ? errno : EIO;
+      break;
+    }
+    char *b2 = realloc(buf, cap * 2);
+    if (!b2) err = ENOMEM;
+    else buf = b2, cap *= 2;
+  }
+  fclose(f);
+  if (err) {
+    free(buf);
+    errno = err;
+    return NULL;
+  }
+  *len = n;
+  return buf;
 }

@@ -1,10 +1,17 @@
-/* Helpers shared by the `loom` subcommands: option values (numbers, byte sizes), human-readable
- * sizes and id lists, one-line errors, text tables. */
+/* Helpers shared by the `loom` subcommands: reading options, option values (numbers, byte sizes),
+ * connecting to the cluster, human-readable sizes and id lists, one-line errors, text tables,
+ * JSON output, reading whole files. */
 #ifndef LM_CLI_UTIL_H
 #define LM_CLI_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+struct option;
+struct cJSON;
+struct loom_client;
 
 /* "loom CMD: message" on stderr; returns 1 (a runtime failure). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -13,11 +20,51 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* The usage error for the option getopt_long just refused (argv[optind - 1]). */
 int cli_bad_option(const char *cmd, char **argv);
 
+/* Reading a subcommand's options with getopt_long: long options only, plus -h, without getopt's
+ * own messages. The loop
+ *     cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
+ *     int ch;
+ *     while ((ch = cli_next_option(&o)) > 0) switch (ch) { ... }
+ *     if (ch < 0) return o.exit;
+ * sees each option of opts in turn (by its val); the operands are argv[optind...] afterwards.
+ * -h/--help (opts lists {"help", no_argument, 0, 'h'}) prints the usage and stops with exit 0;
+ * an unknown option, a missing value or more than max_operands operands stops with a usage error
+ * (exit 2). */
+typedef struct cli_options {
+  const char *cmd;                 /* the subcommand, for messages */
+  const char *usage;               /* printed for --help */
+  int argc;
+  char **argv;
+  const struct option *opts;       /* getopt_long's table, ending with {0, 0, 0, 0} */
+  int max_operands;                /* operands allowed after the options */
+  bool started;                    /* getopt has been reset for this argv */
+  int exit;                        /* out: the exit status when cli_next_option returned -1 */
+} cli_options;
+/* The next option's val, 0 when the options are over, -1 when the command must stop (o->exit). */
+int cli_next_option(cli_options *o);
+
+/* The options of the commands that only ask the cluster (`loom devices`, `loom status`):
+ * --controller HOST:PORT, --json, --timeout SECONDS (default 30), -h/--help. */
+typedef struct cli_query {
+  const char *controller;          /* NULL: $LOOM_CONTROLLER, else the local cluster */
+  bool json;
+  uint64_t timeout_s;
+  int exit;                        /* the exit status when cli_query_options returned -1 */
+} cli_query;
+/* Reads them from argv; returns 0, or -1 when the command must stop with q->exit (0 after --help,
+ * 2 after a usage error). */
+int cli_query_options(const char *cmd, const char *usage, int argc, char **argv, cli_query *q);
+
 /* Parses a decimal integer in [min, max]; on failure prints a usage error naming opt, returns -1. */
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Parses a byte count: a number with an optional suffix K, M, G, T (powers of 1024; KiB/MiB/GiB/
  * TiB and KB/MB/GB/TB too, the latter powers of 1000). Must be > 0. */
 int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+/* Connects to the controller at addr (NULL: $LOOM_CONTROLLER, else the local cluster) as the
+ * client "loom CMD", each request limited to timeout_s. On failure prints the error and returns
+ * NULL. */
+struct loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s);
 
 /* "2.0 GiB", "512 MiB", "0 B". */
 void cli_format_size(uint64_t bytes, char *buf, size_t cap);
@@ -35,5 +82,14 @@ void cli_table_init(cli_table *t, size_t ncols);
 void cli_table_row(cli_table *t, ...); /* ncols const char * cells */
 void cli_table_print(const cli_table *t);
 void cli_table_free(cli_table *t);
+
+/* Prints root as indented JSON and a newline on stdout, then deletes it. */
+void cli_print_json(struct cJSON *root);
+/* Writes s as a JSON string literal (quoted, with '"', '\\' and control characters escaped). */
+void cli_json_string(FILE *f, const char *s);
+
+/* Reads a whole file into a malloc'ed buffer (the caller frees it) and its length into *len. Returns
+ * NULL with errno set when it cannot be opened or read (ENOMEM when out of memory). */
+char *cli_read_file(const char *path, size_t *len);
 
 #endif

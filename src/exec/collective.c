@@ -485,12 +485,6 @@ static int scratch(lm_kctx *k, size_t n, void **out) {
 
 /* ---- verifiers shared by the ops ---- */
 
-static int verify_tensors(const lm_op *op, const lm_func *fn, uint32_t nin, uint32_t nout, lm_err *err) {
-  for (uint32_t i = 0; i < nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < nout; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
-  return 0;
-}
-
 /* Spec C4/C5 of all_gather / all_reduce / reduce_scatter: use_global_device_ids needs a channel. */
 static int verify_reduce_mode(const lm_op *op, lm_err *err) {
   if (unit_flag(op, "use_global_device_ids") && channel_id(op) <= 0)
@@ -502,15 +496,8 @@ static int verify_same_types(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin != op->nout || op->nin == 0)
     return lm_op_err(err, op, LOOM_VERIFY, "expects as many results as operands (at least one), has %u and %u",
                      op->nin, op->nout);
-  LM_TRY(verify_tensors(op, fn, op->nin, op->nout, err));
-  for (uint32_t i = 0; i < op->nin; i++)
-    if (!lm_type_equal(lm_vtype(fn, op->in[i]), lm_vtype(fn, op->out[i]))) {
-      char a[256], b[256];
-      return lm_op_err(err, op, LOOM_VERIFY, "result %u is %s but operand %u is %s", i,
-                       lm_type_str(lm_vtype(fn, op->out[i]), a, sizeof a), i,
-                       lm_type_str(lm_vtype(fn, op->in[i]), b, sizeof b));
-    }
-  return 0;
+  LM_TRY(lm_check_tensors(op, fn, op->nin, op->nout, err));
+  return lm_check_results_like_operands(op, fn, err);
 }
 
 /* ---- all_reduce, cross-replica-sum, collective_reduce ---- */
@@ -585,27 +572,47 @@ static int v_cross_replica_sum(const lm_op *op, const lm_func *fn, lm_err *err) 
 
 /* ---- all_gather (spec 'all_gather') ---- */
 
-static int v_all_gather(const lm_op *op, const lm_func *fn, lm_err *err) {
+/* True when big and small have one element type and shape but in dimension d, where big's size
+ * is a whole multiple of small's (and 0 when small's is). */
+static bool grown_in_dim(const lm_type *big, const lm_type *small, int64_t d) {
+  if (big->rank != small->rank || big->dtype != small->dtype) return false;
+  for (int x = 0; x < small->rank; x++) {
+    bool ok = x == d ? (small->dims[x] == 0 ? big->dims[x] == 0 : big->dims[x] % small->dims[x] == 0)
+                     : big->dims[x] == small->dims[x];
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/* The shapes of all_gather (each result is its operand grown in dimension all_gather_dim) or,
+ * when scatter, of reduce_scatter (each operand is its result grown in scatter_dimension, and the
+ * operands share one element type): the shape constraints of spec 'all_gather' and 'reduce_scatter'. */
+static int verify_gather_scatter_shapes(const lm_op *op, const lm_func *fn, bool scatter, lm_err *err) {
   if (op->nin != op->nout || op->nin == 0)
     return lm_op_err(err, op, LOOM_VERIFY, "expects as many results as operands (at least one)");
-  LM_TRY(verify_tensors(op, fn, op->nin, op->nout, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, op->nout, err));
+  const char *dim_attr = scatter ? "scatter_dimension" : "all_gather_dim";
   int64_t d;
-  LM_TRY(int_attr(op, "all_gather_dim", &d, err));
+  LM_TRY(int_attr(op, dim_attr, &d, err));
+  lm_dtype dt = (lm_dtype)lm_vtype(fn, op->in[0])->dtype;
   for (uint32_t i = 0; i < op->nin; i++) {
     const lm_type *t = lm_vtype(fn, op->in[i]), *r = lm_vtype(fn, op->out[i]);
+    if (scatter && t->dtype != dt) return lm_op_err(err, op, LOOM_VERIFY, "operands must share one element type");
     if (d < 0 || d >= t->rank)
-      return lm_op_err(err, op, LOOM_VERIFY, "all_gather_dim %lld is outside [0, %d) of operand %u", (long long)d,
+      return lm_op_err(err, op, LOOM_VERIFY, "%s %lld is outside [0, %d) of operand %u", dim_attr, (long long)d,
                        t->rank, i);
-    bool ok = r->rank == t->rank && r->dtype == t->dtype;
-    for (int x = 0; ok && x < t->rank; x++)
-      ok = x == d ? (t->dims[x] == 0 ? r->dims[x] == 0 : r->dims[x] % t->dims[x] == 0) : r->dims[x] == t->dims[x];
-    if (!ok) {
+    if (!(scatter ? grown_in_dim(t, r, d) : grown_in_dim(r, t, d))) {
       char a[256], b[256];
       return lm_op_err(err, op, LOOM_VERIFY,
                        "result %u is %s; for operand %s it must differ only in dimension %lld, by a whole factor", i,
                        lm_type_str(r, a, sizeof a), lm_type_str(t, b, sizeof b), (long long)d);
     }
   }
+  return 0;
+}
+
+static int v_all_gather(const lm_op *op, const lm_func *fn, lm_err *err) {
+  LM_TRY(verify_gather_scatter_shapes(op, fn, false, err));
   return verify_reduce_mode(op, err);
 }
 
@@ -648,29 +655,8 @@ static int k_all_gather(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* ---- reduce_scatter (spec 'reduce_scatter') ---- */
 
 static int v_reduce_scatter(const lm_op *op, const lm_func *fn, lm_err *err) {
-  if (op->nin != op->nout || op->nin == 0)
-    return lm_op_err(err, op, LOOM_VERIFY, "expects as many results as operands (at least one)");
-  LM_TRY(verify_tensors(op, fn, op->nin, op->nout, err));
-  int64_t d;
-  LM_TRY(int_attr(op, "scatter_dimension", &d, err));
-  lm_dtype dt = (lm_dtype)lm_vtype(fn, op->in[0])->dtype;
-  for (uint32_t i = 0; i < op->nin; i++) {
-    const lm_type *t = lm_vtype(fn, op->in[i]), *r = lm_vtype(fn, op->out[i]);
-    if (t->dtype != dt) return lm_op_err(err, op, LOOM_VERIFY, "operands must share one element type");
-    if (d < 0 || d >= t->rank)
-      return lm_op_err(err, op, LOOM_VERIFY, "scatter_dimension %lld is outside [0, %d) of operand %u", (long long)d,
-                       t->rank, i);
-    bool ok = r->rank == t->rank && r->dtype == t->dtype;
-    for (int x = 0; ok && x < t->rank; x++)
-      ok = x == d ? (r->dims[x] == 0 ? t->dims[x] == 0 : t->dims[x] % r->dims[x] == 0) : r->dims[x] == t->dims[x];
-    if (!ok) {
-      char a[256], b[256];
-      return lm_op_err(err, op, LOOM_VERIFY,
-                       "result %u is %s; for operand %s it must differ only in dimension %lld, by a whole factor", i,
-                       lm_type_str(r, a, sizeof a), lm_type_str(t, b, sizeof b), (long long)d);
-    }
-  }
-  LM_TRY(verify_body(op, fn, dt, err));
+  LM_TRY(verify_gather_scatter_shapes(op, fn, true, err));
+  LM_TRY(verify_body(op, fn, (lm_dtype)lm_vtype(fn, op->in[0])->dtype, err));
   return verify_reduce_mode(op, err);
 }
 
@@ -722,7 +708,7 @@ static int k_reduce_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 static int v_all_to_all(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin != op->nout || op->nin == 0)
     return lm_op_err(err, op, LOOM_VERIFY, "expects as many results as operands (at least one)");
-  LM_TRY(verify_tensors(op, fn, op->nin, op->nout, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, op->nout, err));
   int64_t s, c, n;
   LM_TRY(int_attr(op, "split_dimension", &s, err));
   LM_TRY(int_attr(op, "concat_dimension", &c, err));
@@ -889,7 +875,7 @@ static int v_collective_broadcast(const lm_op *op, const lm_func *fn, lm_err *er
   if (op->nin < (dyn ? 2u : 1u) || op->nout != nd)
     return lm_op_err(err, op, LOOM_VERIFY, "expects %s and one result per data operand",
                      dyn ? "data operands followed by a root operand" : "one or more operands");
-  LM_TRY(verify_tensors(op, fn, op->nin, op->nout, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, op->nout, err));
   for (uint32_t i = 0; i < nd; i++)
     if (!lm_type_equal(lm_vtype(fn, op->in[i]), lm_vtype(fn, op->out[i])))
       return lm_op_err(err, op, LOOM_VERIFY, "result %u differs from operand %u's type", i, i);

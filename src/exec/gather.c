@@ -101,6 +101,20 @@ static int window_dims(const gdims *g, int orank, int64_t *wd) {
   return n;
 }
 
+/* The dims of t (gather's result, scatter's updates) that are not offset / update window dims,
+ * in order: their indices bd[n], sizes bsz[n], and the dim of the indices each one walks (the
+ * index vector dim skipped) bix[n]. Returns n. */
+static int batch_dims(const gdims *g, const lm_type *t, int64_t *bd, int64_t *bsz, int64_t *bix) {
+  int n = 0;
+  for (int d = 0; d < t->rank; d++)
+    if (!lm_dims_contains(g->off, g->n_off, d)) bd[n++] = d;
+  for (int j = 0; j < n; j++) {
+    bsz[j] = t->dims[bd[j]];
+    bix[j] = j < g->ivd ? j : j + 1;
+  }
+  return n;
+}
+
 /* Expected result shape of gather (spec 'gather' C22) into want; returns its rank or -1. */
 static int gather_shape(const gdims *g, int orank, const int64_t *sizes, const lm_type *it, int64_t *want) {
   int64_t batch[LM_MAX_RANK], wd[LM_MAX_RANK];
@@ -172,13 +186,7 @@ static void gather_run(const gdims *g, const lm_buffer *o, const lm_buffer *ix, 
   lm_row_strides(rt, rs);
   /* batch dims of the result, and for each the indices dim it walks */
   int64_t bdims[LM_MAX_RANK], bsz[LM_MAX_RANK], bix[LM_MAX_RANK];
-  int nb = 0;
-  for (int d = 0; d < rt->rank; d++)
-    if (!lm_dims_contains(g->off, g->n_off, d)) bdims[nb++] = d;
-  for (int j = 0; j < nb; j++) {
-    bsz[j] = rt->dims[bdims[j]];
-    bix[j] = j < g->ivd ? j : j + 1;
-  }
+  int nb = batch_dims(g, rt, bdims, bsz, bix);
   /* window: operand dims wd[] <-> result dims off[] */
   int64_t wd[LM_MAX_RANK], wsz[LM_MAX_RANK], wos[LM_MAX_RANK], wrs[LM_MAX_RANK];
   int nw = window_dims(g, ot->rank, wd);
@@ -252,8 +260,7 @@ static int v_scatter(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin < 3 || op->nin % 2 != 1 || op->nout != (op->nin - 1) / 2)
     return lm_op_err(err, op, LOOM_VERIFY, "expects N inputs, indices, N updates and N results");
   uint32_t n = op->nout;
-  for (uint32_t i = 0; i < op->nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < n; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, n, err));
   gdims g;
   LM_TRY(read_dims(op, true, &g, err));
   const lm_type *in0 = lm_vtype(fn, op->in[0]), *it = lm_vtype(fn, op->in[n]), *up0 = lm_vtype(fn, op->in[n + 1]);
@@ -380,13 +387,7 @@ static int k_scatter(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   lm_row_strides(ut, us);
   /* update scatter dims and the indices dim each walks */
   int64_t sdims[LM_MAX_RANK], ssz[LM_MAX_RANK], six[LM_MAX_RANK];
-  int ns = 0;
-  for (int d = 0; d < ut->rank; d++)
-    if (!lm_dims_contains(g.off, g.n_off, d)) sdims[ns++] = d;
-  for (int j = 0; j < ns; j++) {
-    ssz[j] = ut->dims[sdims[j]];
-    six[j] = j < g.ivd ? j : j + 1;
-  }
+  int ns = batch_dims(&g, ut, sdims, ssz, six);
   /* window: input dims wd[] <-> update dims off[] */
   int64_t wd[LM_MAX_RANK], wsz[LM_MAX_RANK], wrs[LM_MAX_RANK], wus[LM_MAX_RANK];
   int nw = window_dims(&g, rt->rank, wd);

@@ -41,6 +41,40 @@ static bool flag(const lm_op *op, const char *name) { return lm_attr_int_or(lm_o
 
 static bool solvable_type(lm_dtype t) { return lm_dtype_is_float(t) || lm_dtype_is_complex(t); }
 
+/* How many matrices a [batch..., m, n] tensor holds: the product of its leading dimensions. */
+static int64_t batch_count(const lm_type *t) {
+  int64_t batch = 1;
+  for (int d = 0; d < t->rank - 2; d++) batch *= t->dims[d];
+  return batch;
+}
+
+/* The matrices of a [batch..., m, n] tensor, worked on one at a time in complex double. */
+typedef struct mats {
+  lm_dtype dt;
+  int64_t m, n;   /* rows and columns of each matrix */
+  int64_t batch;  /* how many matrices */
+  zc *A;          /* [m * n] one matrix, row-major */
+} mats;
+
+static int mats_init(lm_kctx *k, const lm_type *t, mats *x) {
+  x->dt = t->dtype;
+  x->m = t->dims[t->rank - 2];
+  x->n = t->dims[t->rank - 1];
+  x->batch = batch_count(t);
+  x->A = malloc((size_t)(x->m * x->n > 0 ? x->m * x->n : 1) * sizeof *x->A);
+  return x->A ? 0 : lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
+}
+
+/* x->A = matrix bi of data. */
+static void mats_load(mats *x, const void *data, int64_t bi) {
+  for (int64_t i = 0; i < x->m * x->n; i++) x->A[i] = ld(data, x->dt, bi * x->m * x->n + i);
+}
+
+/* Matrix bi of data = x->A. */
+static void mats_store(const mats *x, void *data, int64_t bi) {
+  for (int64_t i = 0; i < x->m * x->n; i++) st(data, x->dt, bi * x->m * x->n + i, x->A[i]);
+}
+
 /* ---- triangular_solve ---- */
 
 static int v_triangular_solve(const lm_op *op, const lm_func *fn, lm_err *err) {
@@ -74,9 +108,7 @@ static int tri_solve(lm_kctx *k, const lm_buffer *a, const lm_buffer *b, lm_buff
   const lm_type *at = &a->type, *bt = &b->type;
   lm_dtype dt = at->dtype;
   int R = at->rank;
-  int64_t M = at->dims[R - 1], rows = bt->dims[R - 2], cols = bt->dims[R - 1];
-  int64_t batch = 1;
-  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
+  int64_t M = at->dims[R - 1], rows = bt->dims[R - 2], cols = bt->dims[R - 1], batch = batch_count(at);
   /* op(a) is lower-triangular when a is lower and not transposed, or upper and transposed */
   bool opl = tr ? !lower : lower;
   size_t na = (size_t)(M * M > 0 ? M * M : 1), nx = (size_t)(rows * cols > 0 ? rows * cols : 1);
@@ -156,8 +188,7 @@ static int chol(lm_kctx *k, const lm_buffer *a, lm_buffer *out, bool lower, bool
   const lm_type *at = &a->type;
   lm_dtype dt = at->dtype;
   int R = at->rank;
-  int64_t N = at->dims[R - 1], batch = 1;
-  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
+  int64_t N = at->dims[R - 1], batch = batch_count(at);
   zc *L = malloc((size_t)(N * N > 0 ? N * N : 1) * sizeof *L);
   if (!L) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
   for (int64_t bi = 0; bi < batch; bi++) {
@@ -209,11 +240,18 @@ static int64_t cfg_char(const lm_op *op, const char *name, int64_t dflt) {
   return lm_attr_int_or(lm_attrs_get(bc->fields, bc->n, name), dflt);
 }
 
+/* True when v is of element type dt with a's batch dimensions, followed by one dimension of size
+ * last (last < 0: none; v is over the batch only): info, pivot and tau results. */
+static bool over_batch(const lm_type *v, lm_dtype dt, const lm_type *a, int64_t last) {
+  int nb = a->rank - 2;
+  if (v->dtype != dt || v->rank != nb + (last >= 0) || memcmp(v->dims, a->dims, (size_t)nb * sizeof *a->dims)) return false;
+  return last < 0 || v->dims[nb] == last;
+}
+
 static int v_lapack_common(const lm_op *op, const lm_func *fn, uint32_t nin, uint32_t nout, lm_err *err) {
   if (op->nin != nin || op->nout != nout)
     return lm_op_err(err, op, LOOM_VERIFY, "custom_call expects %u operand(s) and %u result(s)", nin, nout);
-  for (uint32_t i = 0; i < nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < nout; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_tensors(op, fn, nin, nout, err));
   const lm_type *a = lm_vtype(fn, op->in[0]);
   if (!solvable_type(a->dtype) || a->dtype == LOOM_DTYPE_F16 || a->dtype == LOOM_DTYPE_BF16 || a->rank < 2)
     return lm_op_err(err, op, LOOM_VERIFY, "operand must be a (batch of) f32/f64/complex matrices");
@@ -225,7 +263,7 @@ static int v_potrf(const lm_op *op, const lm_func *fn, lm_err *err) {
   const lm_type *a = lm_vtype(fn, op->in[0]), *info = lm_vtype(fn, op->out[1]);
   if (a->dims[a->rank - 1] != a->dims[a->rank - 2] || !lm_type_equal(a, lm_vtype(fn, op->out[0])))
     return lm_op_err(err, op, LOOM_VERIFY, "potrf needs square matrices and a result of the operand's type");
-  if (info->dtype != LOOM_DTYPE_S32 || info->rank != a->rank - 2 || memcmp(info->dims, a->dims, (size_t)info->rank * 8))
+  if (!over_batch(info, LOOM_DTYPE_S32, a, -1))
     return lm_op_err(err, op, LOOM_VERIFY, "potrf's info result must be i32 over the batch dimensions");
   int64_t u = cfg_char(op, "uplo", 'L');
   if (u != 'L' && u != 'U') return lm_op_err(err, op, LOOM_VERIFY, "uplo must be 'L' or 'U'");
@@ -261,9 +299,9 @@ static int v_getrf(const lm_op *op, const lm_func *fn, lm_err *err) {
   int R = a->rank;
   int64_t mn = a->dims[R - 1] < a->dims[R - 2] ? a->dims[R - 1] : a->dims[R - 2];
   if (!lm_type_equal(a, lm_vtype(fn, op->out[0]))) return lm_op_err(err, op, LOOM_VERIFY, "getrf's LU result must have the operand's type");
-  if (piv->dtype != LOOM_DTYPE_S32 || piv->rank != R - 1 || memcmp(piv->dims, a->dims, (size_t)(R - 2) * 8) || piv->dims[R - 2] != mn)
+  if (!over_batch(piv, LOOM_DTYPE_S32, a, mn))
     return lm_op_err(err, op, LOOM_VERIFY, "getrf's pivots must be i32 [batch..., min(m, n)]");
-  if (info->dtype != LOOM_DTYPE_S32 || info->rank != R - 2 || memcmp(info->dims, a->dims, (size_t)(R - 2) * 8))
+  if (!over_batch(info, LOOM_DTYPE_S32, a, -1))
     return lm_op_err(err, op, LOOM_VERIFY, "getrf's info result must be i32 over the batch dimensions");
   return 0;
 }
@@ -272,17 +310,14 @@ static int v_getrf(const lm_op *op, const lm_func *fn, lm_err *err) {
  * largest |a[i][j]| (|re| + |im| for complex, as icamax) at or below it, ipiv 1-based; a zero
  * pivot sets info to its 1-based column (first one) and the elimination continues. */
 static int k_getrf(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  const lm_type *at = &in[0]->type;
-  lm_dtype dt = at->dtype;
-  int R = at->rank;
-  int64_t m = at->dims[R - 2], n = at->dims[R - 1], mn = m < n ? m : n, batch = 1;
-  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
-  zc *A = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *A);
-  if (!A) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
+  mats x;
+  LM_TRY(mats_init(k, &in[0]->type, &x));
+  zc *A = x.A;
+  int64_t m = x.m, n = x.n, mn = m < n ? m : n;
   int32_t *piv = out[1]->data, *info = out[2]->data;
-  bool cplx = lm_dtype_is_complex(dt);
-  for (int64_t bi = 0; bi < batch; bi++) {
-    for (int64_t i = 0; i < m * n; i++) A[i] = ld(in[0]->data, dt, bi * m * n + i);
+  bool cplx = lm_dtype_is_complex(x.dt);
+  for (int64_t bi = 0; bi < x.batch; bi++) {
+    mats_load(&x, in[0]->data, bi);
     info[bi] = 0;
     for (int64_t j = 0; j < mn; j++) {
       int64_t p = j;
@@ -303,7 +338,7 @@ static int k_getrf(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       for (int64_t i = j + 1; i < m; i++)
         for (int64_t c = j + 1; c < n; c++) A[i * n + c] -= A[i * n + j] * A[j * n + c];
     }
-    for (int64_t i = 0; i < m * n; i++) st(out[0]->data, dt, bi * m * n + i, A[i]);
+    mats_store(&x, out[0]->data, bi);
   }
   free(A);
   return 0;
@@ -317,22 +352,18 @@ static int v_geqrf(const lm_op *op, const lm_func *fn, lm_err *err) {
   const lm_type *a = lm_vtype(fn, op->in[0]), *tau = lm_vtype(fn, op->out[1]);
   int R = a->rank;
   int64_t mn = a->dims[R - 1] < a->dims[R - 2] ? a->dims[R - 1] : a->dims[R - 2];
-  if (!lm_type_equal(a, lm_vtype(fn, op->out[0])) || tau->dtype != a->dtype || tau->rank != R - 1 ||
-      memcmp(tau->dims, a->dims, (size_t)(R - 2) * 8) || tau->dims[R - 2] != mn)
+  if (!lm_type_equal(a, lm_vtype(fn, op->out[0])) || !over_batch(tau, a->dtype, a, mn))
     return lm_op_err(err, op, LOOM_VERIFY, "geqrf returns the operand's type and taus [batch..., min(m, n)]");
   return 0;
 }
 
 static int k_geqrf(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  const lm_type *at = &in[0]->type;
-  lm_dtype dt = at->dtype;
-  int R = at->rank;
-  int64_t m = at->dims[R - 2], n = at->dims[R - 1], mn = m < n ? m : n, batch = 1;
-  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
-  zc *A = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *A);
-  if (!A) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
-  for (int64_t bi = 0; bi < batch; bi++) {
-    for (int64_t i = 0; i < m * n; i++) A[i] = ld(in[0]->data, dt, bi * m * n + i);
+  mats x;
+  LM_TRY(mats_init(k, &in[0]->type, &x));
+  zc *A = x.A;
+  int64_t m = x.m, n = x.n, mn = m < n ? m : n;
+  for (int64_t bi = 0; bi < x.batch; bi++) {
+    mats_load(&x, in[0]->data, bi);
     for (int64_t j = 0; j < mn; j++) {
       zc alpha = A[j * n + j], tau = 0;
       double xn = 0;
@@ -353,9 +384,9 @@ static int k_geqrf(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
           for (int64_t i = j + 1; i < m; i++) A[i * n + c] -= A[i * n + j] * w;
         }
       }
-      st(out[1]->data, dt, bi * mn + j, tau);
+      st(out[1]->data, x.dt, bi * mn + j, tau);
     }
-    for (int64_t i = 0; i < m * n; i++) st(out[0]->data, dt, bi * m * n + i, A[i]);
+    mats_store(&x, out[0]->data, bi);
   }
   free(A);
   return 0;
@@ -373,19 +404,16 @@ static int v_orgqr(const lm_op *op, const lm_func *fn, lm_err *err) {
 }
 
 static int k_orgqr(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
-  const lm_type *at = &in[0]->type;
-  lm_dtype dt = at->dtype;
-  int R = at->rank;
-  int64_t m = at->dims[R - 2], n = at->dims[R - 1], kk = in[1]->type.dims[R - 2], batch = 1;
-  for (int d = 0; d < R - 2; d++) batch *= at->dims[d];
-  zc *A = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *A);
-  if (!A) return lm_kerr(k, LOOM_NO_MEMORY, "out of host memory");
-  for (int64_t bi = 0; bi < batch; bi++) {
-    for (int64_t i = 0; i < m * n; i++) A[i] = ld(in[0]->data, dt, bi * m * n + i);
+  mats x;
+  LM_TRY(mats_init(k, &in[0]->type, &x));
+  zc *A = x.A;
+  int64_t m = x.m, n = x.n, kk = in[1]->type.dims[in[0]->type.rank - 2]; /* reflectors per matrix */
+  for (int64_t bi = 0; bi < x.batch; bi++) {
+    mats_load(&x, in[0]->data, bi);
     for (int64_t c = kk; c < n; c++) /* columns past the reflectors start as unit vectors */
       for (int64_t i = 0; i < m; i++) A[i * n + c] = i == c ? 1 : 0;
     for (int64_t j = kk - 1; j >= 0; j--) {
-      zc tau = ld(in[1]->data, dt, bi * kk + j);
+      zc tau = ld(in[1]->data, x.dt, bi * kk + j);
       if (j < n - 1) { /* apply H(j) = I - tau v v^H to A[j:, j+1:] */
         A[j * n + j] = 1;
         for (int64_t c = j + 1; c < n; c++) {
@@ -399,7 +427,7 @@ static int k_orgqr(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
       A[j * n + j] = 1.0 - tau;
       for (int64_t i = 0; i < j; i++) A[i * n + j] = 0;
     }
-    for (int64_t i = 0; i < m * n; i++) st(out[0]->data, dt, bi * m * n + i, A[i]);
+    mats_store(&x, out[0]->data, bi);
   }
   free(A);
   return 0;

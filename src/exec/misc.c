@@ -9,13 +9,6 @@
 #include <string.h>
 #include "exec/ops_util.h"
 
-static int arity(const lm_op *op, uint32_t nin, uint32_t nout, lm_err *err) {
-  if (op->nin != nin || op->nout != nout)
-    return lm_op_err(err, op, LOOM_VERIFY, "expects %u operand(s) and %u result(s), has %u and %u", nin, nout,
-                     op->nin, op->nout);
-  return 0;
-}
-
 /* ---- tuple, get_tuple_element, optimization_barrier (results alias their operands: buffers
  * are immutable once computed) ---- */
 
@@ -37,7 +30,7 @@ static int k_tuple(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 }
 
 static int v_get_tuple_element(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   const lm_type *t = lm_vtype(fn, op->in[0]);
   const lm_attr *ia = lm_op_attr(op, "index");
   int64_t i = lm_attr_int_or(ia, -1);
@@ -58,14 +51,7 @@ static int k_get_tuple_element(lm_kctx *k, lm_buffer *const *in, lm_buffer **out
 
 static int v_identity(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin != op->nout) return lm_op_err(err, op, LOOM_VERIFY, "expects as many results as operands");
-  for (uint32_t i = 0; i < op->nin; i++)
-    if (!lm_type_equal(lm_vtype(fn, op->in[i]), lm_vtype(fn, op->out[i]))) {
-      char a[256], b[256];
-      return lm_op_err(err, op, LOOM_VERIFY, "result %u is %s but operand %u is %s", i,
-                       lm_type_str(lm_vtype(fn, op->out[i]), a, sizeof a), i,
-                       lm_type_str(lm_vtype(fn, op->in[i]), b, sizeof b));
-    }
-  return 0;
+  return lm_check_results_like_operands(op, fn, err);
 }
 
 static int k_identity(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
@@ -89,7 +75,7 @@ static int k_token(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) { return 0
 /* ---- replica_id, partition_id (spec: 0-d ui32 of this process) ---- */
 
 static int v_process_id(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 0, 1, err));
+  LM_TRY(lm_check_arity(op, 0, 1, err));
   const lm_type *t = lm_vtype(fn, op->out[0]);
   if (t->kind != LM_TYPE_TENSOR || t->rank != 0 || !lm_dtype_is_int(t->dtype))
     return lm_op_err(err, op, LOOM_VERIFY, "result must be a 0-d integer tensor (tensor<ui32>)");
@@ -188,9 +174,8 @@ static int k_cc_shape_assertion(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
  * indices in[first_vec .. first_vec + nvec) and results out[0] (operand type) and out[1..] (1-D). */
 static int v_batch_norm(const lm_op *op, const lm_func *fn, uint32_t nin, uint32_t nout, const uint32_t *vec_in,
                         uint32_t nvec_in, bool grad_out_operand, lm_err *err) {
-  LM_TRY(arity(op, nin, nout, err));
-  for (uint32_t i = 0; i < nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < nout; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_arity(op, nin, nout, err));
+  LM_TRY(lm_check_tensors(op, fn, nin, nout, err));
   const lm_type *a = lm_vtype(fn, op->in[0]);
   if (!lm_dtype_is_float(a->dtype))
     return lm_op_err(err, op, LOOM_VERIFY, "operand must have a floating-point element type, not %s", lm_dtype_name(a->dtype));
@@ -331,7 +316,7 @@ static int k_bn_grad(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
  * convolution kernel checks the shapes against it at run time. */
 
 static int v_dynamic_conv(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 3, 1, err));
+  LM_TRY(lm_check_arity(op, 3, 1, err));
   for (uint32_t i = 0; i < 3; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
   LM_TRY(lm_check_tensor(op, fn, true, 0, err));
   const lm_type *l = lm_vtype(fn, op->in[0]), *p = lm_vtype(fn, op->in[2]);

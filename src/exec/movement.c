@@ -8,17 +8,8 @@
 #include <string.h>
 #include "exec/ops_util.h"
 
-static int arity(const lm_op *op, uint32_t nin, uint32_t nout, lm_err *err) {
-  if (op->nin != nin || op->nout != nout)
-    return lm_op_err(err, op, LOOM_VERIFY, "expects %u operand(s) and %u result(s), has %u and %u", nin, nout,
-                     op->nin, op->nout);
-  return 0;
-}
-
 static int tensors(const lm_op *op, const lm_func *fn, lm_err *err) {
-  for (uint32_t i = 0; i < op->nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < op->nout; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
-  return 0;
+  return lm_check_tensors(op, fn, op->nin, op->nout, err);
 }
 
 static int same_elem(const lm_op *op, const lm_type *a, const lm_type *b, lm_err *err) {
@@ -53,7 +44,7 @@ static bool is_int_type(const lm_type *t) { return lm_dtype_is_int(t->dtype); }
 /* ---- reshape (spec 'reshape') ---- */
 
 static int v_reshape(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));
@@ -75,7 +66,7 @@ static int k_reshape(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* ---- transpose (spec 'transpose') ---- */
 
 static int v_transpose(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));
@@ -104,7 +95,7 @@ static int k_transpose(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* ---- slice (spec 'slice') ---- */
 
 static int v_slice(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));
@@ -309,7 +300,7 @@ static bool pad_dims(const lm_type *a, const int64_t *lo, const int64_t *hi, con
 }
 
 static int v_pad(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 2, 1, err));
+  LM_TRY(lm_check_arity(op, 2, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *p = lm_vtype(fn, op->in[1]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, p, err));
@@ -372,7 +363,7 @@ static int k_pad(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* ---- reverse (spec 'reverse') ---- */
 
 static int v_reverse(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));
@@ -408,7 +399,7 @@ static int k_reverse(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* ---- broadcast (legacy 'broadcast': result shape = broadcast_sizes ++ operand shape) ---- */
 
 static int v_broadcast(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));
@@ -455,7 +446,7 @@ static int v_iota_common(const lm_op *op, const lm_func *fn, lm_err *err) {
 }
 
 static int v_iota(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 0, 1, err));
+  LM_TRY(lm_check_arity(op, 0, 1, err));
   LM_TRY(tensors(op, fn, err));
   return v_iota_common(op, fn, err);
 }
@@ -486,7 +477,7 @@ static int k_iota(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 /* ---- get_dimension_size (spec 'get_dimension_size') ---- */
 
 static int v_get_dimension_size(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   int64_t d = lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
@@ -524,7 +515,7 @@ static int v_shape_operand(const lm_op *op, const lm_func *fn, uint32_t i, lm_er
 }
 
 static int v_dynamic_broadcast_in_dim(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 2, 1, err));
+  LM_TRY(lm_check_arity(op, 2, 1, err));
   LM_TRY(tensors(op, fn, err));
   LM_TRY(v_shape_operand(op, fn, 1, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
@@ -551,7 +542,7 @@ static int k_dynamic_broadcast_in_dim(lm_kctx *k, lm_buffer *const *in, lm_buffe
 }
 
 static int v_dynamic_iota(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 1, 1, err));
+  LM_TRY(lm_check_arity(op, 1, 1, err));
   LM_TRY(tensors(op, fn, err));
   LM_TRY(v_shape_operand(op, fn, 0, err));
   return v_iota_common(op, fn, err);
@@ -563,7 +554,7 @@ static int k_dynamic_iota(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 }
 
 static int v_dynamic_reshape(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 2, 1, err));
+  LM_TRY(lm_check_arity(op, 2, 1, err));
   LM_TRY(tensors(op, fn, err));
   LM_TRY(v_shape_operand(op, fn, 1, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
@@ -578,7 +569,7 @@ static int k_dynamic_reshape(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) 
 }
 
 static int v_dynamic_pad(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 5, 1, err));
+  LM_TRY(lm_check_arity(op, 5, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *p = lm_vtype(fn, op->in[1]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, p, err));
@@ -611,7 +602,7 @@ static int k_dynamic_pad(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
 }
 
 static int v_real_dynamic_slice(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 4, 1, err));
+  LM_TRY(lm_check_arity(op, 4, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));
@@ -648,7 +639,7 @@ static int k_real_dynamic_slice(lm_kctx *k, lm_buffer *const *in, lm_buffer **ou
  * into range as gather clamps its start indices. */
 
 static int v_torch_index_select(const lm_op *op, const lm_func *fn, lm_err *err) {
-  LM_TRY(arity(op, 2, 1, err));
+  LM_TRY(lm_check_arity(op, 2, 1, err));
   LM_TRY(tensors(op, fn, err));
   const lm_type *a = lm_vtype(fn, op->in[0]), *ix = lm_vtype(fn, op->in[1]), *r = lm_vtype(fn, op->out[0]);
   LM_TRY(same_elem(op, a, r, err));

@@ -553,6 +553,13 @@ int lm_struct_ints(const lm_op *op, const lm_attr *s, const char *field, int64_t
   return attr_ints(op, a, field, out, cap, err);
 }
 
+int lm_check_arity(const lm_op *op, uint32_t nin, uint32_t nout, lm_err *err) {
+  if (op->nin != nin || op->nout != nout)
+    return lm_op_err(err, op, LOOM_VERIFY, "expects %u operand(s) and %u result(s), has %u and %u", nin, nout,
+                     op->nin, op->nout);
+  return 0;
+}
+
 int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i, lm_err *err) {
   const lm_type *t = &fn->value_types[result ? op->out[i] : op->in[i]];
   if (t->kind != LM_TYPE_TENSOR)
@@ -561,6 +568,24 @@ int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i,
     char ts[256];
     return lm_op_err(err, op, LOOM_UNSUPPORTED, "%s %u has dynamic shape %s; only static shapes are supported",
                      result ? "result" : "operand", i, lm_type_str(t, ts, sizeof ts));
+  }
+  return 0;
+}
+
+int lm_check_tensors(const lm_op *op, const lm_func *fn, uint32_t nin, uint32_t nout, lm_err *err) {
+  for (uint32_t i = 0; i < nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
+  for (uint32_t i = 0; i < nout; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  return 0;
+}
+
+int lm_check_results_like_operands(const lm_op *op, const lm_func *fn, lm_err *err) {
+  for (uint32_t i = 0; i < op->nout; i++) {
+    const lm_type *t = lm_vtype(fn, op->in[i]), *r = lm_vtype(fn, op->out[i]);
+    if (!lm_type_equal(t, r)) {
+      char a[256], b[256];
+      return lm_op_err(err, op, LOOM_VERIFY, "result %u is %s but operand %u is %s", i, lm_type_str(r, a, sizeof a), i,
+                       lm_type_str(t, b, sizeof b));
+    }
   }
   return 0;
 }

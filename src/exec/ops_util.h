@@ -120,8 +120,15 @@ int lm_op_ints(const lm_op *op, const char *name, int64_t *out, int cap, int dfl
 /* Same for a field of a STRUCT attribute (e.g. "stablehlo.gather" fields); NULL s means absent. */
 int lm_struct_ints(const lm_op *op, const lm_attr *s, const char *field, int64_t *out, int cap, lm_err *err);
 
+/* Checks that op has nin operands and nout results. */
+int lm_check_arity(const lm_op *op, uint32_t nin, uint32_t nout, lm_err *err);
 /* Checks that op's operand i (or result i) is a tensor with a static shape; names it in the error. */
 int lm_check_tensor(const lm_op *op, const lm_func *fn, bool result, uint32_t i, lm_err *err);
+/* lm_check_tensor for operands [0, nin), then results [0, nout). */
+int lm_check_tensors(const lm_op *op, const lm_func *fn, uint32_t nin, uint32_t nout, lm_err *err);
+/* Checks that each result i has operand i's type exactly (the caller has checked that there are
+ * as many results as operands). */
+int lm_check_results_like_operands(const lm_op *op, const lm_func *fn, lm_err *err);
 
 /* Checks that region r of op (one block) ends in a return of n rank-0 tensors of types dts[n];
  * `what` names the region in the error ("comparator", "body", ...). */

@@ -426,8 +426,7 @@ static int v_approx_top_k(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin < 2 || op->nin % 2 || op->nout != op->nin / 2)
     return lm_op_err(err, op, LOOM_VERIFY, "@ApproxTopK expects N operands, N init values and N results");
   uint32_t n = op->nout;
-  for (uint32_t i = 0; i < op->nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < n; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, n, err));
   const lm_type *a = lm_vtype(fn, op->in[0]);
   int64_t rd = cfg_int(op, "reduction_dim", -1), k = cfg_int(op, "top_k", -1);
   if (rd < 0) rd += a->rank;

@@ -97,8 +97,7 @@ static int v_reduce_window(const lm_op *op, const lm_func *fn, lm_err *err) {
   if (op->nin < 2 || op->nin % 2 || op->nout != op->nin / 2)
     return lm_op_err(err, op, LOOM_VERIFY, "expects N inputs, N init values and N results");
   uint32_t n = op->nout;
-  for (uint32_t i = 0; i < op->nin; i++) LM_TRY(lm_check_tensor(op, fn, false, i, err));
-  for (uint32_t i = 0; i < n; i++) LM_TRY(lm_check_tensor(op, fn, true, i, err));
+  LM_TRY(lm_check_tensors(op, fn, op->nin, n, err));
   const lm_type *a = lm_vtype(fn, op->in[0]);
   wparams w;
   LM_TRY(read_window(op, a->rank, true, &w, err));

@@ -391,6 +391,20 @@ int lm_p_sdy_sharding_body(lm_parser *p, lm_attr *out) {
   return rc;
 }
 
+int lm_p_sdy_sharding_list(lm_parser *p, lm_attr *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = LM_ATTR_ARRAY;
+  uint32_t cap = 0;
+  LM_TRY(lm_p_expect(p, LM_T_LBRACK, "'['"));
+  while (!lm_p_is(p, LM_T_RBRACK)) {
+    lm_attr *it = lm_p_push(p, (void **)&out->items, &out->n, &cap, sizeof(lm_attr));
+    if (!it) return p->err->code;
+    LM_TRY(lm_p_sdy_sharding_body(p, it));
+    if (!lm_p_eat(p, LM_T_COMMA)) break;
+  }
+  return lm_p_expect(p, LM_T_RBRACK, "',' or ']'");
+}
+
 /* `#name...` attributes; the current token is the HASH token. */
 static int hash_attr(lm_parser *p, lm_attr *out) {
   lm_tok t = p->tok;
@@ -438,17 +452,7 @@ static int hash_attr(lm_parser *p, lm_attr *out) {
     return lm_p_expect(p, LM_T_GT, "'>' closing #stablehlo.conv");
   }
   if (!strcmp(name, "sdy.sharding_per_value")) {
-    memset(out, 0, sizeof *out);
-    out->kind = LM_ATTR_ARRAY;
-    uint32_t cap = 0;
-    LM_TRY(lm_p_expect(p, LM_T_LBRACK, "'['"));
-    while (!lm_p_is(p, LM_T_RBRACK)) {
-      lm_attr *it = lm_p_push(p, (void **)&out->items, &out->n, &cap, sizeof(lm_attr));
-      if (!it) return p->err->code;
-      LM_TRY(lm_p_sdy_sharding_body(p, it));
-      if (!lm_p_eat(p, LM_T_COMMA)) break;
-    }
-    LM_TRY(lm_p_expect(p, LM_T_RBRACK, "',' or ']'"));
+    LM_TRY(lm_p_sdy_sharding_list(p, out));
     return lm_p_expect(p, LM_T_GT, "'>'");
   }
   if (lm_p_is(p, LM_T_GT)) {

@@ -1,6 +1,7 @@
 /* Internals of the StableHLO text reader, shared by parse_core.c (tokens, errors, names),
  * parse_types.c, parse_attrs.c (attributes and dense constants), parse_ops.c (generic op form,
- * regions, functions, module) and parse_pretty.c (the pretty forms of individual ops).
+ * regions, functions, module) and parse_pretty.c / parse_pretty2.c (the pretty forms of
+ * individual ops).
  * Not a public header: only the parser includes it. */
 #ifndef LM_HLO_PARSE_INT_H
 #define LM_HLO_PARSE_INT_H
@@ -160,6 +161,8 @@ int lm_p_add_attr(lm_parser *p, lm_named_attr **attrs, uint32_t *n, uint32_t *ca
 /* `<@mesh, [{"x"}, {}]>` (current token '<', consumed through the closing '>') into a STRUCT
  * "sdy.sharding". */
 int lm_p_sdy_sharding_body(lm_parser *p, lm_attr *out);
+/* `[<@mesh, [...]>, ...]` (current token '[') into an ARRAY of "sdy.sharding" STRUCTs. */
+int lm_p_sdy_sharding_list(lm_parser *p, lm_attr *out);
 /* `#stablehlo.conv` dimension-numbers body `[b, 0, f]x[0, i, o]->[b, 0, f]` into a STRUCT. */
 int lm_p_conv_dims(lm_parser *p, lm_attr *out);
 /* The name of a structured attribute, e.g. "stablehlo.gather", with fields. */
@@ -204,9 +207,21 @@ int lm_p_block_ops(lm_parser *p, lm_block *blk);
 /* ---- parse_pretty.c ---- */
 /* Parses everything after the op name for an op in pretty form. Returns 1 when the op has no
  * pretty form known here (caller reports it), 0 on success, negative on error. */
-int lm_p_pretty_op(lm_parser *p, lm_opb *b, const lm_tok *name_tok);
+int lm_p_pretty_op(lm_parser *p, lm_opb *b);
+/* A reader of the type signature after ':', filling b's operand and result types. */
+typedef int (*lm_p_sig_fn)(lm_parser *p, lm_opb *b);
 /* Type signature after ':' for ops whose operands and results may share one written type. */
 int lm_p_sig_same(lm_parser *p, lm_opb *b);
 int lm_p_sig_functional(lm_parser *p, lm_opb *b);
+/* `: signature` read by sig into the scratch arena: signatures only live until the op is
+ * committed. */
+int lm_p_colon_sig(lm_parser *p, lm_opb *b, lm_p_sig_fn sig);
+/* The optional `{attrs}` or `attributes {attrs}` of a pretty form, added to the op. */
+int lm_p_opt_attr_dict(lm_parser *p, lm_opb *b);
+
+/* ---- parse_pretty2.c ---- */
+/* The pretty forms with regions or structured attributes (reduce, while, convolution, dots,
+ * calls, check/chlo/sdy ops); same contract as lm_p_pretty_op. */
+int lm_p_pretty_op2(lm_parser *p, lm_opb *b);
 
 #endif

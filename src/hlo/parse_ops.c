@@ -272,7 +272,7 @@ int lm_p_parse_op(lm_parser *p, lm_op **ops, uint32_t *nops, uint32_t *capops) {
     if (!b.op.name) return p->err->code;
     b.op.code = (uint16_t)lm_opcode_from_name(s, n);
     lm_p_next(p);
-    int rc = lm_p_pretty_op(p, &b, &nt);
+    int rc = lm_p_pretty_op(p, &b);
     if (rc == 1) {
       char buf[96];
       return lm_p_errf(p, &nt, LOOM_UNSUPPORTED, "op %s in custom (pretty) form is not known to Loom's parser",

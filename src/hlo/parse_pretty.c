@@ -8,12 +8,18 @@
 #include <string.h>
 #include "hlo/parse_int.h"
 
-int lm_p_pretty_op2(lm_parser *p, lm_opb *b, const lm_tok *name_tok); /* parse_pretty2.c */
-
 /* ---- signatures ---- */
 
 int lm_p_sig_functional(lm_parser *p, lm_opb *b) {
   return lm_p_func_type(p, &b->in_types, &b->nin_types, &b->out_types, &b->nout_types);
+}
+
+int lm_p_colon_sig(lm_parser *p, lm_opb *b, lm_p_sig_fn sig) {
+  LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's type"));
+  lm_arena *saved = lm_p_scratch_on(p);
+  int rc = sig(p, b);
+  lm_p_scratch_off(p, saved);
+  return rc;
 }
 
 /* n copies of t in the arena. */
@@ -161,7 +167,7 @@ static const pretty_form g_forms[] = {
     {"stablehlo.unary_einsum", "% , config = S:einsum_config {} :F"},
 };
 
-static int opt_attr_dict(lm_parser *p, lm_opb *b) {
+int lm_p_opt_attr_dict(lm_parser *p, lm_opb *b) {
   if (lm_p_eat_id(p, "attributes") && !lm_p_is(p, LM_T_LBRACE)) return lm_p_expected(p, "'{' after attributes");
   if (lm_p_is(p, LM_T_LBRACE)) return lm_p_attr_dict(p, &b->attrs, &b->op.nattrs, &b->capattrs);
   return 0;
@@ -182,6 +188,18 @@ static int enum_step(lm_parser *p, lm_opb *b, const char *name) {
   if (!a.s) return p->err->code;
   lm_p_next(p);
   return lm_p_opb_attr(p, b, name, &a);
+}
+
+/* The signature reader named by a form's `:X` step. */
+static lm_p_sig_fn form_sig(const char *x) {
+  static const struct {
+    const char *x;
+    lm_p_sig_fn fn;
+  } sigs[] = {{"S", lm_p_sig_same}, {"F", lm_p_sig_functional}, {"R", sig_result}, {"SEL", sig_select},
+              {"T", sig_tuple},     {"P", sig_pairwise},        {"C", sig_complex}};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    if (!strcmp(x, sigs[i].x)) return sigs[i].fn;
+  return NULL;
 }
 
 static int run_form(lm_parser *p, lm_opb *b, const char *fmt) {
@@ -208,21 +226,11 @@ static int run_form(lm_parser *p, lm_opb *b, const char *fmt) {
     } else if (!strcmp(step, "]")) {
       LM_TRY(lm_p_expect(p, LM_T_RBRACK, "']'"));
     } else if (!strcmp(step, "{}")) {
-      LM_TRY(opt_attr_dict(p, b));
+      LM_TRY(lm_p_opt_attr_dict(p, b));
     } else if (step[0] == ':') {
-      LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's type"));
-      const char *k = step + 1;
-      lm_arena *saved = lm_p_scratch_on(p); /* signatures only live until the op is committed */
-      int rc = 0;
-      if (!strcmp(k, "S")) rc = lm_p_sig_same(p, b);
-      else if (!strcmp(k, "F")) rc = lm_p_sig_functional(p, b);
-      else if (!strcmp(k, "R")) rc = sig_result(p, b);
-      else if (!strcmp(k, "SEL")) rc = sig_select(p, b);
-      else if (!strcmp(k, "T")) rc = sig_tuple(p, b);
-      else if (!strcmp(k, "P")) rc = sig_pairwise(p, b);
-      else if (!strcmp(k, "C")) rc = sig_complex(p, b);
-      lm_p_scratch_off(p, saved);
-      LM_TRY(rc);
+      lm_p_sig_fn sig = form_sig(step + 1);
+      if (!sig) return lm_p_errf(p, NULL, LOOM_INTERNAL, "form of %s: unknown signature '%s'", b->op.name, step);
+      LM_TRY(lm_p_colon_sig(p, b, sig));
     } else if (arg && step[1] == ':') {
       lm_attr a;
       if (step[0] == 'I') {
@@ -251,7 +259,7 @@ static int run_form(lm_parser *p, lm_opb *b, const char *fmt) {
 
 /* `stablehlo.constant [{attrs}] dense<...> : T` */
 static int pretty_constant(lm_parser *p, lm_opb *b) {
-  LM_TRY(opt_attr_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   lm_attr v;
   lm_tok at = p->tok;
   LM_TRY(lm_p_attr(p, &v));
@@ -343,7 +351,7 @@ static int pretty_reduce_precision(lm_parser *p, lm_opb *b) {
 
 /* `stablehlo.optimization_barrier {attrs} %a, %b : A, B` or `... ()` with no operands. */
 static int pretty_barrier(lm_parser *p, lm_opb *b) {
-  LM_TRY(opt_attr_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   if (lm_p_eat(p, LM_T_LPAREN)) return lm_p_expect(p, LM_T_RPAREN, "')'");
   return run_form(p, b, "%* :P");
 }
@@ -351,7 +359,7 @@ static int pretty_barrier(lm_parser *p, lm_opb *b) {
 /* `return %a, %b {} : A, B` (func.return, stablehlo.return, sdy.return). */
 static int pretty_return(lm_parser *p, lm_opb *b) {
   LM_TRY(lm_p_operand_list(p, b));
-  LM_TRY(opt_attr_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   if (b->op.nin == 0) return 0;
   LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the returned types"));
   lm_arena *saved = lm_p_scratch_on(p);
@@ -360,7 +368,7 @@ static int pretty_return(lm_parser *p, lm_opb *b) {
   return rc;
 }
 
-int lm_p_pretty_op(lm_parser *p, lm_opb *b, const lm_tok *name_tok) {
+int lm_p_pretty_op(lm_parser *p, lm_opb *b) {
   switch (b->op.code) {
     case LM_OP_CONSTANT: return pretty_constant(p, b);
     case LM_OP_COMPARE: return pretty_compare(p, b);
@@ -373,5 +381,5 @@ int lm_p_pretty_op(lm_parser *p, lm_opb *b, const lm_tok *name_tok) {
   }
   for (size_t i = 0; i < sizeof g_forms / sizeof g_forms[0]; i++)
     if (!strcmp(g_forms[i].op, b->op.name)) return run_form(p, b, g_forms[i].fmt);
-  return lm_p_pretty_op2(p, b, name_tok);
+  return lm_p_pretty_op2(p, b);
 }

@@ -7,18 +7,35 @@
 #include <string.h>
 #include "hlo/parse_int.h"
 
-static int opt_dict(lm_parser *p, lm_opb *b) {
-  if (lm_p_eat_id(p, "attributes") && !lm_p_is(p, LM_T_LBRACE)) return lm_p_expected(p, "'{' after attributes");
-  if (lm_p_is(p, LM_T_LBRACE)) return lm_p_attr_dict(p, &b->attrs, &b->op.nattrs, &b->capattrs);
-  return 0;
+/* The `{attrs} : (A, B) -> C` that ends most of these forms. */
+static int attrs_and_functional_sig(lm_parser *p, lm_opb *b) {
+  LM_TRY(lm_p_opt_attr_dict(p, b));
+  return lm_p_colon_sig(p, b, lm_p_sig_functional);
 }
 
-static int sig_colon_functional(lm_parser *p, lm_opb *b) {
-  LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's type"));
-  lm_arena *saved = lm_p_scratch_on(p); /* signatures only live until the op is committed */
-  int rc = lm_p_sig_functional(p, b);
-  lm_p_scratch_off(p, saved);
-  return rc;
+/* `(%a, %b, ...)`; what names what the '(' starts, for the message. */
+static int paren_operands(lm_parser *p, lm_opb *b, const char *what) {
+  LM_TRY(lm_p_expect(p, LM_T_LPAREN, what));
+  LM_TRY(lm_p_operand_list(p, b));
+  return lm_p_expect(p, LM_T_RPAREN, "')'");
+}
+
+/* The keyword and '=' of `word = value`. */
+static int expect_key(lm_parser *p, const char *word) {
+  LM_TRY(lm_p_expect_id(p, word));
+  return lm_p_expect(p, LM_T_EQ, "'='");
+}
+
+/* `name = value` with a bare value (no `: type` suffix), added to the op as attribute name. */
+static int bare_named_attr(lm_parser *p, lm_opb *b) {
+  if (p->tok.k != LM_T_ID) return lm_p_expected(p, "name = value");
+  char *key = lm_p_strndup(p, p->tok.s, p->tok.n);
+  if (!key) return p->err->code;
+  lm_p_next(p);
+  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
+  lm_attr v;
+  LM_TRY(lm_p_attr_bare(p, &v));
+  return lm_p_opb_attr(p, b, key, &v);
 }
 
 static lm_attr ints_attr(void) {
@@ -107,13 +124,11 @@ static int pretty_reduce(lm_parser *p, lm_opb *b) {
     lm_p_next(p);
   }
   LM_TRY(lm_p_expect_id(p, "across"));
-  LM_TRY(lm_p_expect_id(p, "dimensions"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
+  LM_TRY(expect_key(p, "dimensions"));
   lm_attr dims;
   LM_TRY(lm_p_int_list(p, &dims));
   LM_TRY(lm_p_opb_attr(p, b, "dimensions", &dims));
-  LM_TRY(opt_dict(p, b));
-  LM_TRY(sig_colon_functional(p, b));
+  LM_TRY(attrs_and_functional_sig(p, b));
   if (body_name) {
     if (ninit != 1) return lm_p_errf(p, &body_tok, LOOM_PARSE, "`applies` needs exactly one input");
     if (b->nin_types != 2) return lm_p_errf(p, &body_tok, LOOM_PARSE, "reduce's type must list the input and the init value");
@@ -163,7 +178,7 @@ static int pretty_while(lm_parser *p, lm_opb *b) {
   }
   b->out_types = b->in_types;
   b->nout_types = b->nin_types;
-  LM_TRY(opt_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   LM_TRY(lm_p_expect_id(p, "cond"));
   LM_TRY(lm_p_region(p, b, args, nargs));
   LM_TRY(lm_p_expect_id(p, "do"));
@@ -233,20 +248,15 @@ static int conv_window(lm_parser *p, lm_opb *b) {
 
 /* `stablehlo.convolution(%a, %b) dim_numbers = [..]x[..]->[..], window = {...} {attrs} : F` */
 static int pretty_convolution(lm_parser *p, lm_opb *b) {
-  LM_TRY(lm_p_expect(p, LM_T_LPAREN, "'('"));
-  LM_TRY(lm_p_operand_list(p, b));
-  LM_TRY(lm_p_expect(p, LM_T_RPAREN, "')'"));
-  LM_TRY(lm_p_expect_id(p, "dim_numbers"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
+  LM_TRY(paren_operands(p, b, "'('"));
+  LM_TRY(expect_key(p, "dim_numbers"));
   lm_attr dn;
   LM_TRY(lm_p_conv_dims(p, &dn));
   LM_TRY(lm_p_opb_attr(p, b, "dimension_numbers", &dn));
   LM_TRY(lm_p_expect(p, LM_T_COMMA, "','"));
-  LM_TRY(lm_p_expect_id(p, "window"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
+  LM_TRY(expect_key(p, "window"));
   LM_TRY(conv_window(p, b));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  return attrs_and_functional_sig(p, b);
 }
 
 /* ---- dot_general and dot ---- */
@@ -325,8 +335,7 @@ static int pretty_dot_general(lm_parser *p, lm_opb *b) {
     LM_TRY(dims_pair(p, &lb, &rb));
     LM_TRY(lm_p_expect(p, LM_T_COMMA, "','"));
   }
-  LM_TRY(lm_p_expect_id(p, "contracting_dims"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
+  LM_TRY(expect_key(p, "contracting_dims"));
   LM_TRY(dims_pair(p, &lc, &rc));
   lm_attr dn;
   lm_attr_struct(&dn, "stablehlo.dot", NULL, 0);
@@ -337,8 +346,7 @@ static int pretty_dot_general(lm_parser *p, lm_opb *b) {
   LM_TRY(lm_p_add_attr(p, &dn.fields, &dn.n, &cap, "rhs_contracting_dimensions", &rc));
   LM_TRY(lm_p_opb_attr(p, b, "dot_dimension_numbers", &dn));
   LM_TRY(dot_tail(p, b));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  return attrs_and_functional_sig(p, b);
 }
 
 /* `stablehlo.dot %a, %b[, precision = [..]] {attrs} : F` */
@@ -347,8 +355,7 @@ static int pretty_dot(lm_parser *p, lm_opb *b) {
   LM_TRY(lm_p_expect(p, LM_T_COMMA, "','"));
   LM_TRY(lm_p_operand(p, b));
   LM_TRY(dot_tail(p, b));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  return attrs_and_functional_sig(p, b);
 }
 
 /* ---- calls ---- */
@@ -370,11 +377,8 @@ static int pretty_custom_call(lm_parser *p, lm_opb *b) {
   if (lm_p_is(p, LM_T_STR)) LM_TRY(lm_p_attr(p, &t));
   else LM_TRY(symbol_attr(p, &t, true));
   LM_TRY(lm_p_opb_attr(p, b, "call_target_name", &t));
-  LM_TRY(lm_p_expect(p, LM_T_LPAREN, "'(' and the operands"));
-  LM_TRY(lm_p_operand_list(p, b));
-  LM_TRY(lm_p_expect(p, LM_T_RPAREN, "')'"));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  LM_TRY(paren_operands(p, b, "'(' and the operands"));
+  return attrs_and_functional_sig(p, b);
 }
 
 /* `func.call @f(%a, ...) {attrs} : F` */
@@ -382,11 +386,8 @@ static int pretty_call(lm_parser *p, lm_opb *b) {
   lm_attr t;
   LM_TRY(symbol_attr(p, &t, false));
   LM_TRY(lm_p_opb_attr(p, b, "callee", &t));
-  LM_TRY(lm_p_expect(p, LM_T_LPAREN, "'(' and the arguments"));
-  LM_TRY(lm_p_operand_list(p, b));
-  LM_TRY(lm_p_expect(p, LM_T_RPAREN, "')'"));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  LM_TRY(paren_operands(p, b, "'(' and the arguments"));
+  return attrs_and_functional_sig(p, b);
 }
 
 /* `stablehlo.composite "name" %a, ... {composite_attributes = .., decomposition = @f} : F` */
@@ -396,8 +397,7 @@ static int pretty_composite(lm_parser *p, lm_opb *b) {
   LM_TRY(lm_p_attr(p, &n));
   LM_TRY(lm_p_opb_attr(p, b, "name", &n));
   LM_TRY(lm_p_operand_list(p, b));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  return attrs_and_functional_sig(p, b);
 }
 
 /* ---- check and interpreter ops ----
@@ -418,16 +418,9 @@ static int pretty_test_op(lm_parser *p, lm_opb *b) {
       value_type = v.type;
       continue;
     }
-    if (p->tok.k != LM_T_ID) return lm_p_expected(p, "name = value");
-    char *key = lm_p_strndup(p, p->tok.s, p->tok.n);
-    if (!key) return p->err->code;
-    lm_p_next(p);
-    LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
-    lm_attr v;
-    LM_TRY(lm_p_attr_bare(p, &v));
-    LM_TRY(lm_p_opb_attr(p, b, key, &v));
+    LM_TRY(bare_named_attr(p, b));
   }
-  LM_TRY(opt_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   if (lm_p_eat(p, LM_T_COLON)) {
     lm_tok at = p->tok;
     lm_type *ts;
@@ -449,7 +442,7 @@ static int pretty_test_op(lm_parser *p, lm_opb *b) {
   } else {
     return lm_p_expected(p, "':' and the operand types");
   }
-  LM_TRY(opt_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   if (has_result) {
     if (b->op.nin != 1) return lm_p_errf(p, NULL, LOOM_PARSE, "interpreter.probe takes one operand");
     b->out_types = b->in_types;
@@ -469,7 +462,7 @@ static int chlo_types(lm_parser *p, lm_type **ts, uint32_t *n) {
 static int pretty_chlo(lm_parser *p, lm_opb *b) {
   if (b->op.code == LM_OP_CHLO_CONSTANT) {
     lm_attr v;
-    LM_TRY(opt_dict(p, b));
+    LM_TRY(lm_p_opt_attr_dict(p, b));
     LM_TRY(lm_p_attr(p, &v));
     if (v.kind != LM_ATTR_DENSE) return lm_p_expected(p, "dense<...>");
     LM_TRY(lm_p_opb_attr(p, b, "value", &v));
@@ -480,17 +473,10 @@ static int pretty_chlo(lm_parser *p, lm_opb *b) {
   bool paren = lm_p_eat(p, LM_T_LPAREN);
   LM_TRY(lm_p_operand_list(p, b));
   while (lm_p_eat(p, LM_T_COMMA)) {
-    if (p->tok.k != LM_T_ID) return lm_p_expected(p, "name = value");
-    char *key = lm_p_strndup(p, p->tok.s, p->tok.n);
-    if (!key) return p->err->code;
-    lm_p_next(p);
-    LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
-    lm_attr v;
-    LM_TRY(lm_p_attr_bare(p, &v));
-    LM_TRY(lm_p_opb_attr(p, b, key, &v));
+    LM_TRY(bare_named_attr(p, b));
   }
   if (paren) LM_TRY(lm_p_expect(p, LM_T_RPAREN, "')'"));
-  LM_TRY(opt_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the op's type"));
   LM_TRY(chlo_types(p, &b->in_types, &b->nin_types));
   LM_TRY(lm_p_expect(p, LM_T_ARROW, "'->' and the result types"));
@@ -505,43 +491,23 @@ static int pretty_sdy_constraint(lm_parser *p, lm_opb *b) {
   lm_attr s;
   LM_TRY(lm_p_sdy_sharding_body(p, &s));
   LM_TRY(lm_p_opb_attr(p, b, "sharding", &s));
-  LM_TRY(opt_dict(p, b));
+  LM_TRY(lm_p_opt_attr_dict(p, b));
   LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the type"));
   return lm_p_sig_same(p, b);
-}
-
-/* `[<@mesh, [...]>, ...]` -> ARRAY of sdy.sharding STRUCTs */
-static int sharding_list(lm_parser *p, lm_attr *out) {
-  memset(out, 0, sizeof *out);
-  out->kind = LM_ATTR_ARRAY;
-  uint32_t cap = 0;
-  LM_TRY(lm_p_expect(p, LM_T_LBRACK, "'['"));
-  while (!lm_p_is(p, LM_T_RBRACK)) {
-    lm_attr *it = lm_p_push(p, (void **)&out->items, &out->n, &cap, sizeof(lm_attr));
-    if (!it) return p->err->code;
-    LM_TRY(lm_p_sdy_sharding_body(p, it));
-    if (!lm_p_eat(p, LM_T_COMMA)) break;
-  }
-  return lm_p_expect(p, LM_T_RBRACK, "',' or ']'");
 }
 
 /* `sdy.manual_computation(%a, ...) in_shardings=[..] out_shardings=[..] manual_axes={"x", ...}
  * (%arg: T, ...) { ... sdy.return ... } : F` */
 static int pretty_manual_computation(lm_parser *p, lm_opb *b) {
-  LM_TRY(lm_p_expect(p, LM_T_LPAREN, "'(' and the operands"));
-  LM_TRY(lm_p_operand_list(p, b));
-  LM_TRY(lm_p_expect(p, LM_T_RPAREN, "')'"));
+  LM_TRY(paren_operands(p, b, "'(' and the operands"));
   lm_attr a;
-  LM_TRY(lm_p_expect_id(p, "in_shardings"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
-  LM_TRY(sharding_list(p, &a));
+  LM_TRY(expect_key(p, "in_shardings"));
+  LM_TRY(lm_p_sdy_sharding_list(p, &a));
   LM_TRY(lm_p_opb_attr(p, b, "in_shardings", &a));
-  LM_TRY(lm_p_expect_id(p, "out_shardings"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
-  LM_TRY(sharding_list(p, &a));
+  LM_TRY(expect_key(p, "out_shardings"));
+  LM_TRY(lm_p_sdy_sharding_list(p, &a));
   LM_TRY(lm_p_opb_attr(p, b, "out_shardings", &a));
-  LM_TRY(lm_p_expect_id(p, "manual_axes"));
-  LM_TRY(lm_p_expect(p, LM_T_EQ, "'='"));
+  LM_TRY(expect_key(p, "manual_axes"));
   memset(&a, 0, sizeof a);
   a.kind = LM_ATTR_ARRAY;
   uint32_t cap = 0;
@@ -559,11 +525,10 @@ static int pretty_manual_computation(lm_parser *p, lm_opb *b) {
   uint32_t nargs;
   LM_TRY(lm_p_block_args(p, &args, &nargs));
   LM_TRY(lm_p_region(p, b, args, nargs));
-  LM_TRY(opt_dict(p, b));
-  return sig_colon_functional(p, b);
+  return attrs_and_functional_sig(p, b);
 }
 
-int lm_p_pretty_op2(lm_parser *p, lm_opb *b, const lm_tok *name_tok) {
+int lm_p_pretty_op2(lm_parser *p, lm_opb *b) {
   switch (b->op.code) {
     case LM_OP_REDUCE: return pretty_reduce(p, b);
     case LM_OP_WHILE: return pretty_while(p, b);
@@ -591,6 +556,5 @@ int lm_p_pretty_op2(lm_parser *p, lm_opb *b, const lm_tok *name_tok) {
     lm_err_clear(p->err);
     return 1;
   }
-  (void)name_tok;
   return 1;
 }

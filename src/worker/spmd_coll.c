@@ -78,17 +78,21 @@ void lm_spmd_coll_destroy(lm_spmd_coll *c) {
   free(c);
 }
 
+/* The group of c already made for the process ids group[n] (hash key), or NULL. Call with c->mu
+ * held. */
+static lm_dp_group *find_group(const lm_spmd_coll *c, uint64_t key, const uint32_t *group, uint32_t n) {
+  for (const group_ent *e = c->groups; e; e = e->next)
+    if (e->key == key && e->n == n && !memcmp(e->ids, group, n * sizeof *group)) return e->g;
+  return NULL;
+}
+
 /* The data-plane group of call k (borrowed: the launch holds a reference until destroy). */
 static int get_group(lm_spmd_coll *c, const lm_coll_call *k, lm_dp_group **out, lm_err *err) {
   uint64_t key = lm_hash64(k->group, (size_t)k->size * sizeof *k->group, LM_HASH_SEED);
   pthread_mutex_lock(&c->mu);
-  for (group_ent *e = c->groups; e; e = e->next)
-    if (e->key == key && e->n == k->size && !memcmp(e->ids, k->group, k->size * sizeof *k->group)) {
-      *out = e->g;
-      pthread_mutex_unlock(&c->mu);
-      return 0;
-    }
+  *out = find_group(c, key, k->group, k->size);
   pthread_mutex_unlock(&c->mu);
+  if (*out) return 0;
 
   if (k->size == 0 || k->size > c->nprocs || k->rank >= k->size)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "%s: group of %u processes (rank %u) in a launch of %u", k->what,
@@ -96,58 +100,49 @@ static int get_group(lm_spmd_coll *c, const lm_coll_call *k, lm_dp_group **out, 
   lm_dp_member *m = malloc(k->size * sizeof *m);
   uint32_t *ids = malloc(k->size * sizeof *ids);
   group_ent *e = calloc(1, sizeof *e);
+  lm_dp_group *g;
+  int rc = 0;
   if (!m || !ids || !e) {
-    free(m);
-    free(ids);
-    free(e);
-    return lm_errf(err, LOOM_NO_MEMORY, "%s: out of memory", k->what);
+    rc = lm_errf(err, LOOM_NO_MEMORY, "%s: out of memory", k->what);
+    goto fail;
   }
   for (uint32_t i = 0; i < k->size; i++) {
     if (k->group[i] >= c->nprocs) {
-      free(m);
-      free(ids);
-      free(e);
-      return lm_errf(err, LOOM_INVALID_ARGUMENT, "%s: group names process %u; the launch has %u", k->what, k->group[i],
-                     c->nprocs);
+      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "%s: group names process %u; the launch has %u", k->what, k->group[i],
+                   c->nprocs);
+      goto fail;
     }
     m[i] = c->procs[k->group[i]];
   }
   if (m[k->rank].worker != c->self) {
-    int rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "%s: process %u runs on worker %llu, not on this one (%llu)", k->what,
-                     k->group[k->rank], (unsigned long long)m[k->rank].worker, (unsigned long long)c->self);
-    free(m);
-    free(ids);
-    free(e);
-    return rc;
+    rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "%s: process %u runs on worker %llu, not on this one (%llu)", k->what,
+                 k->group[k->rank], (unsigned long long)m[k->rank].worker, (unsigned long long)c->self);
+    goto fail;
   }
-  lm_dp_group *g;
-  int rc = lm_dp_group_get(c->dp, m, k->size, &g, err);
+  if ((rc = lm_dp_group_get(c->dp, m, k->size, &g, err)) < 0) goto fail;
   free(m);
-  if (rc < 0) {
+  memcpy(ids, k->group, k->size * sizeof *ids);
+  *e = (group_ent){.key = key, .n = k->size, .ids = ids, .g = g};
+  pthread_mutex_lock(&c->mu);
+  *out = find_group(c, key, ids, k->size); /* another device thread got there first */
+  if (!*out) {
+    e->next = c->groups;
+    c->groups = e;
+    *out = g;
+    e = NULL; /* kept */
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (e) {
+    lm_dp_group_release(g);
     free(ids);
     free(e);
-    return rc;
   }
-  memcpy(ids, k->group, k->size * sizeof *ids);
-  e->key = key;
-  e->n = k->size;
-  e->ids = ids;
-  e->g = g;
-  pthread_mutex_lock(&c->mu);
-  for (group_ent *f = c->groups; f; f = f->next) /* another device thread got there first */
-    if (f->key == key && f->n == k->size && !memcmp(f->ids, ids, k->size * sizeof *ids)) {
-      *out = f->g;
-      pthread_mutex_unlock(&c->mu);
-      lm_dp_group_release(g);
-      free(ids);
-      free(e);
-      return 0;
-    }
-  e->next = c->groups;
-  c->groups = e;
-  *out = g;
-  pthread_mutex_unlock(&c->mu);
   return 0;
+fail:
+  free(m);
+  free(ids);
+  free(e);
+  return rc;
 }
 
 static lm_dp_call dp_call(const lm_coll_call *k) {

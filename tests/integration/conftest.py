@@ -9,14 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
-SOURCE_DIR = Path(os.environ.get("LOOM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("LOOM_BUILD_DIR", SOURCE_DIR / "build"))
-LOOM_BIN = os.environ.get("LOOM_BIN", str(BUILD_DIR / "bin" / "loom"))
+from loomtest import BUILD_DIR, LOOM_BIN, SOURCE_DIR, run_loom, time_limit, wait_for  # noqa: F401 (for the tests)
+
 TEST_TIME_LIMIT = 150  # seconds per test, under the ctest timeout of the whole file
 
 
@@ -26,31 +23,10 @@ def sanitized_build():
     return cache.exists() and "LOOM_SANITIZE:BOOL=ON" in cache.read_text()
 
 
-def run_loom(*args, timeout=60, check=False, env=None):
-    """Runs `loom ARGS` to completion; returns the CompletedProcess (text mode)."""
-    r = subprocess.run([LOOM_BIN, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                       stdin=subprocess.DEVNULL)
-    if check and r.returncode != 0:
-        raise AssertionError(f"loom {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
 def devices(addr, timeout=60):
     """The controller's device list as `loom devices --json` prints it."""
     r = run_loom("devices", "--json", "--controller", addr, timeout=timeout, check=True)
     return json.loads(r.stdout)
-
-
-def wait_for(cond, timeout, interval=0.05, what="condition"):
-    """Polls cond() until it returns a truthy value, which is returned; fails after timeout s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def pid_gone(pid):
@@ -115,15 +91,8 @@ def _isolated(tmp_path, monkeypatch):
     state = tmp_path / "state"
     monkeypatch.setenv("LOOM_STATE_DIR", str(state))
     monkeypatch.delenv("LOOM_CONTROLLER", raising=False)
-
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"test exceeded its {TEST_TIME_LIMIT} s limit")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_TIME_LIMIT)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with time_limit(TEST_TIME_LIMIT):
+        yield
 
 
 @pytest.fixture

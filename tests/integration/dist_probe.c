@@ -173,6 +173,16 @@ static void roundtrip(loom_client *c, const char *what, int rank, const int64_t 
   printf("ok %s\n", what);
 }
 
+/* A sharding over a 2x4 mesh of devs[8] that splits no dimension yet (the caller sets dim_axes). */
+static void mesh_2x4(loom_sharding *s, const int32_t *devs) {
+  loom_sharding_initialize(s);
+  s->mesh_rank = 2;
+  s->mesh_shape[0] = 2;
+  s->mesh_shape[1] = 4;
+  s->num_devices = 8;
+  s->devices = devs;
+}
+
 static int mode_shardings(const char *addr) {
   loom_client *c = connect_to(addr);
   int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7}, rev[8] = {7, 6, 5, 4, 3, 2, 1, 0}, dev5 = 5, mixed[4] = {1, 6, 2, 5};
@@ -190,32 +200,17 @@ static int mode_shardings(const char *addr) {
   loom_sharding_tiled(&s, mixed, 4, 0);
   roundtrip(c, "tiled over devices of both workers, interleaved", 1, d1, &s);
   /* mesh 2x4: dim 0 over axis 0, dim 1 over axis 1 */
-  loom_sharding_initialize(&s);
-  s.mesh_rank = 2;
-  s.mesh_shape[0] = 2;
-  s.mesh_shape[1] = 4;
-  s.num_devices = 8;
-  s.devices = all;
+  mesh_2x4(&s, all);
   s.dim_axes[0][0] = 0;
   s.dim_axes[1][0] = 1;
   roundtrip(c, "mesh 2x4 both dims", 2, d2, &s);
   /* mesh 2x4: dim 0 over (y, x), y major */
-  loom_sharding_initialize(&s);
-  s.mesh_rank = 2;
-  s.mesh_shape[0] = 2;
-  s.mesh_shape[1] = 4;
-  s.num_devices = 8;
-  s.devices = all;
+  mesh_2x4(&s, all);
   s.dim_axes[0][0] = 1;
   s.dim_axes[0][1] = 0;
   roundtrip(c, "mesh 2x4 one dim over two axes", 1, d1, &s);
   /* mesh 2x4: dim 1 over axis 1 only, replicated along axis 0 */
-  loom_sharding_initialize(&s);
-  s.mesh_rank = 2;
-  s.mesh_shape[0] = 2;
-  s.mesh_shape[1] = 4;
-  s.num_devices = 8;
-  s.devices = rev;
+  mesh_2x4(&s, rev);
   s.dim_axes[1][0] = 1;
   roundtrip(c, "mesh 2x4 partially replicated", 2, d2, &s);
   /* rank 3, middle dim split */

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -25,6 +26,22 @@ def cluster_pids(st):
     pids = [int(st["supervisor_pid"]), int(st["controller_pid"])]
     pids += [int(x.split(":")[0]) for x in st["workers"].split(",") if x]
     return pids
+
+
+@contextmanager
+def foreground_up(tmp_path, *args):
+    """`loom up ARGS` in the foreground, its output in tmp_path/up.out: yields the process once the
+    cluster is up, and kills it at the end if it is still running."""
+    log = tmp_path / "up.out"
+    with open(log, "w") as out:
+        p = subprocess.Popen([LOOM_BIN, "up", *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: "controller:" in log.read_text(), 60, what="the cluster to be up")
+            yield p
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def processes_mentioning(text):
@@ -113,20 +130,11 @@ def test_up_with_slices_and_memory(state_dir):
 
 
 def test_foreground_up_stops_on_ctrl_c(state_dir, tmp_path):
-    out = open(tmp_path / "up.out", "w")
-    p = subprocess.Popen([LOOM_BIN, "up", "--workers", "2", "--devices-per-worker", "2"], stdout=out,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: "controller:" in (tmp_path / "up.out").read_text(), 60, what="the cluster to be up")
+    with foreground_up(tmp_path, "--workers", "2", "--devices-per-worker", "2") as p:
         pids = cluster_pids(state(state_dir))
         assert len(json.loads(run_loom("devices", "--json", check=True).stdout)["devices"]) == 4
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=60) == 0
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        out.close()
     text = (tmp_path / "up.out").read_text()
     assert "Ctrl-C stops it" in text and "stopped the controller and 2 workers" in text
     assert all(pid_gone(x) for x in pids)
@@ -134,11 +142,7 @@ def test_foreground_up_stops_on_ctrl_c(state_dir, tmp_path):
 
 
 def test_foreground_up_reports_a_dead_worker(state_dir, tmp_path):
-    out = open(tmp_path / "up.out", "w")
-    p = subprocess.Popen([LOOM_BIN, "up", "--workers", "2", "--devices-per-worker", "1"], stdout=out,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: "controller:" in (tmp_path / "up.out").read_text(), 60, what="the cluster to be up")
+    with foreground_up(tmp_path, "--workers", "2", "--devices-per-worker", "1") as p:
         st = state(state_dir)
         victim = int(st["workers"].split(",")[1].split(":")[0])
         os.kill(victim, signal.SIGKILL)
@@ -148,11 +152,6 @@ def test_foreground_up_reports_a_dead_worker(state_dir, tmp_path):
         assert [x["healthy"] for x in d["devices"] if x["pid"] == victim] == [False]
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 0
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        out.close()
     assert all(pid_gone(x) for x in cluster_pids(st))
 
 

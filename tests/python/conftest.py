@@ -8,22 +8,19 @@ installed package was built from another build directory.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from loomtest import BUILD_DIR, SOURCE_DIR, run_loom, time_limit, wait_for  # noqa: F401 (for the tests)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)  # before anything starts JAX's backend
 
-SOURCE_DIR = Path(os.environ.get("LOOM_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("LOOM_BUILD_DIR", SOURCE_DIR / "build"))
-LOOM_BIN = os.environ.get("LOOM_BIN", str(BUILD_DIR / "bin" / "loom"))
 TEST_TIME_LIMIT = 120  # seconds per test
 
 import loom  # noqa: E402
@@ -38,14 +35,6 @@ if "LOOM_BUILD_DIR" in os.environ and _build_info is not None and \
                             f"{BUILD_DIR}: run `make python` (scripts/install-python.sh {BUILD_DIR})")
 
 
-def run_loom(args, env, timeout=60, check=True):
-    r = subprocess.run([LOOM_BIN, *args], env=env, capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
-    if check and r.returncode != 0:
-        raise AssertionError(f"loom {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
 class LocalCluster:
     """A cluster started with `loom up --detach` in its own state directory."""
 
@@ -56,15 +45,14 @@ class LocalCluster:
         args = ["up", "--detach", "--workers", str(workers), "--devices-per-worker", str(devices_per_worker)]
         if device_memory:
             args += ["--device-memory", str(device_memory)]
-        self.up_output = run_loom(args, self.env, timeout=90).stdout
+        self.up_output = run_loom(*args, env=self.env, timeout=90, check=True).stdout
         self.num_devices = workers * devices_per_worker
 
     def devices_json(self):
-        return json.loads(run_loom(["devices", "--json"], self.env).stdout)["devices"]
+        return json.loads(run_loom("devices", "--json", env=self.env, check=True).stdout)["devices"]
 
     def down(self):
-        r = run_loom(["down"], self.env, timeout=60, check=False)
-        return r
+        return run_loom("down", env=self.env, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -94,25 +82,8 @@ def client(cluster):
 
 @pytest.fixture(autouse=True)
 def _time_limit():
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"test exceeded its {TEST_TIME_LIMIT} s limit")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_TIME_LIMIT)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-def wait_for(cond, timeout, interval=0.1, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    with time_limit(TEST_TIME_LIMIT):
+        yield
 
 
 def python_script(code, env, argv=(), **kw):

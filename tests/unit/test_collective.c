@@ -225,6 +225,17 @@ static const layout g_channel_layouts[] = {
 };
 #define NCHANNEL_LAYOUTS (sizeof g_channel_layouts / sizeof g_channel_layouts[0])
 
+/* Runs text's @f on L's processes, each on a new random dt tensor of dims[rank] (args), results in
+ * res; a failed run fails the test as "label: error". Returns the number of processes. */
+static uint32_t run_on_layout(const char *text, const layout *L, lm_dtype dt, int rank, const int64_t *dims,
+                              lm_buffer **args, lm_buffer **res, const char *label) {
+  uint32_t n = L->R * L->P;
+  for (uint32_t i = 0; i < n; i++) args[i] = rand_buf(dt, rank, dims);
+  lm_err err;
+  if (spmd(text, "f", L->R, L->P, args, 1, res, 1, &err) < 0) fail_msg("%s: %s", label, err.msg);
+  return n;
+}
+
 /* ---- all_reduce ---- */
 
 static void check_all_reduce(lm_dtype dt, red_kind k, const layout *L) {
@@ -238,12 +249,10 @@ static void check_all_reduce(lm_dtype dt, red_kind k, const layout *L) {
            "  %%r = \"stablehlo.all_reduce\"(%%x) ({\n%s}) {%s} : (%s) -> %s\n"
            "  return %%r : %s\n}\n",
            tt, tt, body, L->attrs, tt, tt, tt);
-  uint32_t n = L->R * L->P;
+  char label[1024];
+  snprintf(label, sizeof label, "all_reduce %s %s [%s]", ty, g_red_names[k], L->attrs);
   lm_buffer *args[8], *res[8] = {0};
-  for (uint32_t i = 0; i < n; i++) args[i] = rand_buf(dt, 2, dims);
-  lm_err err;
-  int rc = spmd(text, "f", L->R, L->P, args, 1, res, 1, &err);
-  if (rc < 0) fail_msg("all_reduce %s %s [%s]: %s", ty, g_red_names[k], L->attrs, err.msg);
+  uint32_t n = run_on_layout(text, L, dt, 2, dims, args, res, label);
   size_t nb = args[0]->nbytes;
   unsigned char *want = malloc(nb);
   for (uint32_t g = 0; g < L->ngroups; g++) {
@@ -252,8 +261,7 @@ static void check_all_reduce(lm_dtype dt, red_kind k, const layout *L) {
     ref_reduce(k, dt, want, srcs, L->gsize, 15);
     for (uint32_t j = 0; j < L->gsize; j++)
       if (memcmp(res[L->groups[g][j]]->data, want, nb) != 0)
-        fail_msg("all_reduce %s %s [%s]: process %u differs from the reference", ty, g_red_names[k], L->attrs,
-                 L->groups[g][j]);
+        fail_msg("%s: process %u differs from the reference", label, L->groups[g][j]);
   }
   free(want);
   release_all(args, n);
@@ -340,12 +348,10 @@ static void check_all_gather(lm_dtype dt, int dim, const layout *L) {
            "  %%r = \"stablehlo.all_gather\"(%%x) {all_gather_dim = %d : i64, %s} : (%s) -> %s\n"
            "  return %%r : %s\n}\n",
            tt, rt, dim, L->attrs, tt, rt, rt);
-  uint32_t n = L->R * L->P;
+  char label[1024];
+  snprintf(label, sizeof label, "all_gather %s dim %d [%s]", lm_dtype_name(dt), dim, L->attrs);
   lm_buffer *args[8], *res[8] = {0};
-  for (uint32_t i = 0; i < n; i++) args[i] = rand_buf(dt, 3, dims);
-  lm_err err;
-  if (spmd(text, "f", L->R, L->P, args, 1, res, 1, &err) < 0)
-    fail_msg("all_gather %s dim %d [%s]: %s", lm_dtype_name(dt), dim, L->attrs, err.msg);
+  uint32_t n = run_on_layout(text, L, dt, 3, dims, args, res, label);
   size_t nb = res[0]->nbytes;
   unsigned char *want = malloc(nb);
   for (uint32_t g = 0; g < L->ngroups; g++) {
@@ -354,7 +360,7 @@ static void check_all_gather(lm_dtype dt, int dim, const layout *L) {
     ref_concat(want, blocks, L->gsize, 3, dims, dim, lm_dtype_size(dt));
     for (uint32_t j = 0; j < L->gsize; j++)
       if (memcmp(res[L->groups[g][j]]->data, want, nb) != 0)
-        fail_msg("all_gather %s dim %d [%s]: process %u differs", lm_dtype_name(dt), dim, L->attrs, L->groups[g][j]);
+        fail_msg("%s: process %u differs", label, L->groups[g][j]);
   }
   free(want);
   release_all(args, n);
@@ -384,12 +390,10 @@ static void check_reduce_scatter(lm_dtype dt, red_kind k, int dim, const layout 
            "  %%r = \"stablehlo.reduce_scatter\"(%%x) ({\n%s}) {scatter_dimension = %d : i64, %s} : (%s) -> %s\n"
            "  return %%r : %s\n}\n",
            tt, rt, body, dim, L->attrs, tt, rt, rt);
-  uint32_t n = L->R * L->P;
+  char label[1024];
+  snprintf(label, sizeof label, "reduce_scatter %s %s dim %d [%s]", ty, g_red_names[k], dim, L->attrs);
   lm_buffer *args[8], *res[8] = {0};
-  for (uint32_t i = 0; i < n; i++) args[i] = rand_buf(dt, 3, dims);
-  lm_err err;
-  if (spmd(text, "f", L->R, L->P, args, 1, res, 1, &err) < 0)
-    fail_msg("reduce_scatter %s %s dim %d [%s]: %s", ty, g_red_names[k], dim, L->attrs, err.msg);
+  uint32_t n = run_on_layout(text, L, dt, 3, dims, args, res, label);
   size_t es = lm_dtype_size(dt), nb = res[0]->nbytes, count = nb / es;
   unsigned char *want = malloc(nb), *parts[8];
   for (uint32_t g = 0; g < L->ngroups; g++)
@@ -401,8 +405,7 @@ static void check_reduce_scatter(lm_dtype dt, red_kind k, int dim, const layout 
       ref_reduce(k, dt, want, parts, L->gsize, count);
       for (uint32_t s = 0; s < L->gsize; s++) free(parts[s]);
       if (memcmp(res[L->groups[g][j]]->data, want, nb) != 0)
-        fail_msg("reduce_scatter %s %s dim %d [%s]: process %u differs", ty, g_red_names[k], dim, L->attrs,
-                 L->groups[g][j]);
+        fail_msg("%s: process %u differs", label, L->groups[g][j]);
     }
   free(want);
   release_all(args, n);
@@ -440,12 +443,10 @@ static void check_all_to_all(lm_dtype dt, int sd, int cd, const layout *L) {
            "split_count = %u : i64, %s} : (%s) -> %s\n"
            "  return %%r : %s\n}\n",
            tt, rt, sd, cd, K, L->attrs, tt, rt, rt);
-  uint32_t n = L->R * L->P;
+  char label[1024];
+  snprintf(label, sizeof label, "all_to_all %s split %d concat %d [%s]", lm_dtype_name(dt), sd, cd, L->attrs);
   lm_buffer *args[8], *res[8] = {0};
-  for (uint32_t i = 0; i < n; i++) args[i] = rand_buf(dt, 3, dims);
-  lm_err err;
-  if (spmd(text, "f", L->R, L->P, args, 1, res, 1, &err) < 0)
-    fail_msg("all_to_all %s split %d concat %d [%s]: %s", lm_dtype_name(dt), sd, cd, L->attrs, err.msg);
+  uint32_t n = run_on_layout(text, L, dt, 3, dims, args, res, label);
   size_t es = lm_dtype_size(dt), nb = res[0]->nbytes;
   int64_t pdims[3];
   memcpy(pdims, dims, sizeof dims);
@@ -460,8 +461,7 @@ static void check_all_to_all(lm_dtype dt, int sd, int cd, const layout *L) {
       ref_concat(want, parts, K, 3, pdims, cd, es);
       for (uint32_t s = 0; s < K; s++) free(parts[s]);
       if (memcmp(res[L->groups[g][j]]->data, want, nb) != 0)
-        fail_msg("all_to_all %s split %d concat %d [%s]: process %u differs", lm_dtype_name(dt), sd, cd, L->attrs,
-                 L->groups[g][j]);
+        fail_msg("%s: process %u differs", label, L->groups[g][j]);
     }
   free(want);
   release_all(args, n);

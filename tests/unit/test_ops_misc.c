@@ -143,6 +143,16 @@ static void test_custom_call(void **state) {
 
 /* ---- batch_norm ---- */
 
+/* A batch_norm_* op (code) with epsilon 1e-3 and feature_index 1. */
+static lm_op *bn_op(tb *b, lm_opcode code, uint32_t nin, const uint32_t *ins, uint32_t nout, const lm_type *outs) {
+  lm_op *op = tb_op(b, b->body, code, nin, ins, nout, outs);
+  lm_attr *e = tb_attr(b, op, "epsilon");
+  e->kind = LM_ATTR_FLOAT;
+  e->f = 1e-3;
+  tb_int(b, op, "feature_index", 1);
+  return op;
+}
+
 static void test_batch_norm(void **state) {
   /* operand [2, 3, 4] f32, feature_index 1 */
   const int P = 2, F = 3, Q = 4;
@@ -159,11 +169,7 @@ static void test_batch_norm(void **state) {
     tb b;
     tb_init(&b);
     uint32_t ins[5] = {tb_arg(&b, xt), tb_arg(&b, ft), tb_arg(&b, ft), tb_arg(&b, ft), tb_arg(&b, ft)};
-    lm_op *op = tb_op(&b, b.body, LM_OP_BATCH_NORM_INFERENCE, 5, ins, 1, &xt);
-    lm_attr *e = tb_attr(&b, op, "epsilon");
-    e->kind = LM_ATTR_FLOAT;
-    e->f = 1e-3;
-    tb_int(&b, op, "feature_index", 1);
+    lm_op *op = bn_op(&b, LM_OP_BATCH_NORM_INFERENCE, 5, ins, 1, &xt);
     tb_finish(&b, 1, op->out);
     lm_buffer *args[5] = {tb_buf(xt, x), tb_buf(ft, sc), tb_buf(ft, of), tb_buf(ft, mu), tb_buf(ft, var)};
     lm_buffer *y = tb_run1(&b, args, 5);
@@ -183,11 +189,7 @@ static void test_batch_norm(void **state) {
     tb_init(&b);
     uint32_t ins[3] = {tb_arg(&b, xt), tb_arg(&b, ft), tb_arg(&b, ft)};
     lm_type outs[3] = {xt, ft, ft};
-    lm_op *op = tb_op(&b, b.body, LM_OP_BATCH_NORM_TRAINING, 3, ins, 3, outs);
-    lm_attr *e = tb_attr(&b, op, "epsilon");
-    e->kind = LM_ATTR_FLOAT;
-    e->f = 1e-3;
-    tb_int(&b, op, "feature_index", 1);
+    lm_op *op = bn_op(&b, LM_OP_BATCH_NORM_TRAINING, 3, ins, 3, outs);
     tb_finish(&b, 3, op->out);
     lm_buffer *args[3] = {tb_buf(xt, x), tb_buf(ft, sc), tb_buf(ft, of)};
     tb_run_result r = tb_run(&b, args, 3);
@@ -217,11 +219,7 @@ static void test_batch_norm(void **state) {
     tb_init(&b);
     uint32_t ins[5] = {tb_arg(&b, xt), tb_arg(&b, ft), tb_arg(&b, ft), tb_arg(&b, ft), tb_arg(&b, xt)};
     lm_type outs[3] = {xt, ft, ft};
-    lm_op *op = tb_op(&b, b.body, LM_OP_BATCH_NORM_GRAD, 5, ins, 3, outs);
-    lm_attr *e = tb_attr(&b, op, "epsilon");
-    e->kind = LM_ATTR_FLOAT;
-    e->f = 1e-3;
-    tb_int(&b, op, "feature_index", 1);
+    lm_op *op = bn_op(&b, LM_OP_BATCH_NORM_GRAD, 5, ins, 3, outs);
     tb_finish(&b, 3, op->out);
     lm_buffer *args[5] = {tb_buf(xt, x), tb_buf(ft, sc), tb_buf(ft, mu), tb_buf(ft, var), tb_buf(xt, gy)};
     tb_run_result r = tb_run(&b, args, 5);

@@ -297,33 +297,34 @@ static void test_sdy(void **state) {
 }
 
 static void test_verifier(void **state) {
-  /* values from an enclosing block are visible in a region; a region's values are not visible after it */
-  const char *bad = FN("%0 = \"stablehlo.case\"(%i) ({\n  %c = stablehlo.constant dense<1.0> : tensor<f32>\n"
-                       "  stablehlo.return %c : tensor<f32>\n }) : (tensor<i32>) -> tensor<f32>\n return %c : tensor<f32>",
-                       "(%i: tensor<i32>) -> tensor<f32>");
-  lm_module *m;
-  lm_err e;
-  assert_int_equal(lm_parse_module(bad, strlen(bad), NULL, &m, &e), LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "undefined SSA value '%c'"));
-  const char *noterm = FN("%0 = stablehlo.add %a, %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<f32>");
-  assert_int_equal(lm_parse_module(noterm, strlen(noterm), NULL, &m, &e), LOOM_VERIFY);
-  assert_non_null(strstr(e.msg, "must end with func.return"));
-  const char *wrongret = FN("return %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<i32>");
-  assert_int_equal(lm_parse_module(wrongret, strlen(wrongret), NULL, &m, &e), LOOM_VERIFY);
-  assert_non_null(strstr(e.msg, "<string>:2:1"));
-  const char *nocallee = FN("%0 = call @nope(%a) : (tensor<f32>) -> tensor<f32>\n return %0 : tensor<f32>",
-                            "(%a: tensor<f32>) -> tensor<f32>");
-  assert_int_equal(lm_parse_module(nocallee, strlen(nocallee), NULL, &m, &e), LOOM_VERIFY);
-  assert_non_null(strstr(e.msg, "@nope, which is not defined"));
-  const char *dup = "func.func @f() { return }\nfunc.func @f() { return }\n";
-  assert_int_equal(lm_parse_module(dup, strlen(dup), NULL, &m, &e), LOOM_VERIFY);
-  assert_non_null(strstr(e.msg, "defined twice"));
-  const char *midret = FN("return %a : tensor<f32>\n return %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<f32>");
-  assert_int_equal(lm_parse_module(midret, strlen(midret), NULL, &m, &e), LOOM_VERIFY);
-  assert_non_null(strstr(e.msg, "middle of a block"));
-  const char *redef = FN("%a = stablehlo.constant dense<1.0> : tensor<f32>\n return %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<f32>");
-  assert_int_equal(lm_parse_module(redef, strlen(redef), NULL, &m, &e), LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "redefinition of SSA value '%a'"));
+  static const struct {
+    const char *text;
+    int code;            /* what lm_parse_module returns */
+    const char *needle;  /* in the message */
+  } cases[] = {
+      /* values from an enclosing block are visible in a region; a region's values are not visible after it */
+      {FN("%0 = \"stablehlo.case\"(%i) ({\n  %c = stablehlo.constant dense<1.0> : tensor<f32>\n"
+          "  stablehlo.return %c : tensor<f32>\n }) : (tensor<i32>) -> tensor<f32>\n return %c : tensor<f32>",
+          "(%i: tensor<i32>) -> tensor<f32>"),
+       LOOM_PARSE, "undefined SSA value '%c'"},
+      {FN("%0 = stablehlo.add %a, %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<f32>"), LOOM_VERIFY,
+       "must end with func.return"},
+      {FN("return %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<i32>"), LOOM_VERIFY, "<string>:2:1"},
+      {FN("%0 = call @nope(%a) : (tensor<f32>) -> tensor<f32>\n return %0 : tensor<f32>",
+          "(%a: tensor<f32>) -> tensor<f32>"),
+       LOOM_VERIFY, "@nope, which is not defined"},
+      {"func.func @f() { return }\nfunc.func @f() { return }\n", LOOM_VERIFY, "defined twice"},
+      {FN("return %a : tensor<f32>\n return %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<f32>"), LOOM_VERIFY,
+       "middle of a block"},
+      {FN("%a = stablehlo.constant dense<1.0> : tensor<f32>\n return %a : tensor<f32>", "(%a: tensor<f32>) -> tensor<f32>"),
+       LOOM_PARSE, "redefinition of SSA value '%a'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    lm_module *m;
+    lm_err e;
+    assert_int_equal(lm_parse_module(cases[i].text, strlen(cases[i].text), NULL, &m, &e), cases[i].code);
+    assert_non_null(strstr(e.msg, cases[i].needle));
+  }
 }
 
 int main(void) {

@@ -28,6 +28,25 @@ static lm_module *const_module(const char *value_and_type, const char *ret_type,
 
 static const lm_attr *const_value(lm_module *m) { return lm_op_attr(&m->funcs[0].body.blocks[0].ops[0], "value"); }
 
+/* Checks that the constant parses into the n bytes want. */
+static void expect_const_bytes(const char *value_and_type, const char *ret_type, const void *want, size_t n) {
+  int rc;
+  lm_err e;
+  lm_module *m = const_module(value_and_type, ret_type, &rc, &e);
+  assert_int_equal(rc, 0);
+  assert_memory_equal(const_value(m)->data, want, n);
+  lm_module_free(m);
+}
+
+/* Checks that the constant is refused with code, the message containing needle (NULL: any). */
+static void expect_const_error(const char *value_and_type, const char *ret_type, int code, const char *needle) {
+  int rc;
+  lm_err e;
+  const_module(value_and_type, ret_type, &rc, &e);
+  assert_int_equal(rc, code);
+  if (needle) assert_non_null(strstr(e.msg, needle));
+}
+
 static void test_dense_lists_and_splats(void **state) {
   int rc;
   lm_err e;
@@ -40,17 +59,11 @@ static void test_dense_lists_and_splats(void **state) {
   assert_memory_equal(v->data, want, sizeof want);
   lm_module_free(m);
 
-  m = const_module("dense<7> : tensor<2x2xui8>", "tensor<2x2xui8>", &rc, &e); /* splat */
-  assert_int_equal(rc, 0);
-  uint8_t w8[4] = {7, 7, 7, 7};
-  assert_memory_equal(const_value(m)->data, w8, 4);
-  lm_module_free(m);
+  uint8_t w8[4] = {7, 7, 7, 7}; /* splat */
+  expect_const_bytes("dense<7> : tensor<2x2xui8>", "tensor<2x2xui8>", w8, 4);
 
-  m = const_module("dense<[true, false, true]> : tensor<3xi1>", "tensor<3xi1>", &rc, &e);
-  assert_int_equal(rc, 0);
   uint8_t wb[3] = {1, 0, 1};
-  assert_memory_equal(const_value(m)->data, wb, 3);
-  lm_module_free(m);
+  expect_const_bytes("dense<[true, false, true]> : tensor<3xi1>", "tensor<3xi1>", wb, 3);
 
   m = const_module("dense<[(1.0, -2.5), (0x7FC00000, 3.0)]> : tensor<2xcomplex<f32>>", "tensor<2xcomplex<f32>>", &rc, &e);
   assert_int_equal(rc, 0);
@@ -90,11 +103,8 @@ static void test_dense_lists_and_splats(void **state) {
   assert_int_equal(rc, 0);
   assert_true(*(const uint64_t *)const_value(m)->data == UINT64_MAX);
   lm_module_free(m);
-  m = const_module("dense<128> : tensor<i8>", "tensor<i8>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "does not fit i8"));
-  m = const_module("dense<[-1]> : tensor<1xui32>", "tensor<1xui32>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
+  expect_const_error("dense<128> : tensor<i8>", "tensor<i8>", LOOM_PARSE, "does not fit i8");
+  expect_const_error("dense<[-1]> : tensor<1xui32>", "tensor<1xui32>", LOOM_PARSE, NULL);
   /* empty tensors */
   m = const_module("dense<> : tensor<0xf32>", "tensor<0xf32>", &rc, &e);
   assert_int_equal(rc, 0);
@@ -118,32 +128,19 @@ static void test_dense_hex(void **state) {
   assert_true(f[0] == 1.0f && f[3] == 1.0f);
   lm_module_free(m);
   /* i1 blobs hold one byte per element */
-  m = const_module("dense<\"0x000100\"> : tensor<3xi1>", "tensor<3xi1>", &rc, &e);
-  assert_int_equal(rc, 0);
   uint8_t wb[3] = {0, 1, 0};
-  assert_memory_equal(const_value(m)->data, wb, 3);
-  lm_module_free(m);
+  expect_const_bytes("dense<\"0x000100\"> : tensor<3xi1>", "tensor<3xi1>", wb, 3);
   /* wrong sizes are errors naming both sizes */
-  m = const_module("dense<\"0x01000000020000\"> : tensor<2xi32>", "tensor<2xi32>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "7 bytes; 8 are needed"));
-  m = const_module("dense<\"0xZZ\"> : tensor<1xi8>", "tensor<1xi8>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
+  expect_const_error("dense<\"0x01000000020000\"> : tensor<2xi32>", "tensor<2xi32>", LOOM_PARSE,
+                     "7 bytes; 8 are needed");
+  expect_const_error("dense<\"0xZZ\"> : tensor<1xi8>", "tensor<1xi8>", LOOM_PARSE, NULL);
 }
 
 static void test_dense_shape_errors(void **state) {
-  int rc;
-  lm_err e;
-  lm_module *m = const_module("dense<[1, 2, 3]> : tensor<2xi32>", "tensor<2xi32>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "too many elements"));
-  m = const_module("dense<[[1], [2]]> : tensor<2x2xi32>", "tensor<2x2xi32>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "1 elements in dimension 1 where its type has 2"));
-  m = const_module("dense<[1.5]> : tensor<1xi32>", "tensor<1xi32>", &rc, &e);
-  assert_int_equal(rc, LOOM_PARSE);
-  assert_non_null(strstr(e.msg, "expected an integer"));
-  (void)m;
+  expect_const_error("dense<[1, 2, 3]> : tensor<2xi32>", "tensor<2xi32>", LOOM_PARSE, "too many elements");
+  expect_const_error("dense<[[1], [2]]> : tensor<2x2xi32>", "tensor<2x2xi32>", LOOM_PARSE,
+                     "1 elements in dimension 1 where its type has 2");
+  expect_const_error("dense<[1.5]> : tensor<1xi32>", "tensor<1xi32>", LOOM_PARSE, "expected an integer");
 }
 
 static void test_unsupported_types(void **state) {

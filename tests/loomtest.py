@@ -1,0 +1,52 @@
+"""Helpers shared by the pytest suites' conftests (tests/integration, tests/python): where the build
+under test is, running the `loom` command, waiting for a condition, and a time limit per test.
+
+Importable as `loomtest` from any test directory: pytest puts tests/ on sys.path when it loads
+tests/conftest.py (the rootdir's pytest.ini makes it a conftest of every test file)."""
+import os
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+SOURCE_DIR = Path(os.environ.get("LOOM_SOURCE_DIR", Path(__file__).resolve().parents[1]))
+BUILD_DIR = Path(os.environ.get("LOOM_BUILD_DIR", SOURCE_DIR / "build"))
+LOOM_BIN = os.environ.get("LOOM_BIN", str(BUILD_DIR / "bin" / "loom"))
+
+
+def run_loom(*args, timeout=60, check=False, env=None):
+    """Runs `loom ARGS` to completion; returns the CompletedProcess (text mode). With check, a
+    non-zero exit fails with the command's output."""
+    r = subprocess.run([LOOM_BIN, *args], capture_output=True, text=True, timeout=timeout, env=env,
+                       stdin=subprocess.DEVNULL)
+    if check and r.returncode != 0:
+        raise AssertionError(f"loom {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def wait_for(cond, timeout, interval=0.05, what="condition"):
+    """Polls cond() until it returns a truthy value, which is returned; fails after timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextmanager
+def time_limit(seconds):
+    """Raises TimeoutError in the block once it has run for `seconds` (SIGALRM)."""
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"test exceeded its {seconds} s limit")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
