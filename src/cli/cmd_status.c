@@ -100,6 +100,19 @@ int cmd_status(int argc, char **argv) {
       cJSON_AddStringToObject(o, "reason", w->reason);
       cJSON_AddNumberToObject(o, "since_heartbeat_ms", (double)w->since_heartbeat_ms);
       cJSON_AddNumberToObject(o, "uptime_ms", (double)w->uptime_ms);
+      if (w->transfers) { /* shard transfers its data port served (as of its last heartbeat) */
+        const Lmw__TransferStats *x = w->transfers;
+        cJSON *tr = cJSON_AddObjectToObject(o, "transfers");
+        cJSON_AddNumberToObject(tr, "local_puts", (double)x->local_puts);
+        cJSON_AddNumberToObject(tr, "local_put_bytes", (double)x->local_put_bytes);
+        cJSON_AddNumberToObject(tr, "local_gets", (double)x->local_gets);
+        cJSON_AddNumberToObject(tr, "local_get_bytes", (double)x->local_get_bytes);
+        cJSON_AddNumberToObject(tr, "stream_puts", (double)x->stream_puts);
+        cJSON_AddNumberToObject(tr, "stream_put_bytes", (double)x->stream_put_bytes);
+        cJSON_AddNumberToObject(tr, "stream_gets", (double)x->stream_gets);
+        cJSON_AddNumberToObject(tr, "stream_get_bytes", (double)x->stream_get_bytes);
+        cJSON_AddNumberToObject(tr, "local_refused", (double)x->local_refused);
+      }
       cJSON_AddItemToArray(ws, o);
     }
     cJSON *ss = cJSON_AddArrayToObject(root, "slices");

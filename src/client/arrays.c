@@ -4,7 +4,10 @@
  * worker (the worker copies it to its other devices that hold the same shard), sent from the
  * caller's buffer when the shard is a contiguous part of it; one SHARD_GET per distinct shard,
  * received straight into the caller's buffer when contiguous. Transfers to different workers
- * are in flight at the same time. */
+ * are in flight at the same time. To a worker on the same host they are local transfers
+ * (SHARD_PUT_LOCAL / SHARD_GET_LOCAL): the worker copies the bytes between the caller's buffer,
+ * named as memory ranges (a shard that is not contiguous as one range per row), and the device
+ * buffer, once; a local transfer the kernel refuses is done again over the stream. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,8 +173,10 @@ loom_status loom_array_shard_info(const loom_array *a, int32_t index, loom_shard
 
 /* ---- data connections ---- */
 
-/* The open connection to a worker's data port (opening it if needed). */
-static int dataconn(loom_client *c, const char *addr, lm_cconn **out, lm_err *err) {
+/* The open connection to a worker's data port (opening it if needed): on the same host its local
+ * socket with local transfers (unless LOOM_TRANSFER=tcp), else, or when that is not possible
+ * (and LOOM_TRANSFER is not "local"), the TCP data port. */
+static int dataconn(loom_client *c, const char *addr, lm_dataconn **out, lm_err *err) {
   pthread_mutex_lock(&c->data_mu);
   lm_dataconn *d = c->dataconns;
   for (; d; d = d->next)
@@ -181,31 +186,52 @@ static int dataconn(loom_client *c, const char *addr, lm_cconn **out, lm_err *er
     d = NULL;
   }
   if (d) {
-    *out = d->conn;
+    *out = d;
     pthread_mutex_unlock(&c->data_mu);
     return 0;
   }
   pthread_mutex_unlock(&c->data_mu);
   lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data"};
   o.limits.max_payload = LM_FRAME_PAYLOAD_HARD_MAX; /* shards land in the caller's buffers */
-  lm_cconn *conn;
+  o.local_offer = c->xfer_mode != LM_XFER_TCP;
+  lm_cconn *conn, *lc = NULL;
   int rc = lm_cconn_open(addr, &o, &conn, err);
   if (rc < 0) {
     lm_err_prefix(err, "worker data port %s", addr);
     return rc;
   }
+  bool held = false;
+  lm_err lerr;
+  lm_errf(&lerr, LOOM_UNSUPPORTED, "LOOM_TRANSFER=tcp");
+  if (c->xfer_mode != LM_XFER_TCP) {
+    rc = lm_local_connect(c, conn, &lc, &held, &lerr);
+    if (rc == 0) { /* the local socket replaces the data port */
+      lm_cconn_close(conn);
+      conn = lc;
+    } else if (c->xfer_mode == LM_XFER_LOCAL || rc == LOOM_CANCELLED) {
+      lm_cconn_close(conn);
+      if (rc == LOOM_CANCELLED) *err = lerr;
+      else lm_errf(err, rc, "worker data port %s: LOOM_TRANSFER=local, but local transfers are not possible: %s", addr,
+                   lerr.msg);
+      return rc;
+    }
+  }
   lm_dataconn *n = calloc(1, sizeof *n);
   if (!n) {
     lm_cconn_close(conn);
+    if (held) lm_local_ptracer_release();
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   }
   snprintf(n->addr, sizeof n->addr, "%s", addr);
   n->conn = conn;
+  atomic_init(&n->local, lc != NULL);
+  n->ptracer_held = held;
+  if (!lc) snprintf(n->local_why, sizeof n->local_why, "%s", lerr.msg);
   pthread_mutex_lock(&c->data_mu);
   n->next = c->dataconns;
   c->dataconns = n;
   pthread_mutex_unlock(&c->data_mu);
-  *out = conn;
+  *out = n;
   return 0;
 }
 
@@ -214,25 +240,22 @@ void lm_client_close_data(loom_client *c) {
   while (d) {
     lm_dataconn *n = d->next;
     lm_cconn_close(d->conn);
+    if (d->ptracer_held) lm_local_ptracer_release();
     free(d);
     d = n;
   }
   c->dataconns = NULL;
 }
 
-/* Waits for a set of calls (all of them, whatever happens) and returns the first failure. */
-static int wait_calls(loom_client *c, lm_call **calls, size_t n, lm_err *err) {
-  int first = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!calls[i]) continue;
-    lm_err e;
-    int rc = lm_call_wait(calls[i], c->timeout_ms, c->intr, c->intr_arg, &e);
-    if (rc < 0 && !first) {
-      first = rc;
-      *err = e;
-    }
-  }
-  return first;
+/* Waits for a call; its status (and message) into *rc / *err. */
+static void wait_call(loom_client *c, lm_call *call, int *rc, lm_err *err) {
+  *rc = call ? lm_call_wait(call, c->timeout_ms, c->intr, c->intr_arg, err) : 0;
+}
+
+/* Whether a region that is not contiguous is better sent as ranges of the caller's memory than
+ * staged: not too many runs, and runs long enough for the copy to stream. */
+static bool ranges_fit(uint64_t nruns, uint64_t run_bytes) {
+  return nruns <= LM_LOCAL_MAX_RANGES && run_bytes >= 1024;
 }
 
 static bool same_region(const Lmw__ShardLocation *a, const Lmw__ShardLocation *b) {
@@ -262,8 +285,55 @@ typedef struct put_group {
   size_t ntargets;
   Lmw__ShardTarget *targets;
   Lmw__ShardTarget **tptr;
-  void *staging;
+  int64_t off[LOOM_MAX_RANK], sd[LOOM_MAX_RANK];
+  uint64_t bytes;
+  const void *payload;               /* the shard's bytes, contiguous (the caller's, or staging) ... */
+  const void *base;                  /* ... or NULL: it is region (off, sd) of the caller's array here */
+  void *staging;                     /* a copy of a shard that is not contiguous */
+  uint64_t *ranges;                  /* local: (address, length) pairs */
+  lm_dataconn *d;
+  bool local;                        /* sent as SHARD_PUT_LOCAL */
+  lm_call *call;
+  int rc;
+  lm_err err;
 } put_group;
+
+/* Sends group g's shard: SHARD_PUT_LOCAL (the worker reads it from here) when the connection has
+ * local transfers, else SHARD_PUT with the bytes as payload (staged first if not contiguous). */
+static int put_send(loom_client *c, const loom_put_args *a, uint64_t id, put_group *g, lm_err *err) {
+  (void)id;
+  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
+  uint64_t udims[LOOM_MAX_RANK];
+  for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)g->sd[d];
+  Lmw__ShardPut m = LMW__SHARD_PUT__INIT;
+  m.session = lm_cconn_session_id(c->conn);
+  m.dtype = (uint32_t)a->dtype;
+  m.n_dims = (size_t)a->rank;
+  m.dims = udims;
+  m.n_targets = g->ntargets;
+  m.targets = g->tptr;
+  g->local = atomic_load(&g->d->local);
+  if (g->local) {
+    uint64_t run = g->bytes, nruns = g->bytes ? 1 : 0;
+    if (!g->payload) nruns = lm_region_runs(a->rank, a->dims, g->sd, esize, &run);
+    free(g->ranges);
+    g->ranges = malloc((nruns ? nruns : 1) * 2 * sizeof *g->ranges);
+    if (!g->ranges) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    if (g->payload && nruns) g->ranges[0] = (uint64_t)(uintptr_t)g->payload, g->ranges[1] = g->bytes;
+    else if (nruns) lm_region_ranges(g->base, a->rank, a->dims, g->off, g->sd, esize, g->ranges);
+    m.n_ranges = (size_t)nruns * 2;
+    m.ranges = g->ranges;
+    return lm_cconn_start(g->d->conn, LM_MSG_SHARD_PUT_LOCAL, &m.base, NULL, 0, NULL, 0, &g->call, err);
+  }
+  if (!g->payload) { /* planned as ranges: the stream needs the bytes in one piece */
+    g->staging = malloc(g->bytes ? g->bytes : 1);
+    if (!g->staging)
+      return lm_errf(err, LOOM_NO_MEMORY, "out of host memory staging a shard of %llu bytes", (unsigned long long)g->bytes);
+    lm_region_copy(a->rank, a->dims, g->off, g->sd, esize, (void *)g->base, g->staging, true);
+    g->payload = g->staging;
+  }
+  return lm_cconn_start(g->d->conn, LM_MSG_SHARD_PUT, &m.base, g->payload, g->bytes, NULL, 0, &g->call, err);
+}
 
 static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh, uint64_t id,
                   const Lmw__ArrayPlacement *pl, lm_err *err) {
@@ -271,9 +341,8 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
   size_t n = pl->n_shards;
   put_group *g = calloc(n, sizeof *g);
   size_t *group_of = calloc(n, sizeof *group_of);
-  lm_call **calls = calloc(n, sizeof *calls);
   int rc = 0;
-  if (!g || !group_of || !calls) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (!g || !group_of) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   size_t ng = 0;
   for (size_t i = 0; rc == 0 && i < n; i++) {
     const Lmw__ShardLocation *l = pl->shards[i];
@@ -309,59 +378,61 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
   }
   /* send every group, then wait for every answer */
   for (size_t k = 0; rc == 0 && k < ng; k++) {
-    const Lmw__ShardLocation *l = pl->shards[g[k].first];
-    int64_t off[LOOM_MAX_RANK], sd[LOOM_MAX_RANK];
-    lm_sharding_shard(sh, a->rank, a->dims, (uint32_t)g[k].first, off, sd);
+    put_group *gr = &g[k];
+    const Lmw__ShardLocation *l = pl->shards[gr->first];
+    lm_sharding_shard(sh, a->rank, a->dims, (uint32_t)gr->first, gr->off, gr->sd);
     uint64_t numel, first;
-    lm_dims_numel(a->rank, sd, &numel);
-    uint64_t bytes = numel * esize;
-    const void *payload;
-    if (a->shard_data) {
-      payload = a->shard_data[g[k].first];
-      if (!payload && bytes) {
-        rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "shard_data[%zu] is NULL", g[k].first);
-        break;
+    lm_dims_numel(a->rank, gr->sd, &numel);
+    gr->bytes = numel * esize;
+    rc = dataconn(c, l->data_address, &gr->d, err);
+    if (rc == 0 && a->shard_data) {
+      gr->payload = a->shard_data[gr->first];
+      if (!gr->payload && gr->bytes) rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "shard_data[%zu] is NULL", gr->first);
+    } else if (rc == 0 && lm_region_contiguous(a->rank, a->dims, gr->off, gr->sd, &first)) {
+      gr->payload = (const uint8_t *)a->data + first * esize;
+    } else if (rc == 0) {
+      uint64_t run, nruns = lm_region_runs(a->rank, a->dims, gr->sd, esize, &run);
+      gr->base = a->data;
+      if (!atomic_load(&gr->d->local) || !ranges_fit(nruns, run)) { /* staged: one copy here */
+        gr->staging = malloc(gr->bytes ? gr->bytes : 1);
+        if (!gr->staging) {
+          rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory staging a shard of %llu bytes",
+                       (unsigned long long)gr->bytes);
+          break;
+        }
+        lm_region_copy(a->rank, a->dims, gr->off, gr->sd, esize, (void *)a->data, gr->staging, true);
+        gr->payload = gr->staging;
       }
-    } else if (lm_region_contiguous(a->rank, a->dims, off, sd, &first)) {
-      payload = (const uint8_t *)a->data + first * esize;
-    } else {
-      g[k].staging = malloc(bytes ? bytes : 1);
-      if (!g[k].staging) {
-        rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory staging a shard of %llu bytes", (unsigned long long)bytes);
-        break;
-      }
-      lm_region_copy(a->rank, a->dims, off, sd, esize, (void *)a->data, g[k].staging, true);
-      payload = g[k].staging;
     }
-    uint64_t udims[LOOM_MAX_RANK];
-    for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)sd[d];
-    Lmw__ShardPut m = LMW__SHARD_PUT__INIT;
-    m.session = lm_cconn_session_id(c->conn);
-    m.dtype = (uint32_t)a->dtype;
-    m.n_dims = (size_t)a->rank;
-    m.dims = udims;
-    m.n_targets = g[k].ntargets;
-    m.targets = g[k].tptr;
-    lm_cconn *dc;
-    rc = dataconn(c, l->data_address, &dc, err);
-    if (rc == 0) rc = lm_cconn_start(dc, LM_MSG_SHARD_PUT, &m.base, payload, bytes, NULL, 0, &calls[k], err);
-    if (rc < 0) lm_err_prefix(err, "putting shard %zu on device %u (worker %u)", g[k].first, l->device, l->worker_id);
-    free(g[k].staging); /* sent: lm_cconn_start returns once the bytes are written */
-    g[k].staging = NULL;
+    if (rc == 0) rc = put_send(c, a, id, gr, err);
+    if (rc < 0) lm_err_prefix(err, "putting shard %zu on device %u (worker %u)", gr->first, l->device, l->worker_id);
   }
-  lm_err e2;
-  int rc2 = calls ? wait_calls(c, calls, ng, &e2) : 0;
-  if (rc == 0 && rc2 < 0) {
-    rc = rc2;
-    *err = e2;
+  for (size_t k = 0; g && k < ng; k++) wait_call(c, g[k].call, &g[k].rc, &g[k].err);
+  /* a local put the kernel refused goes again over the stream (LOOM_TRANSFER=auto) */
+  for (size_t k = 0; rc == 0 && c->xfer_mode == LM_XFER_AUTO && k < ng; k++) {
+    if (!g[k].local || g[k].rc != LOOM_UNSUPPORTED) continue;
+    atomic_store(&g[k].d->local, false);
+    snprintf(g[k].d->local_why, sizeof g[k].d->local_why, "%s", g[k].err.msg);
+    lm_call_release(g[k].call);
+    g[k].call = NULL;
+    g[k].rc = put_send(c, a, id, &g[k], &g[k].err);
+    if (g[k].rc == 0) wait_call(c, g[k].call, &g[k].rc, &g[k].err);
   }
-  for (size_t k = 0; calls && k < ng; k++) lm_call_release(calls[k]);
-  for (size_t k = 0; g && k < ng; k++) {
+  for (size_t k = 0; rc == 0 && g && k < ng; k++)
+    if (g[k].rc < 0) {
+      rc = g[k].rc;
+      *err = g[k].err;
+      const Lmw__ShardLocation *l = pl->shards[g[k].first];
+      lm_err_prefix(err, "putting shard %zu on device %u (worker %u)", g[k].first, l->device, l->worker_id);
+    }
+  for (size_t k = 0; g && k < ng; k++) { /* releasing a pending local call waits until the worker let go */
+    lm_call_release(g[k].call);
     free(g[k].targets);
     free(g[k].tptr);
     free(g[k].staging);
+    free(g[k].ranges);
   }
-  free(g), free(group_of), free(calls);
+  free(g), free(group_of);
   return rc;
 }
 
@@ -450,10 +521,17 @@ loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **
 
 typedef struct get_part {
   size_t shard;                      /* the location it comes from */
-  void *dst;                         /* where the bytes land (dst or staging) */
+  void *dst;                         /* where the bytes land, contiguous (the caller's, or staging) ... */
+  void *base;                        /* ... or NULL: region (off, sd) of the caller's array here (local) */
   void *staging;
   uint64_t bytes;
   int64_t off[LOOM_MAX_RANK], sd[LOOM_MAX_RANK];
+  uint64_t *ranges;                  /* local: (address, length) pairs */
+  lm_dataconn *d;
+  bool local;                        /* asked with SHARD_GET_LOCAL */
+  lm_call *call;
+  int rc;
+  lm_err err;
 } get_part;
 
 static int locate(loom_array *a, Lmw__ArrayPlacement **out, lm_err *err) {
@@ -485,46 +563,117 @@ static int locate(loom_array *a, Lmw__ArrayPlacement **out, lm_err *err) {
   return 0;
 }
 
+/* Asks for part p: SHARD_GET_LOCAL (the worker writes the bytes here) when the connection has
+ * local transfers, else SHARD_GET with the payload received into p->dst (a staging buffer is
+ * made first when the part was planned as ranges). */
+static int get_send(loom_array *a, const Lmw__ShardLocation *l, get_part *p, lm_err *err) {
+  loom_client *c = a->c;
+  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
+  Lmw__ShardGet m = LMW__SHARD_GET__INIT;
+  m.session = lm_cconn_session_id(c->conn);
+  m.array = a->id;
+  m.local_index = l->local_index;
+  m.token = l->token;
+  m.min_cseq = l->min_cseq;
+  p->local = atomic_load(&p->d->local);
+  if (p->local) {
+    uint64_t run = p->bytes, nruns = p->bytes ? 1 : 0;
+    if (!p->dst) nruns = lm_region_runs(a->rank, a->dims, p->sd, esize, &run);
+    free(p->ranges);
+    p->ranges = malloc((nruns ? nruns : 1) * 2 * sizeof *p->ranges);
+    if (!p->ranges) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    if (p->dst && nruns) p->ranges[0] = (uint64_t)(uintptr_t)p->dst, p->ranges[1] = p->bytes;
+    else if (nruns) lm_region_ranges(p->base, a->rank, a->dims, p->off, p->sd, esize, p->ranges);
+    m.n_ranges = (size_t)nruns * 2;
+    m.ranges = p->ranges;
+    return lm_cconn_start(p->d->conn, LM_MSG_SHARD_GET_LOCAL, &m.base, NULL, 0, NULL, 0, &p->call, err);
+  }
+  if (!p->dst) {
+    p->staging = malloc(p->bytes ? p->bytes : 1);
+    if (!p->staging) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    p->dst = p->staging;
+  }
+  return lm_cconn_start(p->d->conn, LM_MSG_SHARD_GET, &m.base, NULL, 0, p->dst, p->bytes, &p->call, err);
+}
+
+/* Checks that part p's reply is its shard: the right type, dtype and size, in the right place. */
+static void get_check(loom_array *a, const Lmw__ShardLocation *l, get_part *p) {
+  lm_reply r;
+  p->rc = lm_call_take_reply(p->call, &r, &p->err);
+  if (p->rc < 0) return;
+  const Lmw__ShardGetReply *gr = r.type == LM_MSG_SHARD_GET_REPLY ? (const Lmw__ShardGetReply *)r.msg : NULL;
+  uint64_t numel = 1;
+  bool ok = gr && gr->dtype == (uint32_t)a->dtype && gr->n_dims == (size_t)a->rank;
+  for (size_t d = 0; ok && d < gr->n_dims; d++) ok = gr->dims[d] == (uint64_t)p->sd[d];
+  for (size_t d = 0; ok && d < gr->n_dims; d++) numel *= gr->dims[d];
+  ok = ok && numel * lm_dtype_size((lm_dtype)a->dtype) == p->bytes;
+  if (p->local) ok = ok && r.payload_len == 0 && gr->written == p->bytes;
+  else ok = ok && r.payload_len == p->bytes && (!p->bytes || r.payload_external);
+  if (!ok)
+    p->rc = lm_errf(&p->err, LOOM_PROTOCOL, "worker %u sent a shard of array %llu that does not match it", l->worker_id,
+                    (unsigned long long)a->id);
+  lm_reply_free(&r);
+}
+
 static int get_parts(loom_array *a, const Lmw__ArrayPlacement *pl, get_part *parts, size_t np, lm_err *err) {
   loom_client *c = a->c;
-  lm_call **calls = calloc(np ? np : 1, sizeof *calls);
-  if (!calls) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   int rc = 0;
-  for (size_t k = 0; rc == 0 && k < np; k++) {
-    const Lmw__ShardLocation *l = pl->shards[parts[k].shard];
-    Lmw__ShardGet m = LMW__SHARD_GET__INIT;
-    m.session = lm_cconn_session_id(c->conn);
-    m.array = a->id;
-    m.local_index = l->local_index;
-    m.token = l->token;
-    m.min_cseq = l->min_cseq;
-    lm_cconn *dc;
-    rc = dataconn(c, l->data_address, &dc, err);
-    if (rc == 0)
-      rc = lm_cconn_start(dc, LM_MSG_SHARD_GET, &m.base, NULL, 0, parts[k].dst, parts[k].bytes, &calls[k], err);
+  for (size_t k = 0; rc == 0 && k < np; k++) rc = get_send(a, pl->shards[parts[k].shard], &parts[k], err);
+  for (size_t k = 0; k < np; k++) {
+    wait_call(c, parts[k].call, &parts[k].rc, &parts[k].err);
+    if (parts[k].call && parts[k].rc == 0) get_check(a, pl->shards[parts[k].shard], &parts[k]);
   }
-  lm_err e2;
-  int rc2 = wait_calls(c, calls, np, &e2);
-  if (rc == 0 && rc2 < 0) {
-    rc = rc2;
-    *err = e2;
+  /* a local get the kernel refused goes again over the stream (LOOM_TRANSFER=auto) */
+  for (size_t k = 0; rc == 0 && c->xfer_mode == LM_XFER_AUTO && k < np; k++) {
+    get_part *p = &parts[k];
+    if (!p->local || p->rc != LOOM_UNSUPPORTED) continue;
+    atomic_store(&p->d->local, false);
+    snprintf(p->d->local_why, sizeof p->d->local_why, "%s", p->err.msg);
+    lm_call_release(p->call);
+    p->call = NULL;
+    p->rc = get_send(a, pl->shards[p->shard], p, &p->err);
+    if (p->rc == 0) wait_call(c, p->call, &p->rc, &p->err);
+    if (p->rc == 0) get_check(a, pl->shards[p->shard], p);
   }
-  for (size_t k = 0; rc == 0 && k < np; k++) { /* the right amount, in the right place */
-    lm_reply r;
-    rc = lm_call_take_reply(calls[k], &r, err);
-    if (rc < 0) break;
-    const Lmw__ShardGetReply *gr = (const Lmw__ShardGetReply *)r.msg;
-    uint64_t numel = 1;
-    for (size_t d = 0; gr && d < gr->n_dims; d++) numel *= gr->dims[d];
-    if (r.type != LM_MSG_SHARD_GET_REPLY || gr->dtype != (uint32_t)a->dtype || r.payload_len != parts[k].bytes ||
-        (parts[k].bytes && !r.payload_external) || numel * lm_dtype_size((lm_dtype)a->dtype) != parts[k].bytes)
-      rc = lm_errf(err, LOOM_PROTOCOL, "worker %u sent a shard of array %llu that does not match it",
-                   pl->shards[parts[k].shard]->worker_id, (unsigned long long)a->id);
-    lm_reply_free(&r);
+  for (size_t k = 0; rc == 0 && k < np; k++)
+    if (parts[k].rc < 0) {
+      rc = parts[k].rc;
+      *err = parts[k].err;
+    }
+  for (size_t k = 0; k < np; k++) { /* releasing a pending local call waits until the worker let go */
+    lm_call_release(parts[k].call);
+    parts[k].call = NULL;
   }
-  for (size_t k = 0; k < np; k++) lm_call_release(calls[k]);
-  free(calls);
   return rc;
+}
+
+/* Plans where part p lands: straight in the caller's dst when contiguous, or (local) as ranges
+ * of it when they fit, else in a staging buffer copied out afterwards. */
+static int get_plan(loom_array *a, const Lmw__ArrayPlacement *pl, get_part *p, void *dst, lm_err *err) {
+  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
+  lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)p->shard, p->off, p->sd);
+  uint64_t numel, first, run;
+  lm_dims_numel(a->rank, p->sd, &numel);
+  p->bytes = numel * esize;
+  LM_TRY(dataconn(a->c, pl->shards[p->shard]->data_address, &p->d, err));
+  if (lm_region_contiguous(a->rank, a->dims, p->off, p->sd, &first)) {
+    p->dst = (uint8_t *)dst + first * esize;
+  } else if (atomic_load(&p->d->local) && ranges_fit(lm_region_runs(a->rank, a->dims, p->sd, esize, &run), run)) {
+    p->base = dst;
+  } else {
+    p->staging = malloc(p->bytes ? p->bytes : 1);
+    if (!p->staging) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    p->dst = p->staging;
+  }
+  return 0;
+}
+
+static void parts_free(get_part *parts, size_t np) {
+  for (size_t k = 0; parts && k < np; k++) {
+    free(parts[k].staging);
+    free(parts[k].ranges);
+  }
+  free(parts);
 }
 
 loom_status loom_array_get(loom_array *a, void *dst, size_t dst_size) {
@@ -549,27 +698,14 @@ loom_status loom_array_get(loom_array *a, void *dst, size_t dst_size) {
     bool have = false;
     for (size_t k = 0; k < np && !have; k++) have = same_region(pl->shards[parts[k].shard], l);
     if (have) continue;
-    get_part *p = &parts[np++];
-    p->shard = i;
-    lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)i, p->off, p->sd);
-    uint64_t numel, first;
-    lm_dims_numel(a->rank, p->sd, &numel);
-    p->bytes = numel * esize;
-    if (lm_region_contiguous(a->rank, a->dims, p->off, p->sd, &first)) {
-      p->dst = (uint8_t *)dst + first * esize;
-    } else {
-      p->staging = malloc(p->bytes ? p->bytes : 1);
-      if (!p->staging) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
-      p->dst = p->staging;
-    }
+    parts[np].shard = i;
+    rc = get_plan(a, pl, &parts[np++], dst, &err);
   }
   if (rc == 0) rc = get_parts(a, pl, parts, np, &err);
-  for (size_t k = 0; parts && k < np; k++) {
-    if (rc == 0 && parts[k].staging)
+  for (size_t k = 0; rc == 0 && k < np; k++)
+    if (parts[k].staging && parts[k].dst == parts[k].staging)
       lm_region_copy(a->rank, a->dims, parts[k].off, parts[k].sd, esize, dst, parts[k].staging, false);
-    free(parts[k].staging);
-  }
-  free(parts);
+  parts_free(parts, np);
   lm_msg_free(&pl->base);
   if (rc < 0) return fail(c, &err);
   return LOOM_OK;
@@ -598,7 +734,10 @@ loom_status loom_array_get_shard(loom_array *a, int32_t index, void *dst, size_t
   if (!pl->shards[index]->data_address[0])
     rc = lm_errf(&err, LOOM_WORKER_LOST, "the shard of array %llu on device %u is lost with its worker",
                  (unsigned long long)a->id, pl->shards[index]->device);
+  if (rc == 0) rc = dataconn(c, pl->shards[index]->data_address, &p.d, &err);
   if (rc == 0) rc = get_parts(a, pl, &p, 1, &err);
+  free(p.ranges);
+  free(p.staging);
   lm_msg_free(&pl->base);
   if (rc < 0) return fail(c, &err);
   return LOOM_OK;

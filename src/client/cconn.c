@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,8 @@ struct lm_cconn {
   uint64_t session_id;
   char addr[LM_ADDR_MAX];
   char software[64];
+  lm_cconn_local local;       /* from the HELLO_REPLY */
+  atomic_bool peer_access;    /* the peer copies to and from our memory: see lm_cconn_set_peer_access */
 };
 
 void lm_reply_free(lm_reply *r) {
@@ -103,6 +106,8 @@ static void complete_locked(lm_call *call) {
 }
 
 /* ---- receiver ---- */
+
+static void break_connection(lm_cconn *c);
 
 static int rx_sink(void *arg, const lm_frame *f, void **dst, lm_err *err) {
   lm_cconn *c = arg;
@@ -192,6 +197,16 @@ static void *rx_main(void *arg) {
       break;
     }
   }
+  if (atomic_load(&c->peer_access) && rc != LOOM_CLOSED) {
+    /* a bad frame (or out of memory): the peer may still be copying into memory of pending
+     * calls; complete them only once it closed its end */
+    break_connection(c);
+    for (;;) {
+      ssize_t k = recv(c->fd, c->rbuf, RBUF_SIZE, 0);
+      if (k > 0 || (k < 0 && errno == EINTR)) continue;
+      break;
+    }
+  }
   /* The connection is gone: fail everything in flight, refuse new calls. */
   pthread_mutex_lock(&c->mu);
   c->broken = true;
@@ -219,7 +234,9 @@ static void *rx_main(void *arg) {
 
 /* ---- calls ---- */
 
-static void break_connection(lm_cconn *c) { shutdown(c->fd, SHUT_RDWR); }
+/* Stops the stream. With a peer that copies into our memory only our sending side is closed:
+ * the receiver ends when the peer closed its end, i.e. when none of its copies runs any more. */
+static void break_connection(lm_cconn *c) { shutdown(c->fd, atomic_load(&c->peer_access) ? SHUT_WR : SHUT_RDWR); }
 
 int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const void *payload, uint64_t plen,
                    void *dst, uint64_t dst_cap, lm_call **out, lm_err *err) {
@@ -361,7 +378,10 @@ void lm_call_release(lm_call *call) {
     call_free(call);
   } else {
     call->released = true; /* the receiver frees it when its reply (or the end) comes */
-    if (c->sink_call == call) { /* its buffer is being written: stop the stream, wait for the writer */
+    if (atomic_load(&c->peer_access)) { /* the peer may be writing the call's memory: stop, wait until it is done */
+      break_connection(c);
+      while (!c->broken) pthread_cond_wait(&c->sink_cv, &c->mu);
+    } else if (c->sink_call == call) { /* its buffer is being written: stop the stream, wait for the writer */
       break_connection(c);
       while (c->sink_call == call) pthread_cond_wait(&c->sink_cv, &c->mu);
     }
@@ -391,6 +411,29 @@ int lm_cconn_call(lm_cconn *c, unsigned type, const ProtobufCMessage *m, unsigne
 }
 
 /* ---- open / close ---- */
+
+/* Copies s if it is printable ASCII and fits; else leaves "". */
+static void copy_printable(char *dst, size_t cap, const char *s) {
+  dst[0] = 0;
+  size_t n = s ? strnlen(s, cap) : 0;
+  if (n == 0 || n >= cap) return;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f) return;
+  memcpy(dst, s, n);
+  dst[n] = 0;
+}
+
+static void save_local(lm_cconn_local *l, const Lmw__HelloReply *hr) {
+  copy_printable(l->socket, sizeof l->socket, hr->local_socket);
+  if (l->socket[0] != '@' || !l->socket[1]) l->socket[0] = 0;
+  copy_printable(l->boot_id, sizeof l->boot_id, hr->boot_id);
+  l->ptracer_pid = hr->ptracer_pid;
+  l->transfer = hr->local_transfer;
+  size_t n = hr->local_refused ? strnlen(hr->local_refused, sizeof l->refused - 1) : 0;
+  for (size_t i = 0; i < n; i++) /* a peer's text, shown to users: one line */
+    l->refused[i] = (unsigned char)hr->local_refused[i] < 0x20 || hr->local_refused[i] == 0x7f ? ' ' : hr->local_refused[i];
+  l->refused[n] = 0;
+}
 
 int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out, lm_err *err) {
   *out = NULL;
@@ -437,12 +480,19 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
     h.name = (char *)(o.name ? o.name : "");
     h.auth_token.data = (uint8_t *)o.auth_token;
     h.auth_token.len = o.auth_token ? o.auth_token_len : 0;
+    h.local_offer = o.local_offer;
+    if (o.local_probe) {
+      h.local_probe_address = (uint64_t)(uintptr_t)o.local_probe;
+      h.local_probe.data = (uint8_t *)o.local_probe;
+      h.local_probe.len = LM_LOCAL_PROBE_SIZE;
+    }
     ProtobufCMessage *rm;
     rc = lm_cconn_call(c, LM_MSG_HELLO, &h.base, LM_MSG_HELLO_REPLY, o.timeout_ms, o.intr, o.intr_arg, &rm, err);
     if (rc == 0) {
       Lmw__HelloReply *hr = (Lmw__HelloReply *)rm;
       c->session_id = hr->session_id;
       snprintf(c->software, sizeof c->software, "%s", hr->software);
+      save_local(&c->local, hr);
       if (hr->protocol_version != LM_PROTOCOL_VERSION)
         rc = lm_errf(err, LOOM_VERSION_MISMATCH, "the controller speaks protocol version %u, this client %d",
                      hr->protocol_version, LM_PROTOCOL_VERSION);
@@ -473,6 +523,10 @@ void lm_cconn_close(lm_cconn *c) {
 uint64_t lm_cconn_session_id(const lm_cconn *c) { return c->session_id; }
 const char *lm_cconn_address(const lm_cconn *c) { return c->addr; }
 const char *lm_cconn_server_software(const lm_cconn *c) { return c->software; }
+
+const lm_cconn_local *lm_cconn_local_info(const lm_cconn *c) { return &c->local; }
+
+void lm_cconn_set_peer_access(lm_cconn *c) { atomic_store(&c->peer_access, true); }
 
 bool lm_cconn_ok(lm_cconn *c, lm_err *err) {
   pthread_mutex_lock(&c->mu);

@@ -24,7 +24,20 @@ typedef struct lm_cconn_options {
   const void *auth_token;      /* reserved: sent in HELLO, ignored by today's controller */
   size_t auth_token_len;
   lm_frame_limits limits;      /* what this side accepts; zeros = defaults */
+  /* local transfers (a worker's data port; docs/protocol.md "Local transfers"): */
+  bool local_offer;            /* HELLO.local_offer: ask for the worker's local socket */
+  const uint8_t *local_probe;  /* HELLO.local_probe: LM_LOCAL_PROBE_SIZE bytes at this address, left
+                                  there until lm_cconn_open returns (the worker reads them) */
 } lm_cconn_options;
+
+/* What the peer's HELLO_REPLY said about local transfers (checked: printable, bounded). */
+typedef struct lm_cconn_local {
+  char socket[108];            /* "@NAME": the worker's local socket; "" when none */
+  char boot_id[64];            /* the worker's kernel boot id */
+  uint32_t ptracer_pid;        /* whom to name with PR_SET_PTRACER under Yama ptrace_scope 1 */
+  bool transfer;               /* on the local socket: local transfers enabled */
+  char refused[LM_ERR_MSG_MAX]; /* ... else why not ("" when the peer said nothing) */
+} lm_cconn_local;
 
 /* A received reply: its type, decoded metadata and payload. */
 typedef struct lm_reply {
@@ -46,6 +59,12 @@ const char *lm_cconn_address(const lm_cconn *c);
 const char *lm_cconn_server_software(const lm_cconn *c);
 /* Whether the connection still works; when not, why (into err). */
 bool lm_cconn_ok(lm_cconn *c, lm_err *err);
+const lm_cconn_local *lm_cconn_local_info(const lm_cconn *c);
+/* Marks a connection whose peer reads and writes this process's memory for pending calls (local
+ * transfers). Stopping such a connection (releasing a pending call, a failed send, a bad frame)
+ * then half-closes it and waits until the peer has closed its end, which it does only once no
+ * copy of it runs any more: memory of a call that returned is never written afterwards. */
+void lm_cconn_set_peer_access(lm_cconn *c);
 
 /* Sends a request (metadata m, optional payload sent zero-copy from the caller's memory,
  * which must stay valid until this returns) and returns its call. dst/dst_cap: optional buffer

@@ -64,7 +64,9 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   }
   char addr[LM_ADDR_MAX];
   lm_err err;
-  int rc = lm_locate_controller(o.address, addr, sizeof addr, &err);
+  int xfer_mode;
+  int rc = lm_xfer_mode_from_env(&xfer_mode, &err);
+  if (rc == 0) rc = lm_locate_controller(o.address, addr, sizeof addr, &err);
   if (rc < 0) return fail(NULL, &err);
   loom_client *c = calloc(1, sizeof *c);
   if (!c) return failf(NULL, LOOM_NO_MEMORY, "out of host memory");
@@ -74,6 +76,7 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   c->timeout_ms = o.timeout_ms;
   c->intr = o.interrupt;
   c->intr_arg = o.interrupt_arg;
+  c->xfer_mode = xfer_mode;
   lm_cconn_options co = {.timeout_ms = o.timeout_ms, .intr = o.interrupt, .intr_arg = o.interrupt_arg,
                          .name = o.client_name, .auth_token = o.auth_token, .auth_token_len = o.auth_token_size};
   rc = lm_cconn_open(addr, &co, &c->conn, &err);

@@ -11,11 +11,20 @@
 #include "common/sharding.h"
 #include "loom/loom.h"
 
-/* A connection to one worker's data port (shard puts and gets go there directly). */
+/* How shard bytes move to and from workers on this host (LOOM_TRANSFER). */
+enum { LM_XFER_AUTO = 0,   /* local transfers where possible, else the stream */
+       LM_XFER_TCP = 1,    /* always the stream over the data port (as between hosts) */
+       LM_XFER_LOCAL = 2 }; /* local transfers or an error (tests, benchmarks) */
+
+/* A connection to one worker's data port (shard puts and gets go there directly): its TCP data
+ * port, or its local socket with local transfers enabled. */
 typedef struct lm_dataconn {
-  char addr[LM_ADDR_MAX];
+  char addr[LM_ADDR_MAX];            /* the data port's address (the key) */
   lm_cconn *conn;
   bool broken;                       /* replaced by a newer one; closed at disconnect */
+  atomic_bool local;                 /* local transfers (cleared when the kernel refuses one) */
+  bool ptracer_held;                 /* counts in the PR_SET_PTRACER consent (local.c) */
+  char local_why[LM_ERR_MSG_MAX];    /* why not local (when not) */
   struct lm_dataconn *next;
 } lm_dataconn;
 
@@ -30,6 +39,7 @@ struct loom_client {
   atomic_uint_fast64_t next_id;      /* ids of new arrays and executables in the session */
   pthread_mutex_t data_mu;           /* guards dataconns */
   lm_dataconn *dataconns;
+  int xfer_mode;                     /* LM_XFER_*, from LOOM_TRANSFER at connect */
 };
 
 /* Records e as the client's last error (or the thread's, for NULL) and returns its code. */
@@ -37,6 +47,23 @@ loom_status lm_client_fail(loom_client *c, const lm_err *e);
 loom_status lm_client_failf(loom_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Closes every data connection (at disconnect). */
 void lm_client_close_data(loom_client *c);
+
+/* ---- local transfers (local.c) ---- */
+
+/* LM_XFER_* from LOOM_TRANSFER (unset or "auto", "tcp", "local"); anything else is an error. */
+int lm_xfer_mode_from_env(int *mode, lm_err *err);
+/* Opens the local connection to the worker whose data port answered on `data` (its HELLO_REPLY
+ * named a local socket on this host) and does its handshake. 0 with *out when local transfers
+ * are enabled; else LOOM_UNSUPPORTED (or another error) saying why. *ptracer_held: the
+ * connection counts in the PR_SET_PTRACER consent (release with lm_local_ptracer_release). */
+int lm_local_connect(loom_client *c, lm_cconn *data, lm_cconn **out, bool *ptracer_held, lm_err *err);
+void lm_local_ptracer_release(void);
+/* The contiguous runs of region sd (at any offset) of a row-major array dims: their number (0
+ * for an empty region) and their length in bytes. */
+uint64_t lm_region_runs(int rank, const int64_t *dims, const int64_t *sd, size_t esize, uint64_t *run_bytes);
+/* Their (address, length) pairs in row-major order for the array at base: 2 * runs words. */
+void lm_region_ranges(const void *base, int rank, const int64_t *dims, const int64_t *off, const int64_t *sd,
+                      size_t esize, uint64_t *words);
 
 /* ---- futures (launch.c) ---- */
 

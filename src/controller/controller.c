@@ -206,6 +206,12 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
     }
     rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), idx, used, k, &err);
   }
+  if (rc == 0 && m->transfers) {
+    const Lmw__TransferStats *t = m->transfers;
+    lm_reg_transfers x = {t->local_puts,  t->local_put_bytes,  t->local_gets,  t->local_get_bytes, t->stream_puts,
+                          t->stream_put_bytes, t->stream_gets, t->stream_get_bytes, t->local_refused};
+    rc = lm_registry_set_transfers(c->reg, p->worker_id, &x, &err);
+  }
   if (rc < 0) { /* the worker is dropped: its devices are unhealthy from now, not after the close */
     char why[LM_REG_REASON_MAX];
     snprintf(why, sizeof why, "bad heartbeat: %.140s", err.msg);
@@ -259,8 +265,9 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   uint64_t now = now_ms(c);
   Lmw__WorkerStatus *ws = calloc(n ? n : 1, sizeof *ws);
   Lmw__WorkerStatus **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-  if (!ws || !ptrs) {
-    free(ws), free(ptrs);
+  Lmw__TransferStats *ts = calloc(n ? n : 1, sizeof *ts);
+  if (!ws || !ptrs || !ts) {
+    free(ws), free(ptrs), free(ts);
     reply_error(p, f, LOOM_NO_MEMORY, "out of host memory building the status");
     return;
   }
@@ -278,6 +285,18 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
     o->reason = (char *)w->reason;
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
     o->uptime_ms = now >= w->registered_ms ? now - w->registered_ms : 0;
+    const lm_reg_transfers *x = &w->transfers;
+    lmw__transfer_stats__init(&ts[i]);
+    ts[i].local_puts = x->local_puts;
+    ts[i].local_put_bytes = x->local_put_bytes;
+    ts[i].local_gets = x->local_gets;
+    ts[i].local_get_bytes = x->local_get_bytes;
+    ts[i].stream_puts = x->stream_puts;
+    ts[i].stream_put_bytes = x->stream_put_bytes;
+    ts[i].stream_gets = x->stream_gets;
+    ts[i].stream_get_bytes = x->stream_get_bytes;
+    ts[i].local_refused = x->local_refused;
+    o->transfers = &ts[i];
     ptrs[i] = o;
   }
   Lmw__ClusterStatusReply r = LMW__CLUSTER_STATUS_REPLY__INIT;
@@ -291,6 +310,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   reply(p, f, LM_MSG_CLUSTER_STATUS_REPLY, &r.base);
   free(ws);
   free(ptrs);
+  free(ts);
 }
 
 /* A worker is lost (once): its launches fail, loads in progress fail, other workers hear it. */

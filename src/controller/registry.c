@@ -130,6 +130,12 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
   return 0;
 }
 
+int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err) {
+  if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
+  r->workers[worker].transfers = *t;
+  return 0;
+}
+
 int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err) {
   if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
   if (len == 0 || len > LM_REG_DATAPLANE_MAX)

@@ -33,6 +33,13 @@ typedef struct lm_worker_spec {
   const char *data_address;        /* "HOST:PORT" of its data port; may be NULL or "" */
 } lm_worker_spec;
 
+/* Shard transfers a worker's data port served (its heartbeats carry them; `loom status` shows them). */
+typedef struct lm_reg_transfers {
+  uint64_t local_puts, local_put_bytes, local_gets, local_get_bytes;     /* by cross-memory attach */
+  uint64_t stream_puts, stream_put_bytes, stream_gets, stream_get_bytes; /* over the connection */
+  uint64_t local_refused;          /* local transfers the kernel refused (the client fell back) */
+} lm_reg_transfers;
+
 typedef struct lm_reg_worker {
   uint32_t id;                     /* dense, in registration order, never reused */
   char *host;
@@ -48,6 +55,7 @@ typedef struct lm_reg_worker {
   uint64_t registered_ms;          /* clock of the caller */
   uint64_t last_heartbeat_ms;      /* registration counts as the first heartbeat */
   uint64_t heartbeats;
+  lm_reg_transfers transfers;      /* as of the latest heartbeat */
 } lm_reg_worker;
 
 typedef struct lm_reg_device {
@@ -73,6 +81,8 @@ int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *spec, uint64_t 
  * for the first nused devices. LOOM_NOT_FOUND for an unknown or lost worker. */
 int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
                           const uint64_t *used, size_t nused, lm_err *err);
+/* Records a worker's transfer counters (from a heartbeat). LOOM_NOT_FOUND for an unknown worker. */
+int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err);
 /* Sets (replaces) a worker's data-plane address. LOOM_NOT_FOUND / LOOM_INVALID_ARGUMENT. */
 int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err);
 /* Marks an alive worker lost (its devices turn unhealthy) with a reason; no-op if already lost.

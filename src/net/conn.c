@@ -1,10 +1,17 @@
 /* libuv framed connections for the daemons: reading with the frame reader (payloads straight
  * into their buffers), deadlines for handshakes and stalled frames, write queue limits, and
- * orderly closes that flush an ERROR frame first. */
+ * orderly closes that flush an ERROR frame first. Over TCP, or over a Unix-domain socket (a
+ * worker's local socket for clients on the same host). */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include "net/conn.h"
 #include "net/sock.h"
 
@@ -16,7 +23,13 @@ enum { ST_NEW, ST_CONNECTING, ST_OPEN, ST_DRAINING, ST_CLOSED };
 #define LINGER_MS 2000                   /* how long a closing connection may take to flush */
 
 struct lm_conn {
-  uv_tcp_t tcp;
+  union {                     /* the stream: TCP, or a Unix-domain socket (local) */
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  bool local;                 /* h.pipe */
   uv_timer_t timer;
   uv_connect_t connect_req;
   uv_shutdown_t shutdown_req;
@@ -85,8 +98,8 @@ static void on_handle_closed(uv_handle_t *h) {
 static void hard_close(lm_conn *c) {
   if (c->state == ST_CLOSED) return;
   c->state = ST_CLOSED;
-  uv_read_stop((uv_stream_t *)&c->tcp);
-  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+  uv_read_stop(&c->h.stream);
+  uv_close(&c->h.handle, on_handle_closed);
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
@@ -103,7 +116,8 @@ static void update_timer(lm_conn *c) {
   else if (!need && active) uv_timer_stop(&c->timer);
 }
 
-lm_conn *lm_conn_new(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_config *cfg, void *user) {
+static lm_conn *conn_new(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_config *cfg, void *user,
+                         bool local) {
   lm_conn *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->rbuf = malloc(READ_BUF_SIZE);
@@ -116,13 +130,23 @@ lm_conn *lm_conn_new(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_conf
   c->state = ST_NEW;
   lm_frame_reader_init(&c->reader, &c->cfg.limits);
   c->reader.sink_arg = c;
-  uv_tcp_init(loop, &c->tcp);
+  c->local = local;
+  if (local) uv_pipe_init(loop, &c->h.pipe, 0);
+  else uv_tcp_init(loop, &c->h.tcp);
   uv_timer_init(loop, &c->timer);
-  c->tcp.data = c;
+  c->h.handle.data = c;
   c->timer.data = c;
   c->handles_open = 2;
   snprintf(c->peer, sizeof c->peer, "(unconnected)");
   return c;
+}
+
+lm_conn *lm_conn_new(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_config *cfg, void *user) {
+  return conn_new(loop, ops, cfg, user, false);
+}
+
+lm_conn *lm_conn_new_local(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_config *cfg, void *user) {
+  return conn_new(loop, ops, cfg, user, true);
 }
 
 static int frame_cb(void *arg, lm_frame *f, lm_err *err) {
@@ -230,13 +254,23 @@ static void timer_cb(uv_timer_t *t) {
 static void start_reading(lm_conn *c) {
   c->state = ST_OPEN;
   c->opened_ms = uv_now(c->loop);
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
-  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-    lm_addr_format((struct sockaddr *)&ss, c->peer, sizeof c->peer);
-  uv_tcp_nodelay(&c->tcp, 1);
+  if (c->local) {
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    uv_os_fd_t fd;
+    if (uv_fileno(&c->h.handle, &fd) == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+      snprintf(c->peer, sizeof c->peer, "local pid %d", (int)cr.pid);
+    else
+      snprintf(c->peer, sizeof c->peer, "local");
+  } else {
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0)
+      lm_addr_format((struct sockaddr *)&ss, c->peer, sizeof c->peer);
+    uv_tcp_nodelay(&c->h.tcp, 1);
+  }
   if (c->ops->payload_sink) c->reader.sink = sink_cb;
-  int rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  int rc = uv_read_start(&c->h.stream, alloc_cb, read_cb);
   if (rc < 0) {
     set_reasonf(c, LOOM_IO, "cannot read: %s", uv_strerror(rc));
     hard_close(c);
@@ -246,7 +280,12 @@ static void start_reading(lm_conn *c) {
 }
 
 int lm_conn_accept(lm_conn *c, uv_stream_t *server) {
-  int rc = uv_accept(server, (uv_stream_t *)&c->tcp);
+  if ((server->type == UV_NAMED_PIPE) != c->local) {
+    set_reasonf(c, LOOM_INTERNAL, "accept: the connection and the server are of different kinds");
+    hard_close(c);
+    return LOOM_INTERNAL;
+  }
+  int rc = uv_accept(server, &c->h.stream);
   if (rc < 0) {
     set_reasonf(c, LOOM_IO, "accept: %s", uv_strerror(rc));
     hard_close(c);
@@ -272,7 +311,7 @@ int lm_conn_connect(lm_conn *c, const struct sockaddr *addr) {
   lm_addr_format(addr, c->peer, sizeof c->peer);
   c->connect_req.data = c;
   c->state = ST_CONNECTING;
-  int rc = uv_tcp_connect(&c->connect_req, &c->tcp, addr, connect_cb);
+  int rc = c->local ? UV_EINVAL : uv_tcp_connect(&c->connect_req, &c->h.tcp, addr, connect_cb);
   if (rc < 0) {
     set_reasonf(c, LOOM_CONNECT, "cannot connect to %s: %s", c->peer, uv_strerror(rc));
     hard_close(c);
@@ -333,7 +372,7 @@ static int queue_frame(lm_conn *c, unsigned type, uint64_t request_id, const Pro
   uv_buf_t bufs[2] = {uv_buf_init((char *)head, 0), uv_buf_init((char *)payload, 0)};
   bufs[0].len = hlen; /* uv_buf_init takes an unsigned int: set the real lengths */
   bufs[1].len = (size_t)plen;
-  rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, plen ? 2 : 1, write_cb);
+  rc = uv_write(&w->req, &c->h.stream, bufs, plen ? 2 : 1, write_cb);
   if (rc < 0) {
     free(head);
     free(w);
@@ -349,7 +388,7 @@ static int queue_frame(lm_conn *c, unsigned type, uint64_t request_id, const Pro
 int lm_conn_send(lm_conn *c, unsigned type, uint64_t request_id, const ProtobufCMessage *m, const void *payload,
                  uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err) {
   LM_TRY(queue_frame(c, type, request_id, m, payload, plen, release, release_arg, err));
-  size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  size_t queued = uv_stream_get_write_queue_size(&c->h.stream);
   if (c->cfg.max_out_bytes && queued > c->cfg.max_out_bytes) {
     set_reasonf(c, LOOM_BUSY, "peer is not reading its replies (%zu bytes queued)", queued);
     hard_close(c);
@@ -401,7 +440,7 @@ void lm_conn_close_with_error(lm_conn *c, uint64_t request_id, int code, const c
   /* The reader may be delivering the very frame that led here: it is freed with the connection,
    * and while draining nothing is fed to it. */
   c->shutdown_req.data = c;
-  if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, shutdown_cb) < 0) {
+  if (uv_shutdown(&c->shutdown_req, &c->h.stream, shutdown_cb) < 0) {
     hard_close(c);
     return;
   }
@@ -418,6 +457,41 @@ const char *lm_conn_peer_name(const lm_conn *c) { return c->peer; }
 void *lm_conn_user(const lm_conn *c) { return c->user; }
 void lm_conn_set_user(lm_conn *c, void *user) { c->user = user; }
 uint64_t lm_conn_out_bytes(const lm_conn *c) { return c->out_bytes; }
+
+int lm_conn_fd(const lm_conn *c) {
+  uv_os_fd_t fd;
+  return c->state != ST_CLOSED && uv_fileno(&c->h.handle, &fd) == 0 ? fd : -1;
+}
+
+int lm_listen_local(uv_loop_t *loop, uv_pipe_t *server, const char *name, uv_connection_cb on_connection, lm_err *err) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(name);
+  if (n == 0 || n + 1 > sizeof sa.sun_path)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "local socket name of %zu bytes (1-%zu)", n, sizeof sa.sun_path - 1);
+  memcpy(sa.sun_path + 1, name, n); /* sun_path[0] = 0: the abstract namespace, nothing on disk */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return lm_errf(err, LOOM_IO, "cannot create a local socket: %s", strerror(errno));
+  if (bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
+    int e = errno;
+    close(fd);
+    return lm_errf(err, LOOM_IO, "cannot bind the local socket @%s: %s", name, strerror(e));
+  }
+  int rc = uv_pipe_init(loop, server, 0);
+  if (rc < 0) {
+    close(fd);
+    return lm_errf(err, LOOM_IO, "cannot listen on the local socket @%s: %s", name, uv_strerror(rc));
+  }
+  rc = uv_pipe_open(server, fd); /* the handle owns fd from here on */
+  if (rc < 0) close(fd);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)server, 128, on_connection);
+  if (rc < 0) {
+    uv_close((uv_handle_t *)server, NULL);
+    return lm_errf(err, LOOM_IO, "cannot listen on the local socket @%s: %s", name, uv_strerror(rc));
+  }
+  return 0;
+}
 
 int lm_listen(uv_loop_t *loop, uv_tcp_t *server, const char *addr, uv_connection_cb on_connection, char *bound,
               size_t boundcap, lm_err *err) {

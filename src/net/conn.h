@@ -40,6 +40,8 @@ typedef struct lm_conn_ops {
 
 /* A new, unconnected connection on loop. ops must outlive it. NULL when out of memory. */
 lm_conn *lm_conn_new(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_config *cfg, void *user);
+/* The same over a Unix-domain socket: accepted from a server of lm_listen_local (no connect). */
+lm_conn *lm_conn_new_local(uv_loop_t *loop, const lm_conn_ops *ops, const lm_conn_config *cfg, void *user);
 /* Accepts a pending connection from server and starts reading. On failure the connection is
  * closed (on_close follows) and a negative status returned. */
 int lm_conn_accept(lm_conn *c, uv_stream_t *server);
@@ -69,9 +71,16 @@ const char *lm_conn_peer_name(const lm_conn *c); /* "1.2.3.4:5678" */
 void *lm_conn_user(const lm_conn *c);
 void lm_conn_set_user(lm_conn *c, void *user);
 uint64_t lm_conn_out_bytes(const lm_conn *c);     /* output queued, not yet written */
+/* The socket's descriptor (for getsockopt, dup); -1 once closed. Owned by the connection. */
+int lm_conn_fd(const lm_conn *c);
 
 /* Binds and listens on "HOST:PORT" (port 0: any free port). The bound address goes to bound. */
 int lm_listen(uv_loop_t *loop, uv_tcp_t *server, const char *addr, uv_connection_cb on_connection, char *bound,
               size_t boundcap, lm_err *err);
+
+/* Listens on the abstract Unix-domain socket NAME (Linux: no file, gone with the process; the
+ * name is given without its leading NUL). Accept with lm_conn_new_local + lm_conn_accept. */
+int lm_listen_local(uv_loop_t *loop, uv_pipe_t *server, const char *name, uv_connection_cb on_connection,
+                    lm_err *err);
 
 #endif

@@ -37,6 +37,8 @@
  *   34 SHARD_GET               ShardGet               client -> worker     none
  *   35 SHARD_GET_REPLY         ShardGetReply          worker -> client     the shard's bytes
  *   36 CANCEL_LAUNCH           CancelLaunch           client -> ctl        none (reply ACK)
+ *   37 SHARD_PUT_LOCAL         ShardPut (+ ranges)    client -> worker     none: the worker reads the ranges
+ *   38 SHARD_GET_LOCAL         ShardGet (+ ranges)    client -> worker     none: the worker writes the ranges
  */
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +86,8 @@ static const msg_info g_msgs[] = {
     [LM_MSG_SHARD_GET] = {"SHARD_GET", &lmw__shard_get__descriptor},
     [LM_MSG_SHARD_GET_REPLY] = {"SHARD_GET_REPLY", &lmw__shard_get_reply__descriptor},
     [LM_MSG_CANCEL_LAUNCH] = {"CANCEL_LAUNCH", &lmw__cancel_launch__descriptor},
+    [LM_MSG_SHARD_PUT_LOCAL] = {"SHARD_PUT_LOCAL", &lmw__shard_put__descriptor},
+    [LM_MSG_SHARD_GET_LOCAL] = {"SHARD_GET_LOCAL", &lmw__shard_get__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

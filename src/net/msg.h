@@ -12,6 +12,11 @@
 /* The protocol version this build speaks; a HELLO with another one is refused. */
 #define LM_PROTOCOL_VERSION 1
 
+/* Local transfers (docs/protocol.md): the HELLO probe's size, and the most (address, length)
+ * ranges one SHARD_PUT_LOCAL / SHARD_GET_LOCAL may name. */
+#define LM_LOCAL_PROBE_SIZE 16
+#define LM_LOCAL_MAX_RANGES 65536
+
 /* Short names for the wire's message types (lmw.MsgType). */
 enum {
   LM_MSG_ERROR = LMW__MSG_TYPE__MSG_ERROR,
@@ -50,6 +55,8 @@ enum {
   LM_MSG_SHARD_GET = LMW__MSG_TYPE__MSG_SHARD_GET,
   LM_MSG_SHARD_GET_REPLY = LMW__MSG_TYPE__MSG_SHARD_GET_REPLY,
   LM_MSG_CANCEL_LAUNCH = LMW__MSG_TYPE__MSG_CANCEL_LAUNCH,
+  LM_MSG_SHARD_PUT_LOCAL = LMW__MSG_TYPE__MSG_SHARD_PUT_LOCAL,
+  LM_MSG_SHARD_GET_LOCAL = LMW__MSG_TYPE__MSG_SHARD_GET_LOCAL,
 };
 
 /* The metadata descriptor of a frame type; NULL for a type this build does not know. */

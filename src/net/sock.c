@@ -8,7 +8,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include "net/sock.h"
@@ -110,9 +112,34 @@ static int wait_fd(int fd, short events, uint64_t deadline, lm_interrupt_fn intr
   }
 }
 
+/* "@NAME": the abstract Unix-domain socket NAME (a worker's local socket). */
+static int connect_local(const char *addr, int *out_fd, lm_err *err) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(addr + 1);
+  if (n == 0 || n + 1 > sizeof sa.sun_path) return lm_errf(err, LOOM_INVALID_ARGUMENT, "bad local address '%s'", addr);
+  memcpy(sa.sun_path + 1, addr + 1, n);
+  /* non-blocking: a listener whose backlog is full (a stuck worker) is refused, not waited for */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return lm_errf(err, LOOM_CONNECT, "cannot connect to %s: socket: %s", addr, strerror(errno));
+  int r;
+  do r = connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n));
+  while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    int e = errno;
+    close(fd);
+    return lm_errf(err, LOOM_CONNECT, "cannot connect to %s: %s", addr, strerror(e));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *out_fd = fd;
+  return 0;
+}
+
 int lm_sock_connect(const char *addr, int64_t timeout_ms, lm_interrupt_fn intr, void *intr_arg, int *out_fd,
                     lm_err *err) {
   *out_fd = -1;
+  if (addr && addr[0] == '@') return connect_local(addr, out_fd, err);
   struct addrinfo *ai0;
   LM_TRY(resolve_all(addr, &ai0, err));
   uint64_t deadline = timeout_ms >= 0 ? lm_now_ms() + (uint64_t)timeout_ms : 0;

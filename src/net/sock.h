@@ -27,7 +27,8 @@ int lm_addr_resolve(const char *s, struct sockaddr_storage *ss, socklen_t *len, 
 void lm_addr_format(const struct sockaddr *sa, char *buf, size_t cap);
 
 /* Connects a blocking TCP socket (TCP_NODELAY, close-on-exec) to "HOST:PORT" within timeout_ms
- * (< 0: no limit), trying each resolved address. */
+ * (< 0: no limit), trying each resolved address. "@NAME" connects a Unix-domain stream socket to
+ * the abstract name NAME instead (a worker's local socket; refused at once when nobody listens). */
 int lm_sock_connect(const char *addr, int64_t timeout_ms, lm_interrupt_fn intr, void *intr_arg, int *out_fd,
                     lm_err *err);
 /* Sends every byte of iov[0..iovcnt) (the array is modified), without SIGPIPE. deadline_ms is

@@ -3,6 +3,7 @@
  *   wk_store.c shards in device memory ("slots": a shard that may still be being computed)
  *   wk_exec.c  programs, per-device execution threads and queues, launches
  *   wk_data.c  the data port: clients put and get shards directly (no controller in between)
+ *   wk_local.c local transfers: the local socket, peer processes, copies by cross-memory attach
  *
  * Threads: the loop thread owns everything but the device threads' work; device threads take
  * tasks from their own queue in order and report finished launches through an async handle.
@@ -14,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <uv.h>
 #include "common/err.h"
 #include "dataplane/dataplane.h"
@@ -141,6 +143,52 @@ void wk_data_stop(wk *w);
 void wk_data_poll(wk *w);
 void wk_data_session_closed(wk *w, uint64_t session);
 
+/* ---- local transfers (wk_local.c) ---- */
+
+typedef struct wk_peer wk_peer;   /* the client process at the other end of a local connection */
+typedef struct wk_copy wk_copy;   /* one copy in flight */
+
+/* A client's memory ranges, checked: iov[i] starts at byte start[i] of the shard. */
+typedef struct wk_ranges {
+  struct iovec *iov;
+  uint64_t *start;
+  size_t n;
+  uint64_t total;                 /* bytes */
+} wk_ranges;
+
+/* Opens the local socket (unless LOOM_TRANSFER=tcp or the system has none: then the worker just
+ * has no local socket; that is not an error). */
+int wk_local_start(wk *w, uv_connection_cb on_connection, lm_err *err);
+void wk_local_stop(wk *w);
+/* Who connected to the local socket (kernel credentials, a pidfd, a duplicate of the socket that
+ * stays open while copies for it run). NULL when out of memory. */
+wk_peer *wk_local_accept(lm_conn *conn);
+void wk_peer_release(wk_peer *p); /* NULL ok */
+/* HELLO on a local connection: true when local transfers can be served to this peer (same uid,
+ * visible pid, the probe read back through process_vm_readv); else false and why. */
+bool wk_local_hello(const wk_peer *p, const Lmw__Hello *h, char *why, size_t cap);
+/* Checks a message's (address, length) pairs: even count, at most LM_LOCAL_MAX_RANGES, no
+ * empty range, no overflow. */
+int wk_local_ranges(const uint64_t *words, size_t nwords, wk_ranges *out, lm_err *err);
+void wk_ranges_free(wk_ranges *r);
+/* Called on the loop thread when a copy ended: code 0, or a status and its message
+ * (LOOM_UNSUPPORTED: the kernel refused the access, the client may fall back). */
+typedef void (*wk_copy_done_fn)(int code, const char *msg, void *arg);
+/* Copies nbytes (= r->total, > 0; every buffer holds nbytes) on the loop's thread pool: to_peer:
+ * bufs[0] -> the peer's ranges; else the ranges -> bufs[0], and copies into bufs[1..nbufs).
+ * Takes r. The buffers must stay alive until done has run; *out is valid until then too. */
+int wk_copy_start(uv_loop_t *loop, wk_peer *peer, bool to_peer, lm_buffer *const *bufs, size_t nbufs, uint64_t nbytes,
+                  wk_ranges *r, wk_copy_done_fn done, void *arg, wk_copy **out, lm_err *err);
+/* Stops a copy between chunks (loop thread); done still runs, with LOOM_CANCELLED. */
+void wk_copy_cancel(wk_copy *cp);
+
+/* Shard transfers served (loop thread), sent with every heartbeat. */
+typedef struct wk_xfer_stats {
+  uint64_t local_puts, local_put_bytes, local_gets, local_get_bytes;
+  uint64_t stream_puts, stream_put_bytes, stream_gets, stream_get_bytes;
+  uint64_t local_refused;
+} wk_xfer_stats;
+
 /* ---- the worker ---- */
 
 struct wk {
@@ -173,6 +221,12 @@ struct wk {
   char data_addr[LM_ADDR_MAX];
   wk_dconn *dconns;
   wk_parked *parked;
+  uv_pipe_t local_server;      /* the local socket */
+  bool local_open;
+  char local_name[80];         /* "@loom-data-PID-NONCE" */
+  char boot_id[64];
+  uint32_t ptracer_pid;
+  wk_xfer_stats xstats;
   int rc;                      /* result of lm_worker_run */
   lm_err err;
 };

@@ -81,10 +81,22 @@ static void on_heartbeat_tick(uv_timer_t *t) {
     st[i].memory_used = lm_device_used(w->devs[i].dev);
     ptrs[i] = &st[i];
   }
+  Lmw__TransferStats ts = LMW__TRANSFER_STATS__INIT;
+  const wk_xfer_stats *x = &w->xstats;
+  ts.local_puts = x->local_puts;
+  ts.local_put_bytes = x->local_put_bytes;
+  ts.local_gets = x->local_gets;
+  ts.local_get_bytes = x->local_get_bytes;
+  ts.stream_puts = x->stream_puts;
+  ts.stream_put_bytes = x->stream_put_bytes;
+  ts.stream_gets = x->stream_gets;
+  ts.stream_get_bytes = x->stream_get_bytes;
+  ts.local_refused = x->local_refused;
   Lmw__Heartbeat hb = LMW__HEARTBEAT__INIT;
   hb.sequence = ++w->heartbeat_seq;
   hb.n_devices = n;
   hb.devices = ptrs;
+  hb.transfers = &ts;
   wk_send(w, LM_MSG_HEARTBEAT, 0, &hb.base);
   free(st);
   free(ptrs);
