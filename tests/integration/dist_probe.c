@@ -4,6 +4,13 @@
  * too, so the client library runs under ASan/UBSan against sanitized daemons.
  *   dist_probe shardings ADDR              every kind of sharding: put, get, get_shard, queries
  *   dist_probe big ADDR MIB                put/get MIB MiB of f32 split over 8 devices; GB/s
+ *   dist_probe regions ADDR                shards that are not contiguous in the caller's array,
+ *                                          with long rows (local transfers name them as ranges,
+ *                                          several per copy chunk, chunks ending mid-row) or short
+ *                                          ones (staged)
+ *   dist_probe deny SYSCALL CMD ARGS...    runs CMD with SYSCALL (process_vm_readv or
+ *                                          process_vm_writev) failing with EPERM (a seccomp
+ *                                          filter), as a sandbox that refuses it would
  *   dist_probe chain ADDR FILE N           N launches of FILE (x -> x + 1 on 8 devices) chained
  *                                          without waiting, then one wait; checks the value
  *   dist_probe errors ADDR FILE            bad inputs: deleted arrays, wrong shapes/shardings,
@@ -26,11 +33,18 @@
  *                                          executable says), N launches chained without waiting,
  *                                          outputs 0..K-1 feeding inputs 0..K-1 of the next one;
  *                                          then prints output L (an f32 scalar) of every step */
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include "loom/loom.h"
@@ -251,6 +265,66 @@ static int mode_shardings(const char *addr) {
   printf("ok bad shardings refused\n");
   loom_disconnect(c);
   return 0;
+}
+
+static int mode_regions(const char *addr) {
+  loom_client *c = connect_to(addr);
+  int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7}, rev[8] = {7, 6, 5, 4, 3, 2, 1, 0};
+  loom_sharding s;
+  int64_t a[2] = {64, 2048}, b[2] = {32, 4096}, r3[3] = {4, 8, 1024}, shortrows[2] = {16, 1000};
+  int64_t odd[2] = {4096, 1500}, huge_rows[2] = {2, (int64_t)3 << 20};
+  loom_sharding_tiled(&s, rev, 4, 1);
+  roundtrip(c, "rows of 2 KiB: dim 1 over 4", 2, a, &s);
+  mesh_2x4(&s, all);
+  s.dim_axes[0][0] = 0;
+  s.dim_axes[1][0] = 1;
+  roundtrip(c, "rows of 4 KiB: mesh 2x4 both dims", 2, b, &s);
+  loom_sharding_tiled(&s, all, 2, 1);
+  roundtrip(c, "rank 3, runs of 16 KiB", 3, r3, &s);
+  loom_sharding_tiled(&s, all, 4, 1);
+  roundtrip(c, "rows of 1000 bytes (staged)", 2, shortrows, &s);
+  loom_sharding_tiled(&s, all, 2, 1);
+  roundtrip(c, "4096 rows of 3000 bytes, copy chunks ending mid-row", 2, odd, &s);
+  loom_sharding_tiled(&s, rev, 2, 1);
+  roundtrip(c, "rows of 6 MiB, longer than a copy chunk", 2, huge_rows, &s);
+  loom_disconnect(c);
+  return 0;
+}
+
+/* execv's CMD with one system call failing with EPERM, as Docker's default seccomp profile does
+ * to process_vm_readv/writev without CAP_SYS_PTRACE. */
+static int mode_deny(const char *which, char **cmd) {
+  long nr = !strcmp(which, "process_vm_readv") ? SYS_process_vm_readv
+            : !strcmp(which, "process_vm_writev") ? SYS_process_vm_writev : -1;
+  if (nr < 0) {
+    fprintf(stderr, "dist_probe deny: unknown system call %s\n", which);
+    return 2;
+  }
+#if defined(__x86_64__)
+  const unsigned arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  const unsigned arch = AUDIT_ARCH_AARCH64;
+#else
+  fprintf(stderr, "dist_probe deny: no seccomp filter for this architecture\n");
+  return 77;
+#endif
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    fprintf(stderr, "dist_probe deny: cannot install a seccomp filter: %s\n", strerror(errno));
+    return 77;
+  }
+  execv(cmd[0], cmd);
+  fprintf(stderr, "dist_probe deny: cannot run %s: %s\n", cmd[0], strerror(errno));
+  return 127;
 }
 
 static int mode_big(const char *addr, int mib) {
@@ -711,6 +785,8 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 3 && !strcmp(argv[1], "shardings")) return mode_shardings(argv[2]);
   if (argc >= 4 && !strcmp(argv[1], "big")) return mode_big(argv[2], atoi(argv[3]));
+  if (argc >= 3 && !strcmp(argv[1], "regions")) return mode_regions(argv[2]);
+  if (argc >= 4 && !strcmp(argv[1], "deny")) return mode_deny(argv[2], argv + 3);
   if (argc >= 5 && !strcmp(argv[1], "chain")) return mode_chain(argv[2], argv[3], atoi(argv[4]));
   if (argc >= 4 && !strcmp(argv[1], "errors")) return mode_errors(argv[2], argv[3]);
   if (argc >= 3 && !strcmp(argv[1], "oom")) return mode_oom(argv[2]);
@@ -719,6 +795,6 @@ int main(int argc, char **argv) {
   if (argc >= 6 && !strcmp(argv[1], "cancel")) return mode_cancel(argv[2], argv[3], argv[4], argv[5]);
   if (argc >= 7 && !strcmp(argv[1], "loop"))
     return mode_loop(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), argv + 7, argc - 7);
-  fprintf(stderr, "usage: dist_probe shardings|big|chain|errors|oom|hold|wait|cancel|loop ADDR ...\n");
+  fprintf(stderr, "usage: dist_probe shardings|big|regions|deny|chain|errors|oom|hold|wait|cancel|loop ADDR ...\n");
   return 2;
 }

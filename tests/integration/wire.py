@@ -39,6 +39,20 @@ def field_bytes(num, data):
     return varint((num << 3) | 2) + varint(len(data)) + data
 
 
+def field_packed(num, values):
+    """A packed repeated varint field (repeated uint64 / uint32)."""
+    return field_bytes(num, b"".join(varint(v) for v in values))
+
+
+def unpack_varints(data):
+    """The values of a packed repeated varint field."""
+    out, i = [], 0
+    while i < len(data):
+        v, i = _read_varint(data, i)
+        out.append(v)
+    return out
+
+
 def hello(version=PROTOCOL_VERSION, role=ROLE_CLIENT, name="wire test"):
     return field_varint(1, version) + field_varint(2, role) + field_bytes(7, name)
 
@@ -97,9 +111,14 @@ class Conn:
     """A raw connection to the controller."""
 
     def __init__(self, addr, timeout=10):
-        host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if addr.startswith("@"):  # a worker's local socket: the abstract Unix-domain name
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect("\0" + addr[1:])
+        else:
+            host, port = addr.rsplit(":", 1)
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
     def send(self, data):
@@ -148,8 +167,9 @@ class Conn:
                 return True
         raise AssertionError("the controller did not close the connection")
 
-    def handshake(self):
-        self.send(frame(HELLO, hello(), request_id=1))
+    def handshake(self, extra=b""):
+        """HELLO (with extra fields appended) and its reply's fields."""
+        self.send(frame(HELLO, hello() + extra, request_id=1))
         t, rid, meta, _ = self.recv_frame()
         assert (t, rid) == (HELLO_REPLY, 1), (t, rid)
         return parse_fields(meta)
