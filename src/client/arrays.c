@@ -602,10 +602,10 @@ static void get_check(loom_array *a, const Lmw__ShardLocation *l, get_part *p) {
   p->rc = lm_call_take_reply(p->call, &r, &p->err);
   if (p->rc < 0) return;
   const Lmw__ShardGetReply *gr = r.type == LM_MSG_SHARD_GET_REPLY ? (const Lmw__ShardGetReply *)r.msg : NULL;
+  /* the same elements (a replica's shard may come without the leading dimension of 1) */
   uint64_t numel = 1;
-  bool ok = gr && gr->dtype == (uint32_t)a->dtype && gr->n_dims == (size_t)a->rank;
-  for (size_t d = 0; ok && d < gr->n_dims; d++) ok = gr->dims[d] == (uint64_t)p->sd[d];
-  for (size_t d = 0; ok && d < gr->n_dims; d++) numel *= gr->dims[d];
+  bool ok = gr && gr->dtype == (uint32_t)a->dtype && gr->n_dims <= LOOM_MAX_RANK;
+  for (size_t d = 0; ok && d < gr->n_dims; d++) ok = !__builtin_mul_overflow(numel, gr->dims[d], &numel);
   ok = ok && numel * lm_dtype_size((lm_dtype)a->dtype) == p->bytes;
   if (p->local) ok = ok && r.payload_len == 0 && gr->written == p->bytes;
   else ok = ok && r.payload_len == p->bytes && (!p->bytes || r.payload_external);
