@@ -201,9 +201,8 @@ static int dataconn(loom_client *c, const char *addr, lm_dataconn **out, lm_err 
     return rc;
   }
   bool held = false;
-  lm_err lerr;
-  lm_errf(&lerr, LOOM_UNSUPPORTED, "LOOM_TRANSFER=tcp");
   if (c->xfer_mode != LM_XFER_TCP) {
+    lm_err lerr;
     rc = lm_local_connect(c, conn, &lc, &held, &lerr);
     if (rc == 0) { /* the local socket replaces the data port */
       lm_cconn_close(conn);
@@ -226,7 +225,6 @@ static int dataconn(loom_client *c, const char *addr, lm_dataconn **out, lm_err 
   n->conn = conn;
   atomic_init(&n->local, lc != NULL);
   n->ptracer_held = held;
-  if (!lc) snprintf(n->local_why, sizeof n->local_why, "%s", lerr.msg);
   pthread_mutex_lock(&c->data_mu);
   n->next = c->dataconns;
   c->dataconns = n;
@@ -412,7 +410,6 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
   for (size_t k = 0; rc == 0 && c->xfer_mode == LM_XFER_AUTO && k < ng; k++) {
     if (!g[k].local || g[k].rc != LOOM_UNSUPPORTED) continue;
     atomic_store(&g[k].d->local, false);
-    snprintf(g[k].d->local_why, sizeof g[k].d->local_why, "%s", g[k].err.msg);
     lm_call_release(g[k].call);
     g[k].call = NULL;
     g[k].rc = put_send(c, a, id, &g[k], &g[k].err);
@@ -628,7 +625,6 @@ static int get_parts(loom_array *a, const Lmw__ArrayPlacement *pl, get_part *par
     get_part *p = &parts[k];
     if (!p->local || p->rc != LOOM_UNSUPPORTED) continue;
     atomic_store(&p->d->local, false);
-    snprintf(p->d->local_why, sizeof p->d->local_why, "%s", p->err.msg);
     lm_call_release(p->call);
     p->call = NULL;
     p->rc = get_send(a, pl->shards[p->shard], p, &p->err);

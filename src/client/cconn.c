@@ -3,6 +3,7 @@
  * keeps frames whole on the socket. A pending call belongs to the receiver side (in the table
  * or being completed); a done call belongs to its owner until lm_call_release. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #define RBUF_SIZE ((size_t)64 << 10)
 #define DIRECT_MIN ((size_t)16 << 10)
 #define WAIT_SLICE_MS 50
+#define LET_GO_MS 5000 /* how long a peer that copies into our memory gets to stop (see let_go) */
 
 enum { CALL_PENDING = 0, CALL_DONE = 1 };
 
@@ -108,6 +110,7 @@ static void complete_locked(lm_call *call) {
 /* ---- receiver ---- */
 
 static void break_connection(lm_cconn *c);
+static void abs_time(uint64_t ms_from_now, struct timespec *ts);
 
 static int rx_sink(void *arg, const lm_frame *f, void **dst, lm_err *err) {
   lm_cconn *c = arg;
@@ -199,9 +202,12 @@ static void *rx_main(void *arg) {
   }
   if (atomic_load(&c->peer_access) && rc != LOOM_CLOSED) {
     /* a bad frame (or out of memory): the peer may still be copying into memory of pending
-     * calls; complete them only once it closed its end */
+     * calls; complete them only once it closed its end (or LET_GO_MS passed) */
     break_connection(c);
-    for (;;) {
+    uint64_t deadline = lm_now_ms() + LET_GO_MS;
+    for (uint64_t now; (now = lm_now_ms()) < deadline;) {
+      struct pollfd q = {.fd = c->fd, .events = POLLIN};
+      if (poll(&q, 1, (int)(deadline - now)) <= 0) continue;
       ssize_t k = recv(c->fd, c->rbuf, RBUF_SIZE, 0);
       if (k > 0 || (k < 0 && errno == EINTR)) continue;
       break;
@@ -378,9 +384,15 @@ void lm_call_release(lm_call *call) {
     call_free(call);
   } else {
     call->released = true; /* the receiver frees it when its reply (or the end) comes */
-    if (atomic_load(&c->peer_access)) { /* the peer may be writing the call's memory: stop, wait until it is done */
+    if (atomic_load(&c->peer_access)) { /* the peer may be copying the call's memory: see let_go */
       break_connection(c);
-      while (!c->broken) pthread_cond_wait(&c->sink_cv, &c->mu);
+      struct timespec ts;
+      abs_time(LET_GO_MS, &ts);
+      while (!c->broken && pthread_cond_timedwait(&c->sink_cv, &c->mu, &ts) != ETIMEDOUT) {}
+      if (!c->broken) { /* a stuck peer: stop reading too; it checks our hang-up before every copy */
+        shutdown(c->fd, SHUT_RDWR);
+        while (!c->broken) pthread_cond_wait(&c->sink_cv, &c->mu);
+      }
     } else if (c->sink_call == call) { /* its buffer is being written: stop the stream, wait for the writer */
       break_connection(c);
       while (c->sink_call == call) pthread_cond_wait(&c->sink_cv, &c->mu);
@@ -451,7 +463,11 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
   c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->send_mu, NULL);
-  pthread_cond_init(&c->sink_cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->sink_cv, &ca);
+  pthread_condattr_destroy(&ca);
   lm_frame_limits lim = o.limits;
   if (!lim.max_meta) lim.max_meta = LM_FRAME_META_HARD_MAX;
   if (!lim.max_payload) lim.max_payload = LM_FRAME_PAYLOAD_DEFAULT_MAX;

@@ -62,8 +62,9 @@ bool lm_cconn_ok(lm_cconn *c, lm_err *err);
 const lm_cconn_local *lm_cconn_local_info(const lm_cconn *c);
 /* Marks a connection whose peer reads and writes this process's memory for pending calls (local
  * transfers). Stopping such a connection (releasing a pending call, a failed send, a bad frame)
- * then half-closes it and waits until the peer has closed its end, which it does only once no
- * copy of it runs any more: memory of a call that returned is never written afterwards. */
+ * then half-closes it and waits until the peer has closed its end, which it does once no copy
+ * of it runs any more (a peer stuck longer than 5 s is left: it checks for the half-close before
+ * each copy it makes), so memory of a call that returned is not written afterwards. */
 void lm_cconn_set_peer_access(lm_cconn *c);
 
 /* Sends a request (metadata m, optional payload sent zero-copy from the caller's memory,

@@ -24,7 +24,6 @@ typedef struct lm_dataconn {
   bool broken;                       /* replaced by a newer one; closed at disconnect */
   atomic_bool local;                 /* local transfers (cleared when the kernel refuses one) */
   bool ptracer_held;                 /* counts in the PR_SET_PTRACER consent (local.c) */
-  char local_why[LM_ERR_MSG_MAX];    /* why not local (when not) */
   struct lm_dataconn *next;
 } lm_dataconn;
 

@@ -145,6 +145,17 @@ static bool peer_alive(const wk_peer *p) {
   return n == 0;
 }
 
+/* True once the client shut its end of the connection: it gave up on what it asked (a timeout, an
+ * interrupt) and may reuse that memory. Seen by the kernel at once, before the loop reads the EOF. */
+static bool peer_hung_up(const wk_peer *p) {
+  if (p->sockfd < 0) return true;
+  struct pollfd q = {.fd = p->sockfd, .events = POLLRDHUP};
+  int n;
+  do n = poll(&q, 1, 0);
+  while (n < 0 && errno == EINTR);
+  return n > 0 && (q.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static const char *access_hint(int e) {
   return e == EPERM || e == EACCES ? " (the kernel refused: a different user, Yama ptrace_scope, or a seccomp filter)"
          : e == ENOSYS             ? " (not available in this kernel or sandbox)"
@@ -270,6 +281,7 @@ static void copy_span(wk_copy *cp, uint64_t lo, uint64_t hi) {
   while (lo < hi) {
     if (atomic_load(&cp->stop)) return;
     if (!peer_alive(cp->peer)) return copy_fail(cp, LOOM_CLOSED, "the client's process exited during the transfer");
+    if (peer_hung_up(cp->peer)) return copy_fail(cp, LOOM_CANCELLED, "the client gave up on the transfer");
     size_t k = 0;
     uint64_t pos = lo;
     for (size_t i = a; i < r->n && k < IOV_BATCH && pos < hi; i++, k++) {
