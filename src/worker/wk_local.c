@@ -28,7 +28,7 @@
 #define SYS_pidfd_open 434
 #endif
 
-#define CHUNK ((uint64_t)4 << 20) /* bytes per thread-pool work item */
+#define CHUNK ((uint64_t)8 << 20) /* bytes per thread-pool work item */
 #define IOV_BATCH 1024            /* remote iovecs per system call (IOV_MAX) */
 
 struct wk_peer {

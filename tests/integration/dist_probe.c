@@ -272,7 +272,7 @@ static int mode_regions(const char *addr) {
   int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7}, rev[8] = {7, 6, 5, 4, 3, 2, 1, 0};
   loom_sharding s;
   int64_t a[2] = {64, 2048}, b[2] = {32, 4096}, r3[3] = {4, 8, 1024}, shortrows[2] = {16, 1000};
-  int64_t odd[2] = {4096, 1500}, huge_rows[2] = {2, (int64_t)3 << 20};
+  int64_t odd[2] = {4096, 1500}, huge_rows[2] = {2, (int64_t)5 << 20};
   loom_sharding_tiled(&s, rev, 4, 1);
   roundtrip(c, "rows of 2 KiB: dim 1 over 4", 2, a, &s);
   mesh_2x4(&s, all);
@@ -286,7 +286,7 @@ static int mode_regions(const char *addr) {
   loom_sharding_tiled(&s, all, 2, 1);
   roundtrip(c, "4096 rows of 3000 bytes, copy chunks ending mid-row", 2, odd, &s);
   loom_sharding_tiled(&s, rev, 2, 1);
-  roundtrip(c, "rows of 6 MiB, longer than a copy chunk", 2, huge_rows, &s);
+  roundtrip(c, "rows of 10 MiB, longer than a copy chunk", 2, huge_rows, &s);
   loom_disconnect(c);
   return 0;
 }
