@@ -476,6 +476,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
   c->reader.sink_arg = c;
 
   int rc = lm_sock_connect(addr, o.timeout_ms, o.intr, o.intr_arg, &c->fd, err);
+  if (rc == 0 && o.on_connected) rc = o.on_connected(o.on_connected_arg, c->fd, err);
   if (rc == 0) { /* the receiver must not take the process's signals (Ctrl-C belongs to the caller) */
     sigset_t all, old;
     sigfillset(&all);

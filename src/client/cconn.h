@@ -28,6 +28,9 @@ typedef struct lm_cconn_options {
   bool local_offer;            /* HELLO.local_offer: ask for the worker's local socket */
   const uint8_t *local_probe;  /* HELLO.local_probe: LM_LOCAL_PROBE_SIZE bytes at this address, left
                                   there until lm_cconn_open returns (the worker reads them) */
+  /* optional: called once connected, before HELLO (a check of the peer); < 0 fails the open */
+  int (*on_connected)(void *arg, int fd, lm_err *err);
+  void *on_connected_arg;
 } lm_cconn_options;
 
 /* What the peer's HELLO_REPLY said about local transfers (checked: printable, bounded). */

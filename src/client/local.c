@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include "client/client_int.h"
 
 #ifndef PR_SET_PTRACER
@@ -90,6 +92,66 @@ void lm_local_ptracer_release(void) {
 
 /* ---- the local connection ---- */
 
+/* /proc/PID/stat's parent pid and command name; false when PID is gone. */
+static bool proc_stat(pid_t pid, pid_t *ppid, char *comm, size_t cap) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+  int pp;
+  if (!open || !close || close < open || sscanf(close + 1, " %*c %d", &pp) != 1) return false;
+  snprintf(comm, cap, "%.*s", (int)(close - open - 1), open + 1);
+  *ppid = pp;
+  return true;
+}
+
+/* /proc/PID/status's real uid; (uid_t)-1 when unknown. */
+static uid_t proc_uid(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return (uid_t)-1;
+  unsigned u = (unsigned)-1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Uid: %u", &u) == 1) break;
+  fclose(f);
+  return (uid_t)u;
+}
+
+typedef struct hello_check {
+  uint32_t suggested;          /* the worker's ptracer_pid */
+  bool held;                   /* out: the consent was given (and counts) */
+} hello_check;
+
+/* Connected to the local socket, before HELLO: the kernel says who listens there. It must run as
+ * this user; under Yama ptrace_scope 1 the consent goes to the pid it suggests only if that is the
+ * worker itself or its parent running the same program (the `loom up` supervisor). */
+static int check_worker(void *arg, int fd, lm_err *err) {
+  hello_check *hc = arg;
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid <= 0)
+    return lm_errf(err, LOOM_UNSUPPORTED, "cannot tell which process listens on the local socket");
+  if (cr.uid != geteuid())
+    return lm_errf(err, LOOM_UNSUPPORTED, "the local socket belongs to uid %u, this client runs as uid %u",
+                   (unsigned)cr.uid, (unsigned)geteuid());
+  uint32_t pid = hc->suggested;
+  if (yama_scope() == 1 && pid && pid != (uint32_t)cr.pid) {
+    pid_t ppid;
+    char wcomm[64], pcomm[64];
+    if (!proc_stat(cr.pid, &ppid, wcomm, sizeof wcomm) || (uint32_t)ppid != pid ||
+        !proc_stat((pid_t)pid, &ppid, pcomm, sizeof pcomm) || strcmp(wcomm, pcomm) != 0 ||
+        proc_uid((pid_t)pid) != geteuid())
+      return lm_errf(err, LOOM_UNSUPPORTED, "the worker (pid %d) suggests pid %u, neither itself nor its supervisor",
+                     (int)cr.pid, pid);
+  }
+  return ptracer_acquire(pid, &hc->held, err);
+}
+
 int lm_local_connect(loom_client *c, lm_cconn *data, lm_cconn **out, bool *ptracer_held, lm_err *err) {
   *out = NULL;
   *ptracer_held = false;
@@ -99,8 +161,6 @@ int lm_local_connect(loom_client *c, lm_cconn *data, lm_cconn **out, bool *ptrac
   pthread_once(&g_boot_once, read_boot_id);
   if (!g_boot_id[0] || strcmp(li->boot_id, g_boot_id) != 0)
     return lm_errf(err, LOOM_UNSUPPORTED, "the worker runs on another host");
-  uint32_t ptracer = li->ptracer_pid;
-  LM_TRY(ptracer_acquire(ptracer, ptracer_held, err));
   /* The probe: random bytes the worker must read back from this process through
    * process_vm_readv, proving it may, and that the connection comes from this process. */
   uint8_t *probe = malloc(LM_LOCAL_PROBE_SIZE);
@@ -109,9 +169,10 @@ int lm_local_connect(loom_client *c, lm_cconn *data, lm_cconn **out, bool *ptrac
   else if (getrandom(probe, LM_LOCAL_PROBE_SIZE, 0) != LM_LOCAL_PROBE_SIZE)
     rc = lm_errf(err, LOOM_UNSUPPORTED, "no random bytes for the probe: %s", strerror(errno));
   lm_cconn *lc = NULL;
+  hello_check hc = {.suggested = li->ptracer_pid};
   if (rc == 0) {
     lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data",
-                          .local_probe = probe};
+                          .local_probe = probe, .on_connected = check_worker, .on_connected_arg = &hc};
     o.limits.max_payload = LM_FRAME_PAYLOAD_HARD_MAX; /* stream fallbacks land in the caller's buffers */
     rc = lm_cconn_open(li->socket, &o, &lc, err);
     if (rc < 0) lm_err_prefix(err, "local socket");
@@ -123,10 +184,10 @@ int lm_local_connect(loom_client *c, lm_cconn *data, lm_cconn **out, bool *ptrac
   free(probe);
   if (rc < 0) {
     lm_cconn_close(lc);
-    if (*ptracer_held) lm_local_ptracer_release();
-    *ptracer_held = false;
+    if (hc.held) lm_local_ptracer_release();
     return rc;
   }
+  *ptracer_held = hc.held;
   lm_cconn_set_peer_access(lc);
   *out = lc;
   return 0;
