@@ -317,10 +317,11 @@ typedef struct put_opts {
   bool json, verify, bf16, replicated;
   int64_t device;                      /* -1: not given */
   uint64_t timeout_s;
+  int exit;                            /* the exit status when read_put_options returned -1 */
 } put_opts;
 
-/* Reads the options of `loom array put`; returns 0, or the exit status to stop with (+1, so that
- * a --help's 0 can be told apart: the caller subtracts it). */
+/* Reads the options of `loom array put`; returns 0, or -1 when the command must stop with
+ * po->exit (0 after --help, 2 after a usage error, printed). */
 static int read_put_options(const char *cmd, int argc, char **argv, put_opts *po) {
   enum { O_CTL = 1, O_JSON, O_TIMEOUT, O_DEVICE, O_REPL, O_MESH, O_SPEC, O_DEVS, O_GET, O_SHARDS, O_VERIFY, O_BF16 };
   static const struct option opts[] = {
@@ -341,10 +342,10 @@ static int read_put_options(const char *cmd, int argc, char **argv, put_opts *po
     case O_CTL: po->addr = optarg; break;
     case O_JSON: po->json = true; break;
     case O_TIMEOUT:
-      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &po->timeout_s) < 0) return 3;
+      if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &po->timeout_s) < 0) return po->exit = 2, -1;
       break;
     case O_DEVICE:
-      if (cli_parse_u64(cmd, "--device", optarg, 0, MAX_DEVICES - 1, &v) < 0) return 3;
+      if (cli_parse_u64(cmd, "--device", optarg, 0, MAX_DEVICES - 1, &v) < 0) return po->exit = 2, -1;
       po->device = (int64_t)v;
       break;
     case O_REPL: po->replicated = true; break;
@@ -357,15 +358,20 @@ static int read_put_options(const char *cmd, int argc, char **argv, put_opts *po
     case O_BF16: po->bf16 = true; break;
     }
   }
-  if (ch < 0) return o.exit + 1;
-  if (optind >= argc) return cli_usage_error(cmd, "which file? loom array put FILE.npy [options]") + 1;
-  po->file = argv[optind];
-  if ((po->device >= 0) + po->replicated + (po->mesh != NULL) > 1)
-    return cli_usage_error(cmd, "give one of --device, --replicated and --mesh") + 1;
-  if (po->spec && !po->mesh) return cli_usage_error(cmd, "--spec goes with --mesh (the mesh whose axes it names)") + 1;
-  if (po->devices && !po->replicated && !po->mesh)
-    return cli_usage_error(cmd, "--devices goes with --replicated or --mesh (for one device: --device N)") + 1;
-  return 0;
+  po->exit = 2;
+  if (ch < 0) po->exit = o.exit;
+  else if (optind >= argc) cli_usage_error(cmd, "which file? loom array put FILE.npy [options]");
+  else if ((po->device >= 0) + po->replicated + (po->mesh != NULL) > 1)
+    cli_usage_error(cmd, "give one of --device, --replicated and --mesh");
+  else if (po->spec && !po->mesh) cli_usage_error(cmd, "--spec goes with --mesh (the mesh whose axes it names)");
+  else if (po->devices && !po->replicated && !po->mesh)
+    cli_usage_error(cmd, "--devices goes with --replicated or --mesh (for one device: --device N)");
+  else {
+    po->file = argv[optind];
+    po->exit = 0;
+    return 0;
+  }
+  return -1;
 }
 
 /* The layout from the options, before the cluster is asked (device lists not defaulted yet).
@@ -386,10 +392,13 @@ static int build_layout(const char *cmd, const put_opts *po, layout *L) {
     L->ndev = cli_parse_devices(po->devices, L->devices, MAX_DEVICES);
     if (L->ndev <= 0)
       return cli_usage_error(cmd, "--devices wants a list like 0-7, 0,2,4 or 7,6,5,4 (got '%s')", po->devices);
-    for (int i = 0; i < L->ndev; i++)
-      for (int j = 0; j < i; j++)
-        if (L->devices[i] == L->devices[j])
-          return cli_usage_error(cmd, "--devices %s lists device %d twice", po->devices, L->devices[i]);
+    uint64_t seen[MAX_DEVICES / 64] = {0}; /* ids are < MAX_DEVICES */
+    for (int i = 0; i < L->ndev; i++) {
+      uint32_t id = (uint32_t)L->devices[i];
+      if (seen[id / 64] >> (id % 64) & 1)
+        return cli_usage_error(cmd, "--devices %s lists device %d twice", po->devices, L->devices[i]);
+      seen[id / 64] |= 1ull << (id % 64);
+    }
     if (po->mesh && L->ndev != L->mesh_devices)
       return cli_usage_error(cmd, "--mesh %s has %lld devices but --devices %s lists %d", po->mesh,
                              (long long)L->mesh_devices, po->devices, L->ndev);
@@ -488,7 +497,7 @@ static int put_run(const char *cmd, loom_client *c, const put_opts *po, layout *
       break;
     }
     on_devices += sd.nbytes;
-    char idx[16], dev[16], w[16], li[16], off[256], shp[256], nb[32];
+    char idx[16], dev[16], w[16], li[16], off[LOOM_MAX_RANK * 21 + 3], shp[LOOM_MAX_RANK * 21 + 3], nb[32];
     snprintf(idx, sizeof idx, "%d", i);
     snprintf(dev, sizeof dev, "%d", sd.device);
     snprintf(w, sizeof w, "%d", dd.worker_id);
@@ -617,8 +626,7 @@ static int put_run(const char *cmd, loom_client *c, const put_opts *po, layout *
 static int array_put(int argc, char **argv) {
   const char *cmd = "array put";
   put_opts po;
-  int stop = read_put_options(cmd, argc, argv, &po);
-  if (stop) return stop - 1;
+  if (read_put_options(cmd, argc, argv, &po) < 0) return po.exit;
   layout L;
   int rc = build_layout(cmd, &po, &L);
   lm_npy x = {0};
