@@ -19,8 +19,8 @@
 #include "loom/loom.h"
 
 static const char g_usage[] =
-    "usage: loom array put FILE.npy [--device N | --replicated | --mesh AXES [--spec SPEC]] [--devices LIST]\n"
-    "                      [--get OUT.npy] [--get-shards DIR] [--verify] [--json]\n"
+    "usage: loom array put FILE.npy [--device N | --replicated | --mesh AXES [--spec SPEC]]\n"
+    "                      [--devices LIST] [--get OUT.npy] [--get-shards DIR] [--verify] [--json]\n"
     "\n"
     "Puts the array in FILE.npy on the cluster's devices with the sharding given, shows where each\n"
     "shard lives (device, worker, offsets in the array, shape, bytes) and how long the put took;\n"
