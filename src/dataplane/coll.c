@@ -606,6 +606,13 @@ void dp_meets_free(lm_dp *dp) {
   dp_map_free(&dp->meets);
 }
 
+void dp_meets_wake(lm_dp *dp) {
+  pthread_mutex_lock(&dp->gmu);
+  for (size_t i = 0; dp->meets.n && i < dp->meets.nb; i++)
+    for (dp_link *e = dp->meets.b[i]; e; e = e->next) pthread_cond_broadcast(&((dp_meet *)e)->cv);
+  pthread_mutex_unlock(&dp->gmu);
+}
+
 /* Records a failure of the local call (first one wins) and wakes everyone. gmu held. */
 static void meet_fail_locked(dp_meet *m, int code, const char *why) {
   if (m->status == 0) {
@@ -622,7 +629,9 @@ static void meet_fail(lm_dp *dp, dp_meet *m, int code, const char *why) {
   pthread_mutex_unlock(&dp->gmu);
 }
 
-/* Waits until all local members have reached this barrier (or the call failed). */
+/* Waits until all local members have reached this barrier (or the call failed). The cancel
+ * flag is read on every wake-up: lm_dp_wake (dp_meets_wake) brings one at once; without it a
+ * waiter looks every quarter of the liveness interval (50 ms by default). */
 static int meet_barrier(lm_dp *dp, dp_meet *m, int64_t deadline, volatile int *cancel) {
   pthread_mutex_lock(&dp->gmu);
   if (m->status) {
@@ -653,7 +662,8 @@ static int meet_barrier(lm_dp *dp, dp_meet *m, int64_t deadline, volatile int *c
       meet_fail_locked(m, LOOM_CANCELLED, "cancelled");
       break;
     }
-    int64_t until = t + 50000000ll < deadline ? t + 50000000ll : deadline;
+    int64_t tick = dp->liveness_ns / 4;
+    int64_t until = t + tick < deadline ? t + tick : deadline;
     struct timespec ts = {until / 1000000000ll, until % 1000000000ll};
     pthread_cond_timedwait(&m->cv, &dp->gmu, &ts);
   }
