@@ -574,6 +574,7 @@ static int ag_nodes(dp_cc *cc, void *buf, size_t bytes) {
 typedef struct dp_meet {
   dp_link link;               /* in lm_dp.meets, key (tag, group key) */
   uint32_t nlocal, arrived, left;
+  uint32_t ending;            /* members that reached dp_end (stopped touching shared buffers) */
   uint64_t sig;
   const char *what;
   int status;                 /* first failure of any local member */
@@ -866,15 +867,26 @@ static int dp_end(dp_ctx *c, int rc) {
     if (crc) snprintf(why, sizeof why, "%s", c->cc.why);
   }
   if (c->v.m) {
+    dp_meet *m = c->v.m;
     pthread_mutex_lock(&dp->gmu);
-    if (c->v.m->status) {
+    if (rc && !m->status) meet_fail_locked(m, rc, why[0] ? why : lm_status_desc(rc));
+    if (m->status) {
       if (!rc || !why[0]) {
-        rc = c->v.m->status;
-        snprintf(why, sizeof why, "%s", c->v.m->why);
+        rc = m->status;
+        snprintf(why, sizeof why, "%s", m->why);
       }
     }
+    /* A failed call ends between barriers: other local members may still be in a phase that
+     * reads or writes this member's buffers (a fold over every input, a copy out of the
+     * leader's result, the leader's exchange receiving into them). Wait until every member
+     * that joined has stopped too; the failure makes their barriers return at once, so this
+     * lasts at most the rest of their current phase. (A successful call ends with a barrier
+     * after which nobody touches another member's buffers.) */
+    m->ending++;
+    pthread_cond_broadcast(&m->cv);
+    while (rc && m->ending < m->arrived) pthread_cond_wait(&m->cv, &dp->gmu);
     pthread_mutex_unlock(&dp->gmu);
-    meet_leave(dp, c->v.m);
+    meet_leave(dp, m);
     c->v.m = NULL;
   }
   if (rc) {

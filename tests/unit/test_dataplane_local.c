@@ -560,6 +560,72 @@ static void test_wake_local_barrier(void **state) {
   lm_dp_destroy(dp);
 }
 
+/* A member woken by a cancel must not leave the call while another local member still works
+ * on its buffers: one member's reduction body (the leader's fold of every input for a small
+ * all_reduce, one slice of every input for a large one) cancels the launch, wakes the endpoint
+ * and dawdles; no other member may return before it is done. */
+typedef struct leave_ctx {
+  lm_dp *dp;
+  lm_dp_group *g;
+  size_t count;
+  uint32_t slow;              /* the rank whose body cancels and dawdles */
+  volatile int stop;
+  atomic_int returned, early, calls;
+} leave_ctx;
+
+static leave_ctx *g_leave;
+
+static int slow_sum(void *user, const void *lhs, const void *rhs, void *out, size_t count, lm_err *err) {
+  leave_ctx *L = g_leave;
+  if ((uintptr_t)user == L->slow && atomic_fetch_add(&L->calls, 1) == 0) {
+    __atomic_store_n(&L->stop, 1, __ATOMIC_SEQ_CST);
+    lm_dp_wake(L->dp);
+    usleep(30000);
+    if (atomic_load(&L->returned)) atomic_store(&L->early, 1); /* read a buffer its owner may have freed */
+  }
+  const int32_t *a = lhs, *b = rhs;
+  int32_t *o = out;
+  for (size_t i = 0; i < count; i++) o[i] = a[i] + b[i];
+  return 0;
+}
+
+static void *leave_dev(void *arg) {
+  uint32_t r = (uint32_t)(intptr_t)arg;
+  leave_ctx *L = g_leave;
+  int32_t *x = calloc(L->count, sizeof *x), *y = calloc(L->count, sizeof *y);
+  lm_dp_reduction red = {.dtype = LOOM_DTYPE_S32, .op = LM_DP_CUSTOM, .combine = slow_sum, .user = (void *)(uintptr_t)r};
+  lm_dp_call call = {.struct_size = sizeof call, .cancel = &L->stop};
+  lm_err e;
+  int rc = lm_dp_all_reduce(L->g, r, 3, x, y, L->count, &red, &call, &e);
+  atomic_fetch_add(&L->returned, 1);
+  H_CHECK(rc == LOOM_CANCELLED, "rank %u: rc %d: %s", r, rc, e.msg);
+  free(x); /* what an executor does with a run's buffers once the call returned */
+  free(y);
+  return NULL;
+}
+
+static void test_cancel_no_early_leave(void **state) {
+  lm_err e;
+  const size_t counts[2] = {1000, 100000}; /* 4 KB: the leader folds; 400 KB: each a slice */
+  const uint32_t slow[2] = {0, 2};
+  for (int k = 0; k < 2; k++) {
+    leave_ctx L = {.dp = new_dp_live(1, 4, WAKE_LIVENESS_MS), .count = counts[k], .slow = slow[k]};
+    assert_non_null(L.dp);
+    lm_dp_member m[4] = {{1, 0}, {1, 1}, {1, 2}, {1, 3}};
+    assert_int_equal(lm_dp_group_get(L.dp, m, 4, &L.g, &e), 0);
+    g_leave = &L;
+    atomic_store(&h_fails, 0);
+    pthread_t th[4];
+    for (int d = 0; d < 4; d++) pthread_create(&th[d], NULL, leave_dev, (void *)(intptr_t)d);
+    for (int d = 0; d < 4; d++) pthread_join(th[d], NULL);
+    assert_int_equal(atomic_load(&h_fails), 0);
+    assert_true(atomic_load(&L.calls) > 0);
+    assert_int_equal(atomic_load(&L.early), 0);
+    lm_dp_group_release(L.g);
+    lm_dp_destroy(L.dp);
+  }
+}
+
 static void test_local_collectives(void **state) { run_local(0); }
 static void test_local_mismatch(void **state) { run_local(1); }
 static void test_local_missing_device(void **state) { run_local(2); }
@@ -574,6 +640,7 @@ int main(void) {
       cmocka_unit_test(test_local_mismatch),       cmocka_unit_test(test_local_missing_device),
       cmocka_unit_test(test_local_cancel),         cmocka_unit_test(test_wake_collective),
       cmocka_unit_test(test_wake_selective),       cmocka_unit_test(test_wake_local_barrier),
+      cmocka_unit_test(test_cancel_no_early_leave),
   };
   if (getenv("LOOM_TEST_FILTER")) cmocka_set_test_filter(getenv("LOOM_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
