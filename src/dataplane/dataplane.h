@@ -144,7 +144,8 @@ int lm_dp_reduction_check(const lm_dp_reduction *red, lm_err *err);
  * the order of every reduction). send and recv may be the same buffer where sizes allow (all
  * ops but all_gather, reduce_scatter and all_to_all). A failure (a peer died, a timeout, a
  * mismatched call) makes the call fail on every member that can be told, with a message
- * naming the peer and the tag. */
+ * naming the peer and the tag; a failed call returns once the other local members have
+ * stopped using its buffers (give a worker's members one cancel flag: see docs). */
 
 /* StableHLO all_reduce (spec 'all_reduce'): recv[i] = reduction over members of send[i]. */
 int lm_dp_all_reduce(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *send, void *recv, size_t count,
