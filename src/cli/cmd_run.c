@@ -44,32 +44,6 @@ typedef struct run_input {
   const char *path;
 } run_input;
 
-/* "0-3,8,10-11" -> ids. Returns the count or -1. */
-static int parse_devices(const char *s, int32_t *out, int cap) {
-  int n = 0;
-  const char *p = s;
-  while (*p) {
-    char *end;
-    errno = 0;
-    long a = strtol(p, &end, 10);
-    if (end == p || errno || a < 0 || a > 65535) return -1;
-    long b = a;
-    p = end;
-    if (*p == '-') {
-      b = strtol(p + 1, &end, 10);
-      if (end == p + 1 || errno || b < a || b > 65535) return -1;
-      p = end;
-    }
-    for (long v = a; v <= b; v++) {
-      if (n >= cap) return -1;
-      out[n++] = (int32_t)v;
-    }
-    if (*p == ',') p++;
-    else if (*p) return -1;
-  }
-  return n;
-}
-
 static int parse_arg_name(const char *s, size_t n) {
   if (n && s[0] == '%') s++, n--;
   if (n > 3 && !strncmp(s, "arg", 3)) s += 3, n -= 3;
@@ -80,17 +54,6 @@ static int parse_arg_name(const char *s, size_t n) {
     v = v * 10 + (s[i] - '0');
   }
   return v;
-}
-
-static void type_str(loom_dtype dt, int rank, const int64_t *dims, char *buf, size_t cap) {
-  static const char *const names[] = {
-#define N(name, value, mlir, npy, size) [value] = mlir,
-      LOOM_DTYPE_LIST(N)
-#undef N
-  };
-  size_t n = (size_t)snprintf(buf, cap, "%s[", dt > 0 && dt < LOOM_DTYPE_COUNT ? names[dt] : "?");
-  for (int d = 0; d < rank && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)dims[d]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
 int cmd_run(int argc, char **argv) {
@@ -143,7 +106,7 @@ int cmd_run(int argc, char **argv) {
   const char *file = argv[optind];
   int32_t devs[4096];
   int ndevs = 0;
-  if (dev_list && (ndevs = parse_devices(dev_list, devs, 4096)) <= 0)
+  if (dev_list && (ndevs = cli_parse_devices(dev_list, devs, 4096)) <= 0)
     return cli_usage_error(cmd, "--devices wants a list like 0-7 or 0,2,4 (got '%s')", dev_list);
   size_t len;
   char *text = cli_read_file(file, &len);
@@ -199,8 +162,8 @@ int cmd_run(int argc, char **argv) {
       goto out;
     }
     char want[160], have[160];
-    type_str(spec.dtype, spec.rank, spec.dims, want, sizeof want);
-    type_str((loom_dtype)npy.dtype, npy.rank, npy.dims, have, sizeof have);
+    cli_format_type(spec.dtype, spec.rank, spec.dims, want, sizeof want);
+    cli_format_type((loom_dtype)npy.dtype, npy.rank, npy.dims, have, sizeof have);
     bool same = (int)npy.dtype == (int)spec.dtype && npy.rank == spec.rank &&
                 !memcmp(npy.dims, spec.dims, (size_t)spec.rank * sizeof *spec.dims);
     /* a replicated program also takes one per-replica value, for every replica */
@@ -277,7 +240,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (json) {
       char ts[160];
-      type_str((loom_dtype)dt, rank, dims, ts, sizeof ts);
+      cli_format_type((loom_dtype)dt, rank, dims, ts, sizeof ts);
       printf("%s{\"type\": \"%s\", \"dtype\": \"%s\", \"shape\": [", j ? ", " : "", ts, lm_dtype_npy(dt) ? lm_dtype_npy(dt) : "");
       for (int d = 0; d < rank; d++) printf("%s%lld", d ? ", " : "", (long long)dims[d]);
       printf("], \"data\": ");

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include "cli/util.h"
+#include "common/dtype.h"
 #include "loom/loom.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
@@ -147,6 +148,31 @@ loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s) 
   return c;
 }
 
+int cli_parse_devices(const char *s, int32_t *out, int cap) {
+  int n = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long a = strtol(p, &end, 10);
+    if (end == p || errno || a < 0 || a > 65535) return -1;
+    long b = a;
+    p = end;
+    if (*p == '-') {
+      b = strtol(p + 1, &end, 10);
+      if (end == p + 1 || errno || b < a || b > 65535) return -1;
+      p = end;
+    }
+    for (long v = a; v <= b; v++) {
+      if (n >= cap) return -1;
+      out[n++] = (int32_t)v;
+    }
+    if (*p == ',') p++;
+    else if (*p) return -1;
+  }
+  return n;
+}
+
 void cli_format_size(uint64_t b, char *buf, size_t cap) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;
@@ -178,6 +204,12 @@ void cli_format_ids(const uint32_t *ids, size_t n, char *buf, size_t cap) {
     i = j + 1;
   }
   if (n == 0) snprintf(buf, cap, "-");
+}
+
+void cli_format_type(loom_dtype dtype, int rank, const int64_t *dims, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "%s[", lm_dtype_name(dtype));
+  for (int d = 0; d < rank && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)dims[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
 void cli_table_init(cli_table *t, size_t ncols) {

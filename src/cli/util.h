@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "loom/loom_dtype.h"
 
 struct option;
 struct cJSON;
@@ -66,12 +67,19 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
  * NULL. */
 struct loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s);
 
+/* Parses a list of virtual device ids, "0-7", "4,5,6,7", "0-3,8,10-11" (ids 0..65535, ranges
+ * ascending) into out[0..cap). Returns the count, or -1 when s is malformed or lists more than cap. */
+int cli_parse_devices(const char *s, int32_t *out, int cap);
+
 /* "2.0 GiB", "512 MiB", "0 B". */
 void cli_format_size(uint64_t bytes, char *buf, size_t cap);
 /* "1.5 s", "3 min 12 s", "2 h 5 min". */
 void cli_format_duration(uint64_t ms, char *buf, size_t cap);
 /* "0-3", "0-3,8,10-11" for a sorted list of ids. */
 void cli_format_ids(const uint32_t *ids, size_t n, char *buf, size_t cap);
+
+/* An array type as "f32[2,3]" (MLIR element type, then the shape; "i1[]" for a scalar). */
+void cli_format_type(loom_dtype dtype, int rank, const int64_t *dims, char *buf, size_t cap);
 
 /* A text table: add rows of cells, then print with columns padded to fit. */
 typedef struct cli_table {

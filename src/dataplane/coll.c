@@ -574,6 +574,7 @@ static int ag_nodes(dp_cc *cc, void *buf, size_t bytes) {
 typedef struct dp_meet {
   dp_link link;               /* in lm_dp.meets, key (tag, group key) */
   uint32_t nlocal, arrived, left;
+  uint32_t ending;            /* members that reached dp_end (stopped touching shared buffers) */
   uint64_t sig;
   const char *what;
   int status;                 /* first failure of any local member */
@@ -606,6 +607,13 @@ void dp_meets_free(lm_dp *dp) {
   dp_map_free(&dp->meets);
 }
 
+void dp_meets_wake(lm_dp *dp) {
+  pthread_mutex_lock(&dp->gmu);
+  for (size_t i = 0; dp->meets.n && i < dp->meets.nb; i++)
+    for (dp_link *e = dp->meets.b[i]; e; e = e->next) pthread_cond_broadcast(&((dp_meet *)e)->cv);
+  pthread_mutex_unlock(&dp->gmu);
+}
+
 /* Records a failure of the local call (first one wins) and wakes everyone. gmu held. */
 static void meet_fail_locked(dp_meet *m, int code, const char *why) {
   if (m->status == 0) {
@@ -622,7 +630,9 @@ static void meet_fail(lm_dp *dp, dp_meet *m, int code, const char *why) {
   pthread_mutex_unlock(&dp->gmu);
 }
 
-/* Waits until all local members have reached this barrier (or the call failed). */
+/* Waits until all local members have reached this barrier (or the call failed). The cancel
+ * flag is read on every wake-up: lm_dp_wake (dp_meets_wake) brings one at once; without it a
+ * waiter looks every quarter of the liveness interval (50 ms by default). */
 static int meet_barrier(lm_dp *dp, dp_meet *m, int64_t deadline, volatile int *cancel) {
   pthread_mutex_lock(&dp->gmu);
   if (m->status) {
@@ -653,7 +663,8 @@ static int meet_barrier(lm_dp *dp, dp_meet *m, int64_t deadline, volatile int *c
       meet_fail_locked(m, LOOM_CANCELLED, "cancelled");
       break;
     }
-    int64_t until = t + 50000000ll < deadline ? t + 50000000ll : deadline;
+    int64_t tick = dp->liveness_ns / 4;
+    int64_t until = t + tick < deadline ? t + tick : deadline;
     struct timespec ts = {until / 1000000000ll, until % 1000000000ll};
     pthread_cond_timedwait(&m->cv, &dp->gmu, &ts);
   }
@@ -856,15 +867,26 @@ static int dp_end(dp_ctx *c, int rc) {
     if (crc) snprintf(why, sizeof why, "%s", c->cc.why);
   }
   if (c->v.m) {
+    dp_meet *m = c->v.m;
     pthread_mutex_lock(&dp->gmu);
-    if (c->v.m->status) {
+    if (rc && !m->status) meet_fail_locked(m, rc, why[0] ? why : lm_status_desc(rc));
+    if (m->status) {
       if (!rc || !why[0]) {
-        rc = c->v.m->status;
-        snprintf(why, sizeof why, "%s", c->v.m->why);
+        rc = m->status;
+        snprintf(why, sizeof why, "%s", m->why);
       }
     }
+    /* A failed call ends between barriers: other local members may still be in a phase that
+     * reads or writes this member's buffers (a fold over every input, a copy out of the
+     * leader's result, the leader's exchange receiving into them). Wait until every member
+     * that joined has stopped too; the failure makes their barriers return at once, so this
+     * lasts at most the rest of their current phase. (A successful call ends with a barrier
+     * after which nobody touches another member's buffers.) */
+    m->ending++;
+    pthread_cond_broadcast(&m->cv);
+    while (rc && m->ending < m->arrived) pthread_cond_wait(&m->cv, &dp->gmu);
     pthread_mutex_unlock(&dp->gmu);
-    meet_leave(dp, c->v.m);
+    meet_leave(dp, m);
     c->v.m = NULL;
   }
   if (rc) {

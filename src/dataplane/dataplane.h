@@ -26,7 +26,8 @@ typedef struct lm_dp_config {
   int32_t spin_us;          /* busy-poll time before a waiting thread blocks; -1 = default (50),
                                env LOOM_DP_SPIN_US overrides the default */
   int32_t liveness_ms;      /* how often a blocked wait checks that the peers it waits on are
-                               alive; 0 = 200 */
+                               alive (and, without lm_dp_wake, its cancel flag; local barriers
+                               look at the flag every quarter of it); 0 = 200 */
   int32_t progress_thread;  /* 1 (default): a background thread serves peers (one-sided gets,
                                connection setup) while no device thread is in the data plane */
 } lm_dp_config;
@@ -61,8 +62,20 @@ int lm_dp_peer_status(lm_dp *dp, uint64_t peer_id, lm_err *err);
 typedef struct lm_dp_call {
   size_t struct_size;       /* sizeof(lm_dp_call) */
   int64_t timeout_ms;       /* 0 = the endpoint's default */
-  volatile int *cancel;     /* if non-NULL and set, the call stops with LOOM_CANCELLED */
+  volatile int *cancel;     /* if non-NULL and set, the call stops with LOOM_CANCELLED: at once
+                               when the setter then calls lm_dp_wake, else at the waiter's next
+                               periodic look (liveness_ms; a quarter of it in local barriers) */
 } lm_dp_call;
+
+/* Wakes every thread blocked in a wait of dp (collectives, point to point, put/get), so that
+ * each re-checks its call's cancel flag and deadline at once: set the flag first (any store
+ * the waiter will see, e.g. __atomic_store_n), then call this. Waiters whose flag is not set
+ * go back to sleep. Thread-safe, from any thread, also while no call is in progress; cheap
+ * (takes the endpoint's two locks briefly, never waits for the network; not for signal
+ * handlers). NULL is a no-op. Lifetime: dp must be alive: every lm_dp_wake must have returned
+ * before lm_dp_destroy starts, and none may start after (the worker calls both on its loop
+ * thread). */
+void lm_dp_wake(lm_dp *dp);
 
 /* ---- groups ---- */
 
@@ -131,7 +144,8 @@ int lm_dp_reduction_check(const lm_dp_reduction *red, lm_err *err);
  * the order of every reduction). send and recv may be the same buffer where sizes allow (all
  * ops but all_gather, reduce_scatter and all_to_all). A failure (a peer died, a timeout, a
  * mismatched call) makes the call fail on every member that can be told, with a message
- * naming the peer and the tag. */
+ * naming the peer and the tag; a failed call returns once the other local members have
+ * stopped using its buffers (give a worker's members one cancel flag: see docs). */
 
 /* StableHLO all_reduce (spec 'all_reduce'): recv[i] = reduction over members of send[i]. */
 int lm_dp_all_reduce(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *send, void *recv, size_t count,

@@ -260,6 +260,9 @@ void dp_scratch_put(lm_dp *dp, void *p);
 /* coll.c */
 void dp_groups_free(lm_dp *dp);
 void dp_meets_free(lm_dp *dp);
+/* Wakes every device thread blocked in a local barrier, to re-check its cancel flag (takes
+ * gmu; see lm_dp_wake). */
+void dp_meets_wake(lm_dp *dp);
 
 /* Hashing for keys and signatures. */
 static inline uint64_t dp_mix(uint64_t h, uint64_t v) {

@@ -1083,6 +1083,28 @@ void dp_drain_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
   dp_wait_locked(dp, reqs, n, dp_now_ns() + DP_DRAIN_GRACE_NS, NULL);
 }
 
+/* ---- waking blocked waiters (lm_dp_wake) ----
+ *
+ * The caller has set some call's cancel flag before this. Each waiter reads its flag holding
+ * mu (endpoint waits) or gmu (local barriers) and releases that lock only by blocking on a
+ * condition variable or, for the progress role, after setting in_poll. Taking each lock here
+ * therefore orders the wake after any check that missed the flag: such a waiter is already
+ * blocked, and the broadcast or the worker signal reaches it. A waiter whose flag is not set
+ * re-checks and blocks again (a bounded, yielding spin of spin_ns at most for the one that
+ * was in poll). */
+void lm_dp_wake(lm_dp *dp) {
+  if (!dp) return;
+  pthread_mutex_lock(&dp->mu);
+  if (dp->nwaiting) {
+    pthread_cond_broadcast(&dp->cv);
+    /* a device thread blocked in poll holds the progress role; the background thread never
+     * runs a call, so it is left alone */
+    if (dp->in_poll && !dp->progress_bg) ucp_worker_signal(dp->w);
+  }
+  pthread_mutex_unlock(&dp->mu);
+  dp_meets_wake(dp);
+}
+
 /* ---- the background thread ---- */
 
 static void *dp_bg_main(void *arg) {

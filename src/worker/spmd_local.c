@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,10 +166,16 @@ int lm_spmd_local_run(const lm_program *p, const char *const *fns, uint32_t num_
       break;
     }
   }
-  /* wait, forwarding the caller's cancel flag */
+  /* wait, forwarding the caller's cancel flag; once the shared flag is set (by the caller or by a
+   * failing process), wake the processes blocked in the data plane so they see it at once */
+  bool woken = false;
   pthread_mutex_lock(&sh.mu);
   while (sh.finished < started) {
     if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) __atomic_store_n(&sh.cancel, 1, __ATOMIC_RELAXED);
+    if (!woken && __atomic_load_n(&sh.cancel, __ATOMIC_RELAXED)) {
+      lm_dp_wake(dp);
+      woken = true;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 20 * 1000000L;

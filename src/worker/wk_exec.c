@@ -439,7 +439,8 @@ static wk_launch *find_launch(wk *w, uint64_t seq) {
 }
 
 /* Sets a launch's cancel flag: running tasks stop at the next op or collective call, which poll
- * it; tasks waiting for inputs wake up and give up. Loop thread. */
+ * it; tasks waiting for inputs wake up and give up, and so do tasks blocked in a collective
+ * (lm_dp_wake). Loop thread (which also destroys w->dp, after every call here). */
 static void cancel_launch(wk *w, wk_launch *l, const char *why) {
   if (l->cancel) return;
   snprintf(l->cancel_reason, sizeof l->cancel_reason, "%s", why);
@@ -447,6 +448,7 @@ static void cancel_launch(wk *w, wk_launch *l, const char *why) {
   pthread_mutex_lock(&w->store.mu); /* wake device threads waiting for inputs */
   pthread_cond_broadcast(&w->store.cv);
   pthread_mutex_unlock(&w->store.mu);
+  lm_dp_wake(w->dp); /* ... and those waiting in the data plane (NULL: none) */
 }
 
 /* Takes the tasks of cancelled launches out of every device's queue at once (one pass per

@@ -1,7 +1,8 @@
 /* Data plane inside one process: reduction semantics per element type (NaN, signed zeros,
  * wrap-around, i1, complex order, f16/bf16 rounding), validation of addresses, groups and
  * arguments, and collectives among the device threads of a single worker (the shared-memory
- * path), including a mismatched call, a device that never comes, and cancellation. */
+ * path), including a mismatched call, a device that never comes, and cancellation; lm_dp_wake
+ * ending waits in poll, on the endpoint's condition variable and in a local barrier at once. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,17 +127,20 @@ static void test_reduction_errors(void **state) {
 
 /* ---- endpoint, addresses, groups ---- */
 
-static lm_dp *new_dp(uint64_t id, uint32_t ndev) {
+static lm_dp *new_dp_live(uint64_t id, uint32_t ndev, int32_t liveness_ms) {
   lm_dp_config c;
   lm_dp_config_init(&c);
   c.self_id = id;
   c.num_devices = ndev;
   c.timeout_ms = 10000;
+  c.liveness_ms = liveness_ms;
   lm_dp *dp = NULL;
   lm_err e;
   if (lm_dp_create(&c, &dp, &e) < 0) fprintf(stderr, "lm_dp_create: %s\n", e.msg);
   return dp;
 }
+
+static lm_dp *new_dp(uint64_t id, uint32_t ndev) { return new_dp_live(id, ndev, 0); }
 
 static void test_endpoint_and_addresses(void **state) {
   lm_err e;
@@ -381,6 +385,247 @@ static void run_local(int mode) {
   lm_dp_destroy(L.dp);
 }
 
+/* ---- waking blocked waits (lm_dp_wake) ----
+ *
+ * These endpoints look at their peers and at cancel flags on their own only every
+ * WAKE_LIVENESS_MS (local barriers every quarter of it), so a wait that ends within
+ * WAKE_BOUND_MS of its cancel was ended by lm_dp_wake; without the wake each check below
+ * would take 250 ms to 1 s. */
+#define WAKE_LIVENESS_MS 1000
+#define WAKE_BOUND_MS 100
+
+typedef struct waiter {
+  lm_dp *dp;
+  lm_dp_group *g;             /* all_reduce on g; NULL: a receive from worker `peer` */
+  uint32_t rank;
+  uint64_t tag, peer;
+  volatile int *cancel;
+  int32_t buf[4];
+  int rc;
+  char msg[LM_ERR_MSG_MAX];
+  atomic_int done;
+  double t_done;
+  pthread_t th;
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  lm_err e;
+  lm_err_clear(&e);
+  lm_dp_call call = {.struct_size = sizeof call, .cancel = w->cancel};
+  lm_dp_reduction sum = {.dtype = LOOM_DTYPE_S32, .op = LM_DP_SUM};
+  if (w->g) w->rc = lm_dp_all_reduce(w->g, w->rank, w->tag, w->buf, w->buf, 4, &sum, &call, &e);
+  else w->rc = lm_dp_recv(w->dp, w->peer, w->tag, w->buf, sizeof w->buf, &call, &e);
+  snprintf(w->msg, sizeof w->msg, "%s", e.msg);
+  w->t_done = h_now();
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static void waiter_start(waiter *w) { assert_int_equal(pthread_create(&w->th, NULL, waiter_main, w), 0); }
+
+/* Returns once a device thread of dp has blocked in poll more often than `before` times (the
+ * waiter holds the progress role and sleeps), plus a moment. */
+static void wait_blocked(lm_dp *dp, uint64_t before) {
+  lm_dp_stats st;
+  double until = h_now() + 10;
+  do {
+    usleep(1000);
+    lm_dp_get_stats(dp, &st);
+  } while (st.blocks <= before && h_now() < until);
+  assert_true(st.blocks > before);
+  usleep(20000);
+}
+
+/* Sets the flag, wakes dp, and returns how long the waiter took to return, in ms. */
+static double cancel_and_wake(lm_dp *dp, volatile int *flag, waiter *w) {
+  double t0 = h_now();
+  __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
+  lm_dp_wake(dp);
+  pthread_join(w->th, NULL);
+  return (w->t_done - t0) * 1e3;
+}
+
+static void peer_both(lm_dp *a, lm_dp *b) {
+  const void *blob;
+  size_t len;
+  lm_err e;
+  lm_dp_address(b, &blob, &len);
+  assert_int_equal(lm_dp_peer_add(a, blob, len, NULL, &e), 0);
+  lm_dp_address(a, &blob, &len);
+  assert_int_equal(lm_dp_peer_add(b, blob, len, NULL, &e), 0);
+}
+
+/* An all_reduce whose other member (worker 2) never comes: the waiting thread holds the
+ * progress role and sleeps in poll(); the wake ends it at once. */
+static void test_wake_collective(void **state) {
+  lm_err e;
+  lm_dp *dp1 = new_dp_live(1, 1, WAKE_LIVENESS_MS), *dp2 = new_dp_live(2, 1, WAKE_LIVENESS_MS);
+  assert_non_null(dp1);
+  assert_non_null(dp2);
+  peer_both(dp1, dp2);
+  lm_dp_wake(NULL);
+  lm_dp_wake(dp1); /* nobody waits: nothing happens */
+  lm_dp_member m[2] = {{1, 0}, {2, 0}};
+  lm_dp_group *g;
+  assert_int_equal(lm_dp_group_get(dp1, m, 2, &g, &e), 0);
+  lm_dp_stats st;
+  lm_dp_get_stats(dp1, &st);
+  volatile int stop = 0;
+  waiter w = {.dp = dp1, .g = g, .rank = 0, .tag = 1, .cancel = &stop};
+  waiter_start(&w);
+  wait_blocked(dp1, st.blocks);
+  assert_int_equal(atomic_load(&w.done), 0);
+  double ms = cancel_and_wake(dp1, &stop, &w);
+  assert_int_equal(w.rc, LOOM_CANCELLED);
+  assert_non_null(strstr(w.msg, "cancelled"));
+  print_message("all_reduce waiting in poll: returned %.2f ms after cancel + wake\n", ms);
+  assert_true(ms < WAKE_BOUND_MS);
+
+  /* a flag set without a wake is still seen, at the next periodic look (not a timeout) */
+  volatile int stop2 = 0;
+  waiter w2 = {.dp = dp1, .g = g, .rank = 0, .tag = 2, .cancel = &stop2};
+  lm_dp_get_stats(dp1, &st);
+  waiter_start(&w2);
+  wait_blocked(dp1, st.blocks);
+  __atomic_store_n(&stop2, 1, __ATOMIC_SEQ_CST);
+  pthread_join(w2.th, NULL);
+  assert_int_equal(w2.rc, LOOM_CANCELLED);
+  lm_dp_group_release(g);
+  lm_dp_destroy(dp2);
+  lm_dp_destroy(dp1);
+}
+
+/* Two receives on two threads: the first holds the progress role (poll), the second sleeps on
+ * the endpoint's condition variable. Cancelling the second wakes it alone; the first goes back
+ * to waiting and still gets its message. */
+static void test_wake_selective(void **state) {
+  lm_err e;
+  lm_dp *dp1 = new_dp_live(1, 2, WAKE_LIVENESS_MS), *dp2 = new_dp_live(2, 1, WAKE_LIVENESS_MS);
+  assert_non_null(dp1);
+  assert_non_null(dp2);
+  peer_both(dp1, dp2);
+  lm_dp_stats st;
+  lm_dp_get_stats(dp1, &st);
+  volatile int stop_a = 0, stop_b = 0;
+  waiter a = {.dp = dp1, .peer = 2, .tag = 50, .cancel = &stop_a};
+  waiter b = {.dp = dp1, .peer = 2, .tag = 51, .cancel = &stop_b};
+  waiter_start(&a);
+  wait_blocked(dp1, st.blocks);
+  waiter_start(&b);
+  usleep(30000);
+  assert_int_equal(atomic_load(&b.done), 0);
+  double ms = cancel_and_wake(dp1, &stop_b, &b);
+  assert_int_equal(b.rc, LOOM_CANCELLED);
+  print_message("receive waiting on the condition variable: returned %.2f ms after cancel + wake\n", ms);
+  assert_true(ms < WAKE_BOUND_MS);
+  usleep(20000);
+  assert_int_equal(atomic_load(&a.done), 0); /* its flag is not set: still waiting */
+  int32_t v[4] = {7, 8, 9, 10};
+  assert_int_equal(lm_dp_send(dp2, 1, 50, v, sizeof v, NULL, &e), 0);
+  pthread_join(a.th, NULL);
+  assert_int_equal(a.rc, 0);
+  assert_memory_equal(a.buf, v, sizeof v);
+  lm_dp_destroy(dp2);
+  lm_dp_destroy(dp1);
+}
+
+/* Three device threads of one worker in a local barrier, waiting for a fourth that never
+ * comes; one flag for all (a launch's), one wake. */
+static void test_wake_local_barrier(void **state) {
+  lm_err e;
+  lm_dp *dp = new_dp_live(1, 4, WAKE_LIVENESS_MS);
+  assert_non_null(dp);
+  lm_dp_member m[4] = {{1, 0}, {1, 1}, {1, 2}, {1, 3}};
+  lm_dp_group *g;
+  assert_int_equal(lm_dp_group_get(dp, m, 4, &g, &e), 0);
+  volatile int stop = 0;
+  waiter w[3];
+  for (uint32_t i = 0; i < 3; i++) {
+    w[i] = (waiter){.dp = dp, .g = g, .rank = i, .tag = 9, .cancel = &stop};
+    waiter_start(&w[i]);
+  }
+  usleep(50000);
+  for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&w[i].done), 0);
+  double ms = cancel_and_wake(dp, &stop, &w[0]);
+  for (int i = 1; i < 3; i++) pthread_join(w[i].th, NULL);
+  double t0 = w[0].t_done - ms / 1e3;
+  for (int i = 0; i < 3; i++) {
+    double mi = (w[i].t_done - t0) * 1e3;
+    assert_int_equal(w[i].rc, LOOM_CANCELLED);
+    print_message("local barrier, rank %d: returned %.2f ms after cancel + wake\n", i, mi);
+    assert_true(mi < WAKE_BOUND_MS);
+  }
+  lm_dp_group_release(g);
+  lm_dp_destroy(dp);
+}
+
+/* A member woken by a cancel must not leave the call while another local member still works
+ * on its buffers: one member's reduction body (the leader's fold of every input for a small
+ * all_reduce, one slice of every input for a large one) cancels the launch, wakes the endpoint
+ * and dawdles; no other member may return before it is done. */
+typedef struct leave_ctx {
+  lm_dp *dp;
+  lm_dp_group *g;
+  size_t count;
+  uint32_t slow;              /* the rank whose body cancels and dawdles */
+  volatile int stop;
+  atomic_int returned, early, calls;
+} leave_ctx;
+
+static leave_ctx *g_leave;
+
+static int slow_sum(void *user, const void *lhs, const void *rhs, void *out, size_t count, lm_err *err) {
+  leave_ctx *L = g_leave;
+  if ((uintptr_t)user == L->slow && atomic_fetch_add(&L->calls, 1) == 0) {
+    __atomic_store_n(&L->stop, 1, __ATOMIC_SEQ_CST);
+    lm_dp_wake(L->dp);
+    usleep(30000);
+    if (atomic_load(&L->returned)) atomic_store(&L->early, 1); /* read a buffer its owner may have freed */
+  }
+  const int32_t *a = lhs, *b = rhs;
+  int32_t *o = out;
+  for (size_t i = 0; i < count; i++) o[i] = a[i] + b[i];
+  return 0;
+}
+
+static void *leave_dev(void *arg) {
+  uint32_t r = (uint32_t)(intptr_t)arg;
+  leave_ctx *L = g_leave;
+  int32_t *x = calloc(L->count, sizeof *x), *y = calloc(L->count, sizeof *y);
+  lm_dp_reduction red = {.dtype = LOOM_DTYPE_S32, .op = LM_DP_CUSTOM, .combine = slow_sum, .user = (void *)(uintptr_t)r};
+  lm_dp_call call = {.struct_size = sizeof call, .cancel = &L->stop};
+  lm_err e;
+  int rc = lm_dp_all_reduce(L->g, r, 3, x, y, L->count, &red, &call, &e);
+  atomic_fetch_add(&L->returned, 1);
+  H_CHECK(rc == LOOM_CANCELLED, "rank %u: rc %d: %s", r, rc, e.msg);
+  free(x); /* what an executor does with a run's buffers once the call returned */
+  free(y);
+  return NULL;
+}
+
+static void test_cancel_no_early_leave(void **state) {
+  lm_err e;
+  const size_t counts[2] = {1000, 100000}; /* 4 KB: the leader folds; 400 KB: each a slice */
+  const uint32_t slow[2] = {0, 2};
+  for (int k = 0; k < 2; k++) {
+    leave_ctx L = {.dp = new_dp_live(1, 4, WAKE_LIVENESS_MS), .count = counts[k], .slow = slow[k]};
+    assert_non_null(L.dp);
+    lm_dp_member m[4] = {{1, 0}, {1, 1}, {1, 2}, {1, 3}};
+    assert_int_equal(lm_dp_group_get(L.dp, m, 4, &L.g, &e), 0);
+    g_leave = &L;
+    atomic_store(&h_fails, 0);
+    pthread_t th[4];
+    for (int d = 0; d < 4; d++) pthread_create(&th[d], NULL, leave_dev, (void *)(intptr_t)d);
+    for (int d = 0; d < 4; d++) pthread_join(th[d], NULL);
+    assert_int_equal(atomic_load(&h_fails), 0);
+    assert_true(atomic_load(&L.calls) > 0);
+    assert_int_equal(atomic_load(&L.early), 0);
+    lm_dp_group_release(L.g);
+    lm_dp_destroy(L.dp);
+  }
+}
+
 static void test_local_collectives(void **state) { run_local(0); }
 static void test_local_mismatch(void **state) { run_local(1); }
 static void test_local_missing_device(void **state) { run_local(2); }
@@ -393,7 +638,9 @@ int main(void) {
       cmocka_unit_test(test_reduction_errors),     cmocka_unit_test(test_endpoint_and_addresses),
       cmocka_unit_test(test_groups),               cmocka_unit_test(test_local_collectives),
       cmocka_unit_test(test_local_mismatch),       cmocka_unit_test(test_local_missing_device),
-      cmocka_unit_test(test_local_cancel),
+      cmocka_unit_test(test_local_cancel),         cmocka_unit_test(test_wake_collective),
+      cmocka_unit_test(test_wake_selective),       cmocka_unit_test(test_wake_local_barrier),
+      cmocka_unit_test(test_cancel_no_early_leave),
   };
   if (getenv("LOOM_TEST_FILTER")) cmocka_set_test_filter(getenv("LOOM_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
