@@ -151,7 +151,10 @@ static int store_put(wk *w, const Lmw__ShardPut *m, lm_buffer **bufs, lm_err *er
 
 static int payload_sink(lm_conn *c, const lm_frame *f, void **dst, lm_err *err) {
   wk_dconn *dc = lm_conn_user(c);
-  if (f->h.type != LM_MSG_SHARD_PUT) return 0; /* nothing else takes a payload: refused in on_frame */
+  /* Nothing else takes a payload: refuse it before any byte of it is read, or a peer could make
+   * this worker buffer up to the hard frame limit (the stream fails; the client hears why). */
+  if (f->h.type != LM_MSG_SHARD_PUT)
+    return lm_errf(err, LOOM_PROTOCOL, "%s does not take a payload", lm_msg_name(f->h.type));
   ProtobufCMessage *m;
   LM_TRY(lm_msg_decode(f, &m, err));
   put_state_free(dc);

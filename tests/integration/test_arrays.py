@@ -84,3 +84,28 @@ def test_worker_data_port_refuses_bad_tokens(cluster):
         c.close()
     r, _ = loom_run(cluster.addr, EXAMPLES / "distributed_sum.mlir")
     assert r.stdout == "[8 8 8 8 8 8 8 8]\n"
+
+
+def test_worker_data_port_refuses_payloads_it_does_not_take(cluster):
+    """A payload on any message but SHARD_PUT is refused when its header arrives, before the worker
+    reads (and would have to buffer) any of it: a peer announcing 1 TiB gets an error at once."""
+    import re
+
+    import wire
+    from dist import EXAMPLES, loom_run
+    SHARD_GET = 34
+    log = cluster.procs.log(cluster.workers[0])
+    port = re.search(r"data port (\S+)", log).group(1)
+    for type_ in (SHARD_GET, wire.PING):
+        c = wire.Conn(port)
+        try:
+            c.handshake()
+            c.send(wire.frame(type_, wire.field_varint(1, 7), payload=b"\0" * 64, payload_len=1 << 40,
+                              request_id=5))
+            code, msg, _ = c.expect_error(timeout=5)
+            assert code == wire.PROTOCOL and "does not take a payload" in msg, msg
+            c.expect_closed(timeout=5)
+        finally:
+            c.close()
+    r, _ = loom_run(cluster.addr, EXAMPLES / "distributed_sum.mlir")
+    assert r.stdout == "[8 8 8 8 8 8 8 8]\n"
