@@ -263,10 +263,20 @@ def test_hostile_local_requests(cluster):
     expect_error(lc, 3, wire.PERMISSION, "not enabled")
     lc.close()
 
-    lc, r, _probe = open_local(sock)
-    assert r[9][0] == 1 and 10 not in r, r
     data = (ctypes.c_float * 1024)(*[i * 0.5 for i in range(1024)])
     base = ctypes.addressof(data)
+    # a payload on a local put: refused as its header arrives (nothing of it is read), and the
+    # connection closes
+    lc, r, _probe = open_local(sock)
+    lc.send(wire.frame(SHARD_PUT_LOCAL, put_local_meta(s.id, 1, 1024, loc["token"], [(base, 4096)]),
+                       payload=b"\0" * 4096, request_id=99))
+    code, msg, _ = lc.expect_error()
+    assert code == wire.PROTOCOL and "does not take a payload" in msg, msg
+    lc.expect_closed()
+    lc.close()
+
+    lc, r, _probe = open_local(sock)
+    assert r[9][0] == 1 and 10 not in r, r
     rid = 100
     bad = [
         ([(base, 4092)], "ranges hold 4092 bytes, the shard's shape needs 4096"),
@@ -306,10 +316,6 @@ def test_hostile_local_requests(cluster):
     rid += 1  # a token for another shape
     lc.send(wire.frame(SHARD_PUT_LOCAL, put_local_meta(s.id, 1, 512, loc["token"], [(base, 2048)]), request_id=rid))
     expect_error(lc, rid, wire.PERMISSION, "token")
-    rid += 1  # a payload on a local put
-    lc.send(wire.frame(SHARD_PUT_LOCAL, put_local_meta(s.id, 1, 1024, loc["token"], [(base, 4096)]),
-                       payload=b"\0" * 4096, request_id=rid))
-    expect_error(lc, rid, wire.PROTOCOL, "does not take a payload")
     rid += 1  # ranges on a streamed put
     lc.send(wire.frame(SHARD_PUT, put_local_meta(s.id, 1, 1024, loc["token"], [(base, 4096)]), request_id=rid))
     expect_error(lc, rid, wire.PROTOCOL, "SHARD_PUT carries no ranges")
