@@ -77,6 +77,11 @@ typedef struct lm_dp_call {
  * thread). */
 void lm_dp_wake(lm_dp *dp);
 
+/* The process is going away: calls that ended but still wait for a peer on this host to finish
+ * their transfers (so that their buffers may be reused) stop waiting. Call before joining the
+ * threads that make calls. Thread-safe; NULL is a no-op. */
+void lm_dp_shutdown(lm_dp *dp);
+
 /* ---- groups ---- */
 
 /* A participant of a collective: device `device` of worker `worker`. */
@@ -216,6 +221,8 @@ typedef struct lm_dp_stats {
   uint64_t unexpected;                /* messages that arrived before their receive */
   uint64_t dropped;                   /* malformed, stale or over-limit messages dropped */
   uint64_t blocks;                    /* times a waiting thread blocked on the event fd */
+  uint64_t held;                      /* transfers UCX works on now (a call's buffers in use) */
+  uint64_t orphaned;                  /* of those, ones left to UCX for good: their peer is gone */
 } lm_dp_stats;
 
 void lm_dp_get_stats(lm_dp *dp, lm_dp_stats *s);

@@ -109,6 +109,8 @@ typedef struct dp_req {
   bool done;
   bool posted;                /* in the posted map */
   bool autofree;              /* nobody waits for it any more: freed once UCX lets go of it */
+  bool ucx_cb;                /* its UCX callback ran (set false before each UCX call) */
+  bool orphan;                /* left to UCX for good: its peer is gone (see dp_settle_locked) */
   int status;                 /* 0 or a negative loom status once done */
   char why[256];              /* detail when status != 0 */
   dp_peer *peer;
@@ -181,6 +183,7 @@ struct lm_dp {
   int64_t dev_last_ns;         /* when a device thread last left a wait */
   uint64_t ncompl;             /* completions so far (waiters re-check when it moves) */
   bool stop;
+  bool quitting;               /* lm_dp_shutdown: settling calls stop waiting */
   bool has_bg;
   pthread_t bg;
   /* peers, matching tables */
@@ -242,9 +245,11 @@ int dp_wait_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, v
  * *lost set to it, even if no request waits on it now. */
 int dp_wait_watch_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel,
                          dp_peer *const *watch, size_t nwatch, dp_peer **lost);
-/* After a failed call: cancels what is still pending in reqs and waits (bounded) for UCX to
- * let go of them; what still runs then is abandoned (see dp_req_release_locked). */
+/* After a failed call: cancels what is still pending in reqs, waits (bounded) for the
+ * transfers under way to finish, then settles them (dp_settle_locked). */
 void dp_drain_locked(lm_dp *dp, dp_req *const *reqs, size_t n);
+/* Waits until UCX holds none of the requests' buffers (a failed call, before it returns). */
+void dp_settle_locked(lm_dp *dp, dp_req *const *reqs, size_t n);
 
 /* Retires (tag, key2): drops late messages, fails receives posted for it (mu held). */
 void dp_retire_locked(lm_dp *dp, uint64_t tag, uint64_t key2, const char *why);

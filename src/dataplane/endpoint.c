@@ -23,6 +23,8 @@
 #define DP_RETIRED_AGE_NS (600ll * 1000000000ll)
 #define DP_BG_IDLE_NS (5ll * 1000000)       /* devices idle this long: the background thread serves */
 #define DP_DRAIN_GRACE_NS (2ll * 1000000000ll)
+#define DP_SETTLE_FORCED_NS (10ll * 1000000000ll) /* after a forced close, UCX's cancels come this soon */
+#define DP_SETTLE_WARN_NS (5ll * 1000000000ll)
 
 int64_t dp_now_ns(void) {
   struct timespec ts;
@@ -601,6 +603,7 @@ static int dp_ucs_code(ucs_status_t st) {
 }
 
 static void dp_req_ucx_done_locked(lm_dp *dp, dp_req *r, ucs_status_t st) {
+  r->ucx_cb = true;
   dp_inflight_del(dp, r);
   if (r->done) { /* failed already (its peer died): nobody waits any more */
     if (r->autofree) free(r);
@@ -613,6 +616,9 @@ static void dp_req_ucx_done_locked(lm_dp *dp, dp_req *r, ucs_status_t st) {
 }
 
 void dp_req_track_locked(lm_dp *dp, dp_req *r, void *st, const char *what) {
+  /* UCX may complete an operation through its callback before the call that started it
+   * returns (one that fails at once on a failed endpoint): the callback freed the handle */
+  if (r->ucx_cb) return;
   if (st == NULL) dp_req_complete_locked(dp, r, 0, NULL);
   else if (UCS_PTR_IS_ERR(st))
     dp_req_complete_locked(dp, r, dp_ucs_code(UCS_PTR_STATUS(st)), "worker %" PRIu64 ": %s failed (%s)",
@@ -670,15 +676,11 @@ void dp_send_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
     prm.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = UCP_AM_SEND_FLAG_EAGER;
   }
+  r->ucx_cb = false;
   void *st = ucp_am_send_nbx(ep, DP_AM_ID, r->hdr, DP_HDR_SIZE, buf, len, &prm);
   dp->stats.msgs_sent++;
   dp->stats.bytes_sent += len;
-  if (st == NULL) dp_req_complete_locked(dp, r, 0, NULL);
-  else if (UCS_PTR_IS_ERR(st))
-    dp_req_complete_locked(dp, r, dp_ucs_code(UCS_PTR_STATUS(st)), "worker %" PRIu64 ": send failed (%s)", p->id,
-                           ucs_status_string(UCS_PTR_STATUS(st)));
-  else dp_inflight_add(dp, r, st);
-  if (dp->in_poll) ucp_worker_signal(dp->w);
+  dp_req_track_locked(dp, r, st, "send");
 }
 
 static void dp_ux_unlink(lm_dp *dp, dp_unexp *u) {
@@ -723,12 +725,9 @@ static ucs_status_t dp_deliver_locked(lm_dp *dp, dp_req *r, void *data, size_t l
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     prm.cb.recv_am = dp_recv_am_cb;
     prm.user_data = r;
+    r->ucx_cb = false;
     void *st = ucp_am_recv_data_nbx(dp->w, data, r->buf, len, &prm);
-    if (st == NULL) dp_req_complete_locked(dp, r, 0, NULL);
-    else if (UCS_PTR_IS_ERR(st))
-      dp_req_complete_locked(dp, r, dp_ucs_code(UCS_PTR_STATUS(st)), "worker %" PRIu64 ": receive failed (%s)", src,
-                             ucs_status_string(UCS_PTR_STATUS(st)));
-    else dp_inflight_add(dp, r, st);
+    dp_req_track_locked(dp, r, st, "receive");
     return UCS_INPROGRESS;
   }
   if (len) memcpy(r->buf, data, len);
@@ -844,8 +843,8 @@ void dp_send_abort_locked(lm_dp *dp, dp_peer *p, uint64_t tag, uint64_t key2, co
   dp_req *r = dp_req_new(DP_REQ_SEND, n);
   if (!r) return;
   memcpy(r->payload, why, n);
-  r->autofree = true;
   dp_send_locked(dp, p, r, DP_KIND_ABORT, tag, key2, 0, 0, r->payload, n);
+  dp_req_release_locked(dp, r); /* nobody waits for it: freed now, or once UCX lets go of it */
 }
 
 /* ---- the message callback ---- */
@@ -976,12 +975,24 @@ static void dp_check_liveness_locked(lm_dp *dp, dp_req *const *reqs, size_t n, d
  * or the role is free. The background thread takes the role only when no device thread has
  * waited for DP_BG_IDLE_NS, and gives it back as soon as one wants it. */
 
+/* settle: wait until UCX holds none of the requests' buffers (see dp_settle_locked) instead of
+ * until they are done */
+static int dp_wait_core_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel,
+                               dp_peer *const *watch, size_t nwatch, dp_peer **lost, bool settle);
+
 int dp_wait_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel) {
-  return dp_wait_watch_locked(dp, reqs, n, deadline, cancel, NULL, 0, NULL);
+  return dp_wait_core_locked(dp, reqs, n, deadline, cancel, NULL, 0, NULL, false);
 }
 
 int dp_wait_watch_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel,
                          dp_peer *const *watch, size_t nwatch, dp_peer **lost) {
+  return dp_wait_core_locked(dp, reqs, n, deadline, cancel, watch, nwatch, lost, false);
+}
+
+static bool dp_req_settled(const dp_req *r) { return !r->ucx || r->orphan; }
+
+static int dp_wait_core_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadline, volatile int *cancel,
+                               dp_peer *const *watch, size_t nwatch, dp_peer **lost, bool settle) {
   size_t i = 0;
   bool prog = false;
   int rc = 0;
@@ -989,7 +1000,7 @@ int dp_wait_watch_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadl
   uint64_t seen = dp->ncompl;
   dp->nwaiting++;
   for (;;) {
-    while (i < n && reqs[i]->done) i++;
+    while (i < n && (settle ? dp_req_settled(reqs[i]) : reqs[i]->done)) i++;
     if (i == n) break;
     int64_t t = dp_now_ns();
     if (t >= deadline) {
@@ -1074,13 +1085,67 @@ int dp_wait_watch_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t deadl
   return rc;
 }
 
+/* Makes a failed call safe to return from: once it returns, UCX touches none of the call's
+ * buffers, so the caller may free or reuse them (a late rendezvous writing into a freed shard,
+ * or into a scratch buffer a later call reuses, is what this prevents).
+ *
+ * A transfer UCX has started ends only when the peer does its part. A peer with error handling
+ * (another host) that has not done it is treated as lost: its endpoint is closed by force, which
+ * makes UCX cancel every transfer with it, and it is failed until the controller adds it again.
+ * A peer on this host has no such endpoint (see dp_peer_ep_locked) and cannot be cut off
+ * safely: the call waits for it to do its part or for its process to be gone (a stopped
+ * process holds the call; it is said once on stderr). lm_dp_shutdown ends the wait. */
+void dp_settle_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
+  int64_t t0 = dp_now_ns();
+  bool warned = false;
+  for (;;) {
+    dp_peer *held = NULL;
+    for (size_t i = 0; i < n; i++) {
+      dp_req *r = reqs[i];
+      if (dp_req_settled(r)) continue;
+      dp_peer *p = r->peer;
+      if (!p || dp->quitting) {
+        r->orphan = true;
+      } else if (p->err_peer) {
+        dp_peer_fail_locked(dp, p, "worker %" PRIu64 " did not finish a transfer of a call that ended; "
+                                   "its connection was closed", p->id); /* no-op if failed already */
+        /* UCX completes the cancelled requests through their callbacks; one it never completes
+         * after this long is left to it (it holds no buffer of a closed endpoint's peer) */
+        if (dp_now_ns() - t0 > DP_SETTLE_FORCED_NS) r->orphan = true;
+        else held = p;
+      } else if (p->same_host && !dp_proc_alive(p->pid, p->start_time)) {
+        r->orphan = true; /* its process is gone: nothing will move data for it any more */
+      } else {
+        held = p;
+      }
+    }
+    if (!held) return;
+    if (!warned && !held->err_peer && dp_now_ns() - t0 > DP_SETTLE_WARN_NS) {
+      fprintf(stderr,
+              "loom data plane: waiting for worker %" PRIu64 " (pid %u) to finish transfers of a call that "
+              "ended, before their buffers can be reused\n",
+              held->id, held->pid);
+      warned = true;
+    }
+    dp_wait_core_locked(dp, reqs, n, dp_now_ns() + dp->liveness_ns, NULL, NULL, 0, NULL, true);
+  }
+}
+
 void dp_drain_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
   for (size_t i = 0; i < n; i++) dp_req_cancel_locked(dp, reqs[i]);
   /* Peers that were told to give up release our sends (their dropped rendezvous messages are
-   * acknowledged); what still runs after the grace period is abandoned to UCX: the caller
-   * releases the requests and they are freed when UCX lets go of them. A live peer is never
-   * disconnected for it (a dead one is found by the liveness checks and fails everything). */
+   * acknowledged) within the grace period; what still runs after it is settled. */
   dp_wait_locked(dp, reqs, n, dp_now_ns() + DP_DRAIN_GRACE_NS, NULL);
+  dp_settle_locked(dp, reqs, n);
+}
+
+void lm_dp_shutdown(lm_dp *dp) {
+  if (!dp) return;
+  pthread_mutex_lock(&dp->mu);
+  dp->quitting = true;
+  pthread_cond_broadcast(&dp->cv);
+  if (dp->in_poll && !dp->progress_bg) ucp_worker_signal(dp->w);
+  pthread_mutex_unlock(&dp->mu);
 }
 
 /* ---- waking blocked waiters (lm_dp_wake) ----
@@ -1311,6 +1376,7 @@ int lm_dp_wait(lm_dp *dp, lm_dp_req *req, const lm_dp_call *call, lm_err *err) {
     lm_errf(err, rc, "data plane: %s worker %" PRIu64 " (tag %" PRIu64 ") %s", what, peer, tag,
             rc == LOOM_TIMEOUT ? "timed out" : "cancelled");
   } else if (r->status < 0) {
+    dp_settle_locked(dp, &r, 1);
     rc = lm_errf(err, r->status, "data plane: %s worker %" PRIu64 " (tag %" PRIu64 "): %s", what, peer, tag, r->why);
   }
   dp_req_release_locked(dp, r);
@@ -1334,5 +1400,10 @@ int lm_dp_recv(lm_dp *dp, uint64_t peer, uint64_t tag, void *buf, size_t len, co
 void lm_dp_get_stats(lm_dp *dp, lm_dp_stats *s) {
   pthread_mutex_lock(&dp->mu);
   *s = dp->stats;
+  s->held = s->orphaned = 0;
+  for (const dp_req *r = dp->inflight; r; r = r->fl_next) {
+    s->held++;
+    s->orphaned += r->orphan;
+  }
   pthread_mutex_unlock(&dp->mu);
 }

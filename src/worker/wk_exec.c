@@ -531,6 +531,7 @@ int wk_exec_start(wk *w, lm_err *err) {
 
 void wk_exec_stop(wk *w) {
   for (wk_launch *l = w->active; l; l = l->next) cancel_launch(w, l, "the worker is stopping");
+  lm_dp_shutdown(w->dp); /* and none waits for a stopped peer to release its buffers */
   for (uint32_t i = 0; w->devs && i < w->cfg.devices; i++) {
     wk_dev *d = &w->devs[i];
     if (!d->started) continue;

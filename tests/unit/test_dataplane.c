@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <cmocka.h>
 #include "common/half.h"
 #include "dataplane_harness.h"
@@ -874,6 +875,115 @@ static void test_malformed_messages(void **state) {
   assert_int_equal(h_run(&o), 0);
 }
 
+/* ---- a call that ends while its transfer is under way ----
+ *
+ * Worker 0 sends 32 MiB to worker 1, which the parent has frozen with SIGSTOP; the send times
+ * out. When lm_dp_send returns, UCX must hold nothing of the buffer, since the caller frees it
+ * at once (here with munmap, so a late read or write would fault). Over TCP with peer errors
+ * (another host) the frozen worker is cut off: the call returns within its timeout and the
+ * grace period. On this host (shared memory) it cannot be cut off safely, so the call waits
+ * until the frozen worker is let go and finishes the transfer, which then arrives intact. */
+
+#define AB_LEN ((size_t)32 << 20)
+
+typedef struct {
+  int remote; /* 1: TCP with peer errors */
+} ab_arg;
+
+static int abandon_body(h_worker *w) {
+  const ab_arg *a = w->arg;
+  lm_err e;
+  uint8_t x = 1;
+  char buf[8];
+  if (w->proc == 0) {
+    /* connect first, so that the transfer below is the only thing that can be held */
+    for (int p = 1; p <= 2; p++) {
+      H_CHECK(lm_dp_send(w->dp, H_ID(p), 1, &x, 1, NULL, &e) == 0, "%s", e.msg);
+      H_CHECK(lm_dp_recv(w->dp, H_ID(p), 2, &x, 1, NULL, &e) == 0, "%s", e.msg);
+    }
+    H_CHECK(h_read_file(w->dir, "stopped", buf, sizeof buf, 30) >= 0, "never stopped");
+    uint8_t *big = mmap(NULL, AB_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    H_CHECK(big != MAP_FAILED, "mmap");
+    for (size_t i = 0; i < AB_LEN; i += 4096) big[i] = (uint8_t)(i >> 12);
+    lm_dp_call call = {.struct_size = sizeof call, .timeout_ms = 300};
+    double t0 = h_now();
+    int rc = lm_dp_send(w->dp, H_ID(1), 7, big, AB_LEN, &call, &e);
+    double dt = h_now() - t0;
+    lm_dp_stats st;
+    lm_dp_get_stats(w->dp, &st);
+    H_CHECK(rc == LOOM_TIMEOUT, "rc %d: %s", rc, e.msg);
+    H_CHECK(st.held == 0, "UCX still holds %" PRIu64 " transfer(s) of a call that returned", st.held);
+    munmap(big, AB_LEN);
+    fprintf(stderr, "[worker 0] send to the frozen worker returned after %.2f s: %s\n", dt, e.msg);
+    if (a->remote) H_CHECK(dt < 5, "took %.1f s", dt);
+    else H_CHECK(dt > 1.5, "returned after %.2f s, before the frozen worker was let go", dt);
+    h_write_file(w->dir, "sent", "1", 1);
+    /* keep serving while the thawed worker tries to finish the transfer, then talk to worker 2 */
+    H_CHECK(lm_dp_recv(w->dp, H_ID(2), 3, &x, 1, NULL, &e) == 0, "worker 2 after: %s", e.msg);
+    H_CHECK(lm_dp_send(w->dp, H_ID(2), 4, &x, 1, NULL, &e) == 0, "worker 2 after: %s", e.msg);
+    lm_dp_get_stats(w->dp, &st);
+    H_CHECK(st.held == 0, "UCX holds %" PRIu64 " transfer(s) at the end", st.held);
+  } else if (w->proc == 1) {
+    H_CHECK(lm_dp_recv(w->dp, H_ID(0), 1, &x, 1, NULL, &e) == 0, "%s", e.msg);
+    H_CHECK(lm_dp_send(w->dp, H_ID(0), 2, &x, 1, NULL, &e) == 0, "%s", e.msg);
+    h_write_file(w->dir, "ready.1", "1", 1);
+    H_CHECK(h_read_file(w->dir, "resumed", buf, sizeof buf, 60) >= 0, "never resumed");
+    uint8_t *got = malloc(AB_LEN);
+    lm_dp_call call = {.struct_size = sizeof call, .timeout_ms = 5000};
+    int rc = lm_dp_recv(w->dp, H_ID(0), 7, got, AB_LEN, &call, &e);
+    if (a->remote) {
+      H_CHECK(rc < 0, "the transfer of a call that ended and was cut off arrived");
+    } else {
+      H_CHECK(rc == 0, "rc %d: %s", rc, e.msg);
+      size_t bad = 0;
+      for (size_t i = 0; rc == 0 && i < AB_LEN; i += 4096) bad += got[i] != (uint8_t)(i >> 12);
+      H_CHECK(bad == 0, "%zu pages wrong", bad);
+    }
+    free(got);
+    h_write_file(w->dir, "victim.done", "1", 1);
+  } else {
+    H_CHECK(lm_dp_recv(w->dp, H_ID(0), 1, &x, 1, NULL, &e) == 0, "%s", e.msg);
+    H_CHECK(lm_dp_send(w->dp, H_ID(0), 2, &x, 1, NULL, &e) == 0, "%s", e.msg);
+    H_CHECK(h_read_file(w->dir, "victim.done", buf, sizeof buf, 60) >= 0, "victim never done");
+    H_CHECK(lm_dp_send(w->dp, H_ID(0), 3, &x, 1, NULL, &e) == 0, "%s", e.msg);
+    H_CHECK(lm_dp_recv(w->dp, H_ID(0), 4, &x, 1, NULL, &e) == 0, "%s", e.msg);
+  }
+  return 0;
+}
+
+static int abandon_parent(pid_t *pids, int n, const char *dir, void *arg) {
+  const ab_arg *a = arg;
+  char buf[8];
+  (void)n;
+  if (h_read_file(dir, "ready.1", buf, sizeof buf, 60) < 0) return 1;
+  kill(pids[1], SIGSTOP);
+  h_write_file(dir, "stopped", "1", 1);
+  if (a->remote) {
+    if (h_read_file(dir, "sent", buf, sizeof buf, 30) < 0) {
+      kill(pids[1], SIGCONT);
+      return 1;
+    }
+  } else {
+    sleep(4); /* past the grace period: worker 0 must still be waiting */
+  }
+  kill(pids[1], SIGCONT);
+  h_write_file(dir, "resumed", "1", 1);
+  return 0;
+}
+
+static void test_abandoned_transfer_local(void **state) {
+  ab_arg a = {.remote = 0};
+  h_opts o = {.nproc = 3, .ndev = 1, .body = abandon_body, .parent = abandon_parent, .arg = &a, .deadline_s = 60};
+  assert_int_equal(h_run(&o), 0);
+}
+
+static void test_abandoned_transfer_tcp(void **state) {
+  ab_arg a = {.remote = 1};
+  h_opts o = {.nproc = 3, .ndev = 1, .body = abandon_body, .parent = abandon_parent, .arg = &a, .deadline_s = 60,
+              .tls = "tcp", .peer_errors = 1};
+  assert_int_equal(h_run(&o), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_reduce_dtypes), cmocka_unit_test(test_all_reduce_dtypes_tcp),
@@ -884,6 +994,7 @@ int main(void) {
       cmocka_unit_test(test_p2p),               cmocka_unit_test(test_p2p_tcp),
       cmocka_unit_test(test_killed_peer),       cmocka_unit_test(test_killed_peer_tcp),
       cmocka_unit_test(test_timeout_and_mismatch), cmocka_unit_test(test_malformed_messages),
+      cmocka_unit_test(test_abandoned_transfer_local), cmocka_unit_test(test_abandoned_transfer_tcp),
   };
   if (getenv("LOOM_TEST_FILTER")) cmocka_set_test_filter(getenv("LOOM_TEST_FILTER")); /* e.g. "*killed*" */
   return cmocka_run_group_tests(tests, NULL, NULL);
