@@ -19,6 +19,11 @@ static int die(loom_client *c, const char *what) {
 }
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_dispatch FILE.mlir [N]\n"
+             "What a tiny launch costs a C client of libloom, on the running cluster (LOOM_CONTROLLER):\n"
+             "prints one JSON line (issue_us, chain_us, rtt_p50_us, rtt_p99_us). N launches per measurement,\n"
+             "default 2000. bench/bench_dispatch.py runs it beside the Python client.\n");
   if (argc < 2) {
     fprintf(stderr, "usage: bench_dispatch FILE.mlir [N]\n");
     return 2;

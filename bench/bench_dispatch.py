@@ -11,6 +11,7 @@ chain = wall time per launch until the last completed; rtt = one launch then wai
 
     python3 bench/bench_dispatch.py [N]        (N launches per measurement, default 2000)
 """
+import argparse
 import json
 import os
 import subprocess
@@ -47,7 +48,11 @@ def measure(call, x, n):
 
 
 def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    ap = argparse.ArgumentParser(description="Dispatch overhead of a tiny launch from Python (loom.Executable, "
+                                 "loom.jax) beside the same launches from C (build/bench/bench_dispatch), on a "
+                                 "local cluster it starts (or $LOOM_CONTROLLER).")
+    ap.add_argument("n", nargs="?", type=int, default=2000, help="launches per measurement (default 2000)")
+    n = ap.parse_args().n
     state = None
     if not os.environ.get("LOOM_CONTROLLER"):
         state = tempfile.mkdtemp(prefix="loom-bench-")

@@ -6,6 +6,10 @@
 #include "bench_ir.h"
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_dot [M K N [runs]]\n"
+             "dot_general f32 MxK . KxN through the executor beside a direct cblas_sgemm, same process and\n"
+             "threads (OPENBLAS_NUM_THREADS); best of runs. Default 1024 1024 1024, 15 runs.\n");
   int64_t M = argc > 3 ? atoll(argv[1]) : 1024, K = argc > 3 ? atoll(argv[2]) : 1024, N = argc > 3 ? atoll(argv[3]) : 1024;
   int runs = argc > 4 ? atoi(argv[4]) : 15;
   bi b;

@@ -44,6 +44,10 @@ static double time_it(int64_t n, int runs, bool fuse, lm_buffer *x) {
 }
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_gelu [n [runs]]\n"
+             "The tanh gelu on n f32 through the executor, fused and unfused, one thread; best of runs in ms.\n"
+             "Default n = 16777216, 10 runs. bench/bench_gelu.py runs it beside numpy.\n");
   int64_t n = argc > 1 ? atoll(argv[1]) : 16777216;
   int runs = argc > 2 ? atoi(argv[2]) : 10;
   lm_type t;

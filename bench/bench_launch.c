@@ -123,6 +123,11 @@ static void tcp_rtt(int n, double *p50, double *p99) {
 }
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_launch [N]\n"
+             "Launch latency (p50/p99) and chained throughput of a tiny program on 8 devices over 2 workers\n"
+             "and on 1 device, against a cluster forked by this program, beside two plain TCP round trips.\n"
+             "N launches per measurement, default 2000.\n");
   int n = argc > 1 ? atoi(argv[1]) : 2000;
   if (n < 100) n = 100;
   bench_cluster bc;

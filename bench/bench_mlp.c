@@ -15,6 +15,11 @@ static inline int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_mlp FILE.mlir [steps]\n"
+             "Runs @main of a StableHLO file (bench/bench_mlp.py lowers an MLP training step) on\n"
+             "deterministic inputs; prints the best and median time per step. Default 30 steps after 3\n"
+             "warm-ups. Keep OPENBLAS_NUM_THREADS=1 for a single-threaded figure.\n");
   if (argc < 2) {
     fprintf(stderr, "usage: bench_mlp FILE.mlir [steps]\n");
     return 2;

@@ -5,6 +5,7 @@ verifier) on the same text. Best of several runs; one thread on both sides.
 
     python3 bench/bench_parse.py [layers] [runs]
 """
+import argparse
 import os
 import subprocess
 import sys
@@ -49,8 +50,12 @@ def best(f, runs):
 
 
 def main():
-    layers = int(sys.argv[1]) if len(sys.argv) > 1 else 48
-    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    ap = argparse.ArgumentParser(description="Parser speed: a JAX-lowered transformer training step read by "
+                                 "`loom interpret --parse-only` beside jaxlib's MLIR parser on the same text.")
+    ap.add_argument("layers", nargs="?", type=int, default=48, help="transformer layers (default 48)")
+    ap.add_argument("runs", nargs="?", type=int, default=5, help="runs, best reported (default 5)")
+    a = ap.parse_args()
+    layers, runs = a.layers, a.runs
     text = program(layers)
     nops = text.count(" = ") + text.count("return")
     with tempfile.NamedTemporaryFile("w", suffix=".mlir", delete=False) as f:

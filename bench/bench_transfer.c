@@ -63,6 +63,11 @@ static bool measure(loom_client *c, bool optional, const loom_sharding *sh, cons
 }
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_transfer [MAX_MIB [RUNS]]\n"
+             "loom_array_put / loom_array_get of f32 arrays split over 8 devices on 2 workers, 1 MiB up to\n"
+             "MAX_MIB, for the local path (process_vm_readv/writev) and the TCP stream, beside memcpy; best\n"
+             "of RUNS (3). Forks its own cluster.\n");
   int max_mib = argc > 1 ? atoi(argv[1]) : 256;
   int runs = argc > 2 ? atoi(argv[2]) : 3;
   if (max_mib < 1) max_mib = 1;

@@ -10,6 +10,10 @@
 #include "exec/ops_util.h"
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: bench_transpose [reps]\n"
+             "Loom's strided copy (the transpose kernel) beside cblas_somatcopy and memcpy of the same\n"
+             "bytes, single-threaded, for the shapes an MLP backward pass transposes.\n");
   int reps = argc > 1 ? atoi(argv[1]) : 200;
   int64_t shapes[][2] = {{512, 512}, {784, 512}, {512, 784}, {128, 784}, {2048, 2048}};
   openblas_set_num_threads(1);

@@ -7,11 +7,23 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+
+/* With -h or --help among the arguments: prints usage (what the program measures and how to
+ * call it) and exits 0. */
+static inline void bench_help(int argc, char **argv, const char *usage) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      exit(0);
+    }
+}
 
 /* Seconds on the monotonic clock. */
 static inline double bench_now(void) {

@@ -60,6 +60,11 @@ static void plain_tcp(int n, size_t msg) {
 }
 
 int main(int argc, char **argv) {
+  bench_help(argc, argv,
+             "usage: control_rtt [N]\n"
+             "Control-plane round trips (PING/PONG) from a client to a real controller, beside a plain TCP\n"
+             "ping-pong of equal messages: p50/p99 of sequential round trips and the rate of N pipelined\n"
+             "requests. N default 20000.\n");
   int n = argc > 1 ? atoi(argv[1]) : 20000;
   if (n < 100) n = 100;
   bench_cluster bc; /* a controller alone */
