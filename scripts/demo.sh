@@ -2,6 +2,10 @@
 # The demo behind `make demo`: a local cluster (controller + 2 workers x 4 CPU devices), the unified
 # device list and status, the seeds' pmap + psum program and a psum over real inputs across both
 # workers (`loom run`), then a clean stop that leaves no process behind.
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above is the help
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 build=${1:-build}
 loom="$build/bin/loom"

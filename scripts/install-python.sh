@@ -5,6 +5,10 @@
 # this Python (what users import) and also unpacked into BUILD_DIR/python, which the tests put
 # first on PYTHONPATH: each build tests its own package, whatever another checkout installed.
 # Builds without isolation when setuptools is already installed (no network needed).
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above is the help
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 build=${1:-build}
 PY=${PYTHON:-python3}

@@ -3,6 +3,10 @@
 # Safe to run any number of times (make demo and make test call it first).
 #   scripts/setup.sh            system packages + Python packages
 #   LOOM_SETUP_SKIP=1           skip everything (an offline machine that already has it all)
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above is the help
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 [[ "${LOOM_SETUP_SKIP:-0}" == 1 ]] && exit 0
 
