@@ -145,6 +145,16 @@ class Cluster:
         return wait_for(ok, timeout, interval=0.1, what=f"{n} devices ({want_healthy} healthy)")
 
 
+def tight_cluster(procs, tmp_path, devices_per_worker=4):
+    """2 workers behind a controller with short deadlines (for the hostile-input tests)."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--frame-timeout", "500", "--handshake-timeout", "1500")
+    c.start_worker(devices_per_worker)
+    c.start_worker(devices_per_worker)
+    c.wait_devices(2 * devices_per_worker)
+    return c
+
+
 @pytest.fixture
 def cluster(procs, tmp_path):
     """A controller and 2 workers x 4 devices, all registered."""

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import Cluster, devices, wait_for
+from conftest import devices, tight_cluster, wait_for
 import wire
 
 
@@ -23,12 +23,7 @@ def assert_still_serving(c):
 @pytest.fixture
 def tight(procs, tmp_path):
     """2 workers x 4 devices behind a controller with short deadlines."""
-    c = Cluster(procs, tmp_path)
-    c.start_controller("--frame-timeout", "500", "--handshake-timeout", "1500")
-    c.start_worker(4)
-    c.start_worker(4)
-    c.wait_devices(8)
-    return c
+    return tight_cluster(procs, tmp_path, 4)
 
 
 def test_garbage(tight, procs):

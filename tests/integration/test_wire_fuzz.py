@@ -20,7 +20,7 @@ import struct
 import pytest
 
 import wire
-from conftest import SOURCE_DIR, Cluster, devices, run_loom
+from conftest import SOURCE_DIR, devices, run_loom, tight_cluster
 
 FRAMES = int(os.environ.get("LOOM_WIRE_FUZZ_FRAMES", "1500"))
 SEED = int(os.environ.get("LOOM_WIRE_FUZZ_SEED", "20261202"))
@@ -211,12 +211,7 @@ def data_address(addr):
 
 @pytest.fixture
 def small_cluster(procs, tmp_path):
-    c = Cluster(procs, tmp_path)
-    c.start_controller("--frame-timeout", "500", "--handshake-timeout", "1500")
-    c.start_worker(2)
-    c.start_worker(2)
-    c.wait_devices(4)
-    return c
+    return tight_cluster(procs, tmp_path, 2)
 
 
 @pytest.mark.parametrize("kind", ["client", "worker", "data_port"])
