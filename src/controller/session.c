@@ -78,15 +78,20 @@ static int make_room(lm_session *s, lm_err *err) {
   return 0;
 }
 
-int lm_session_add(lm_session *s, uint32_t kind, void *obj, void (*destroy)(void *), uint64_t *out_id, lm_err *err) {
-  LM_TRY(make_room(s, err));
-  while (find(s, s->next_handle) || lm_session_was_deleted(s, s->next_handle)) s->next_handle++;
-  uint64_t id = s->next_handle++;
+/* Puts a handle whose id is unused into its slot (make_room first). */
+static void put_slot(lm_session *s, uint64_t id, uint32_t kind, void *obj, void (*destroy)(void *)) {
   size_t j = slot_of(id, s->cap);
   while (s->slots[j].id) j = (j + 1) & (s->cap - 1);
   s->slots[j] = (lm_handle){.id = id, .kind = kind, .obj = obj, .destroy = destroy};
   s->count++;
   s->used++;
+}
+
+int lm_session_add(lm_session *s, uint32_t kind, void *obj, void (*destroy)(void *), uint64_t *out_id, lm_err *err) {
+  LM_TRY(make_room(s, err));
+  while (find(s, s->next_handle) || lm_session_was_deleted(s, s->next_handle)) s->next_handle++;
+  uint64_t id = s->next_handle++;
+  put_slot(s, id, kind, obj, destroy);
   *out_id = id;
   return 0;
 }
@@ -152,11 +157,7 @@ int lm_session_add_id(lm_session *s, uint64_t id, uint32_t kind, void *obj, void
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "handle id %llu is already used in session %llu",
                    (unsigned long long)id, (unsigned long long)s->id);
   LM_TRY(make_room(s, err));
-  size_t j = slot_of(id, s->cap);
-  while (s->slots[j].id) j = (j + 1) & (s->cap - 1);
-  s->slots[j] = (lm_handle){.id = id, .kind = kind, .obj = obj, .destroy = destroy};
-  s->count++;
-  s->used++;
+  put_slot(s, id, kind, obj, destroy);
   return 0;
 }
 

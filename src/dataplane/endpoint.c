@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/log.h"
 #include "dataplane/dp_internal.h"
 
 #define DP_UX_MAX_MSGS (1u << 20)          /* unexpected messages held at most */
@@ -1094,7 +1095,7 @@ static int dp_wait_core_locked(lm_dp *dp, dp_req *const *reqs, size_t n, int64_t
  * makes UCX cancel every transfer with it, and it is failed until the controller adds it again.
  * A peer on this host has no such endpoint (see dp_peer_ep_locked) and cannot be cut off
  * safely: the call waits for it to do its part or for its process to be gone (a stopped
- * process holds the call; it is said once on stderr). lm_dp_shutdown ends the wait. */
+ * process holds the call; it is logged once as a warning). lm_dp_shutdown ends the wait. */
 void dp_settle_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
   int64_t t0 = dp_now_ns();
   bool warned = false;
@@ -1121,9 +1122,8 @@ void dp_settle_locked(lm_dp *dp, dp_req *const *reqs, size_t n) {
     }
     if (!held) return;
     if (!warned && !held->err_peer && dp_now_ns() - t0 > DP_SETTLE_WARN_NS) {
-      fprintf(stderr,
-              "loom data plane: waiting for worker %" PRIu64 " (pid %u) to finish transfers of a call that "
-              "ended, before their buffers can be reused\n",
+      lm_warn("data plane: waiting for worker %" PRIu64 " (pid %u) to finish transfers of a call that ended, "
+              "before their buffers can be reused",
               held->id, held->pid);
       warned = true;
     }

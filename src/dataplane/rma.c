@@ -133,9 +133,9 @@ static int dp_rma(lm_dp *dp, bool is_put, uint64_t peer, const void *blob, size_
       for (int i = 0; i < 2 && rc == 0; i++)
         if (rs[i]->status < 0)
           rc = lm_errf(err, rs[i]->status, "data plane: %s of %zu bytes: %s", what, len, rs[i]->why);
+      if (rc < 0) dp_settle_locked(dp, rs, 2); /* a failed transfer UCX may still hold */
     }
   }
-  if (rc < 0) dp_settle_locked(dp, rs, 2); /* no-op after a drain, or when UCX let go already */
   bool all_done = !rs[0]->ucx && !rs[1]->ucx;
   for (int i = 0; i < 2; i++) dp_req_release_locked(dp, rs[i]);
   if (rkey && all_done) ucp_rkey_destroy(rkey); /* else UCX may still use it: leaked */
