@@ -178,26 +178,16 @@ typedef struct {
   int32_t *heap;
 } devbuf;
 
-static int sharding_from(PyObject *obj, loom_sharding *s, devbuf *db) {
-  loom_sharding_initialize(s);
+/* Device ids from a sequence of ints into db (db->heap when they do not fit db->ids; the caller
+ * frees it with PyMem_Free), each checked to fit int32. */
+static int ids_from(PyObject *seq, devbuf *db, int32_t *n_out) {
   db->heap = NULL;
-  PyObject *mesh, *devs, *axes;
-  if (!PyArg_ParseTuple(obj, "OOO;a sharding is (mesh_shape, devices, dim_axes)", &mesh, &devs, &axes)) return -1;
-  int64_t shape[LOOM_MAX_RANK];
-  int32_t mr;
-  if (dims_from(mesh, shape, &mr) < 0) return -1;
-  if (mr > LOOM_MAX_MESH_AXES) {
-    PyErr_Format(PyExc_ValueError, "a mesh of %d axes exceeds Loom's limit of %d", mr, LOOM_MAX_MESH_AXES);
-    return -1;
-  }
-  s->mesh_rank = mr;
-  for (int32_t i = 0; i < mr; i++) s->mesh_shape[i] = shape[i];
-  PyObject *fd = PySequence_Fast(devs, "devices must be a sequence of ints");
+  PyObject *fd = PySequence_Fast(seq, "devices must be a sequence of ints");
   if (!fd) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fd);
-  if (n < 1 || n > INT32_MAX) {
+  if (n > INT32_MAX) {
     Py_DECREF(fd);
-    PyErr_SetString(PyExc_ValueError, "a sharding needs at least one device");
+    PyErr_SetString(PyExc_ValueError, "too many devices");
     return -1;
   }
   int32_t *ids = db->ids;
@@ -214,13 +204,39 @@ static int sharding_from(PyObject *obj, loom_sharding *s, devbuf *db) {
     if ((v == -1 && PyErr_Occurred()) || v < INT32_MIN || v > INT32_MAX) {
       Py_DECREF(fd);
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "device id out of range");
+      PyMem_Free(db->heap);
+      db->heap = NULL;
       return -1;
     }
     ids[i] = (int32_t)v;
   }
   Py_DECREF(fd);
-  s->num_devices = (int32_t)n;
-  s->devices = ids;
+  *n_out = (int32_t)n;
+  return 0;
+}
+
+static int sharding_from(PyObject *obj, loom_sharding *s, devbuf *db) {
+  loom_sharding_initialize(s);
+  db->heap = NULL;
+  PyObject *mesh, *devs, *axes;
+  if (!PyArg_ParseTuple(obj, "OOO;a sharding is (mesh_shape, devices, dim_axes)", &mesh, &devs, &axes)) return -1;
+  int64_t shape[LOOM_MAX_RANK];
+  int32_t mr;
+  if (dims_from(mesh, shape, &mr) < 0) return -1;
+  if (mr > LOOM_MAX_MESH_AXES) {
+    PyErr_Format(PyExc_ValueError, "a mesh of %d axes exceeds Loom's limit of %d", mr, LOOM_MAX_MESH_AXES);
+    return -1;
+  }
+  s->mesh_rank = mr;
+  for (int32_t i = 0; i < mr; i++) s->mesh_shape[i] = shape[i];
+  int32_t n;
+  if (ids_from(devs, db, &n) < 0) return -1;
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "a sharding needs at least one device");
+    return -1;
+  }
+  s->num_devices = n;
+  s->devices = db->heap ? db->heap : db->ids;
   PyObject *fa = PySequence_Fast(axes, "dim_axes must be a sequence of sequences");
   if (!fa) return -1;
   Py_ssize_t rank = PySequence_Fast_GET_SIZE(fa);
@@ -520,28 +536,13 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args, PyObject *kw
   loom_compile_options o;
   loom_compile_options_initialize(&o);
   o.name = name;
-  int32_t *ids = NULL;
+  devbuf db = {.heap = NULL};
   if (devs != Py_None) {
-    PyObject *fd = PySequence_Fast(devs, "devices must be a sequence of ints");
-    if (!fd) goto fail_text;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fd);
-    ids = PyMem_Malloc((n ? (size_t)n : 1) * sizeof *ids);
-    if (!ids) {
-      Py_DECREF(fd);
-      PyErr_NoMemory();
-      goto fail_text;
+    if (ids_from(devs, &db, &o.num_devices) < 0) {
+      PyBuffer_Release(&text);
+      return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-      long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fd, i));
-      if (v == -1 && PyErr_Occurred()) {
-        Py_DECREF(fd);
-        goto fail_ids;
-      }
-      ids[i] = (int32_t)v;
-    }
-    Py_DECREF(fd);
-    o.devices = ids;
-    o.num_devices = (int32_t)n;
+    o.devices = db.heap ? db.heap : db.ids;
   }
   loom_executable *e = NULL;
   loom_status st;
@@ -550,7 +551,7 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args, PyObject *kw
   st = loom_compile(self->c, text.buf, (size_t)text.len, &o, &e);
   if (st != LOOM_OK) grab_msg(self->c, msg);
   CALL_END(self);
-  PyMem_Free(ids);
+  PyMem_Free(db.heap);
   PyBuffer_Release(&text);
   if (st != LOOM_OK) return raise_status(st, msg);
   if (PyErr_Occurred()) {
@@ -574,11 +575,6 @@ static PyObject *Client_compile(ClientObject *self, PyObject *args, PyObject *kw
   x->n_out = info.num_outputs;
   child_link(&x->base, self, exe_free_handle);
   return (PyObject *)x;
-fail_ids:
-  PyMem_Free(ids);
-fail_text:
-  PyBuffer_Release(&text);
-  return NULL;
 }
 
 static PyMethodDef Client_methods[] = {

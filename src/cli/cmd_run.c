@@ -195,6 +195,10 @@ int cmd_run(int argc, char **argv) {
     rc = cli_fail(cmd, "%s", loom_errmsg(c));
     goto out;
   }
+  if (out_dir && mkdir(out_dir, 0777) < 0 && errno != EEXIST) {
+    rc = cli_fail(cmd, "cannot create %s: %s", out_dir, strerror(errno));
+    goto out;
+  }
   if (json) {
     printf("{\"file\": ");
     cli_json_string(stdout, file);
@@ -222,7 +226,6 @@ int cmd_run(int argc, char **argv) {
     int rank = loom_array_rank(a);
     const int64_t *dims = loom_array_dims(a);
     if (out_dir) {
-      mkdir(out_dir, 0777);
       size_t pl = strlen(out_dir) + 32;
       char *path = malloc(pl);
       lm_err err;

@@ -89,13 +89,13 @@ int lm_sharding_from_public(const loom_sharding *in, int32_t rank, const int64_t
   return rc;
 }
 
-void lm_sharding_to_public(const lm_sharding *sh, const int32_t *idevs, loom_sharding *out) {
+void lm_sharding_to_public(const lm_sharding *sh, loom_sharding *out) {
   loom_sharding full;
   loom_sharding_initialize(&full);
   full.mesh_rank = sh->mesh_rank;
   for (int a = 0; a < sh->mesh_rank; a++) full.mesh_shape[a] = sh->mesh_shape[a];
   full.num_devices = (int32_t)sh->ndev;
-  full.devices = idevs;
+  full.devices = (const int32_t *)sh->devices; /* virtual ids fit int32; same bits, same object */
   memcpy(full.dim_axes, sh->dim_axes, sizeof full.dim_axes);
   size_t keep = out->struct_size;
   memcpy(out, &full, keep < sizeof full ? keep : sizeof full);
@@ -109,9 +109,8 @@ loom_array *lm_array_new(loom_client *c, uint64_t id, loom_dtype dtype, int32_t 
   loom_array *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->udevs = malloc(sh->ndev * sizeof *a->udevs);
-  a->idevs = malloc(sh->ndev * sizeof *a->idevs);
-  if (!a->udevs || !a->idevs) {
-    free(a->udevs), free(a->idevs), free(a);
+  if (!a->udevs) {
+    free(a);
     return NULL;
   }
   a->c = c;
@@ -120,18 +119,21 @@ loom_array *lm_array_new(loom_client *c, uint64_t id, loom_dtype dtype, int32_t 
   a->rank = rank;
   if (rank) memcpy(a->dims, dims, (size_t)rank * sizeof *dims);
   a->sh = *sh;
-  for (uint32_t i = 0; i < sh->ndev; i++) a->udevs[i] = sh->devices[i], a->idevs[i] = (int32_t)sh->devices[i];
+  memcpy(a->udevs, sh->devices, sh->ndev * sizeof *a->udevs);
   a->sh.devices = a->udevs;
   a->producer = producer ? lm_fut_ref(producer) : NULL;
   atomic_init(&a->deleted, 0);
   return a;
 }
 
-static uint64_t array_bytes(const loom_array *a) {
+/* Bytes of a region of shape dims (already checked not to overflow). */
+static uint64_t region_bytes(loom_dtype dtype, int32_t rank, const int64_t *dims) {
   uint64_t n;
-  lm_dims_numel(a->rank, a->dims, &n);
-  return n * lm_dtype_size((lm_dtype)a->dtype);
+  lm_dims_numel(rank, dims, &n);
+  return n * lm_dtype_size((lm_dtype)dtype);
 }
+
+static uint64_t array_bytes(const loom_array *a) { return region_bytes(a->dtype, a->rank, a->dims); }
 
 loom_dtype loom_array_dtype(const loom_array *a) { return a ? a->dtype : LOOM_DTYPE_INVALID; }
 int32_t loom_array_rank(const loom_array *a) { return a ? a->rank : 0; }
@@ -145,7 +147,7 @@ loom_status loom_array_sharding(const loom_array *a, loom_sharding *out) {
   if (!a || !out) return failf(a ? a->c : NULL, LOOM_INVALID_ARGUMENT, "loom_array_sharding: NULL argument");
   if (out->struct_size < offsetof(loom_sharding, devices) + sizeof out->devices || out->struct_size > (1u << 16))
     return failf(a->c, LOOM_INVALID_ARGUMENT, "loom_array_sharding: out->struct_size is %zu", out->struct_size);
-  lm_sharding_to_public(&a->sh, a->idevs, out);
+  lm_sharding_to_public(&a->sh, out);
   return LOOM_OK;
 }
 
@@ -159,12 +161,10 @@ loom_status loom_array_shard_info(const loom_array *a, int32_t index, loom_shard
   loom_shard_desc full;
   memset(&full, 0, sizeof full);
   full.struct_size = sizeof full;
-  full.device = a->idevs[index];
+  full.device = (int32_t)a->udevs[index];
   full.rank = a->rank;
   lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)index, full.offsets, full.dims);
-  uint64_t n;
-  lm_dims_numel(a->rank, full.dims, &n);
-  full.nbytes = n * lm_dtype_size((lm_dtype)a->dtype);
+  full.nbytes = region_bytes(a->dtype, a->rank, full.dims);
   size_t keep = out->struct_size;
   memcpy(out, &full, keep < sizeof full ? keep : sizeof full);
   out->struct_size = keep;
@@ -298,8 +298,7 @@ typedef struct put_group {
 
 /* Sends group g's shard: SHARD_PUT_LOCAL (the worker reads it from here) when the connection has
  * local transfers, else SHARD_PUT with the bytes as payload (staged first if not contiguous). */
-static int put_send(loom_client *c, const loom_put_args *a, uint64_t id, put_group *g, lm_err *err) {
-  (void)id;
+static int put_send(loom_client *c, const loom_put_args *a, put_group *g, lm_err *err) {
   size_t esize = lm_dtype_size((lm_dtype)a->dtype);
   uint64_t udims[LOOM_MAX_RANK];
   for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)g->sd[d];
@@ -379,9 +378,8 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
     put_group *gr = &g[k];
     const Lmw__ShardLocation *l = pl->shards[gr->first];
     lm_sharding_shard(sh, a->rank, a->dims, (uint32_t)gr->first, gr->off, gr->sd);
-    uint64_t numel, first;
-    lm_dims_numel(a->rank, gr->sd, &numel);
-    gr->bytes = numel * esize;
+    uint64_t first;
+    gr->bytes = region_bytes(a->dtype, a->rank, gr->sd);
     rc = dataconn(c, l->data_address, &gr->d, err);
     if (rc == 0 && a->shard_data) {
       gr->payload = a->shard_data[gr->first];
@@ -402,7 +400,7 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
         gr->payload = gr->staging;
       }
     }
-    if (rc == 0) rc = put_send(c, a, id, gr, err);
+    if (rc == 0) rc = put_send(c, a, gr, err);
     if (rc < 0) lm_err_prefix(err, "putting shard %zu on device %u (worker %u)", gr->first, l->device, l->worker_id);
   }
   for (size_t k = 0; g && k < ng; k++) wait_call(c, g[k].call, &g[k].rc, &g[k].err);
@@ -412,7 +410,7 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
     atomic_store(&g[k].d->local, false);
     lm_call_release(g[k].call);
     g[k].call = NULL;
-    g[k].rc = put_send(c, a, id, &g[k], &g[k].err);
+    g[k].rc = put_send(c, a, &g[k], &g[k].err);
     if (g[k].rc == 0) wait_call(c, g[k].call, &g[k].rc, &g[k].err);
   }
   for (size_t k = 0; rc == 0 && g && k < ng; k++)
@@ -648,9 +646,8 @@ static int get_parts(loom_array *a, const Lmw__ArrayPlacement *pl, get_part *par
 static int get_plan(loom_array *a, const Lmw__ArrayPlacement *pl, get_part *p, void *dst, lm_err *err) {
   size_t esize = lm_dtype_size((lm_dtype)a->dtype);
   lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)p->shard, p->off, p->sd);
-  uint64_t numel, first, run;
-  lm_dims_numel(a->rank, p->sd, &numel);
-  p->bytes = numel * esize;
+  uint64_t first, run;
+  p->bytes = region_bytes(a->dtype, a->rank, p->sd);
   LM_TRY(dataconn(a->c, pl->shards[p->shard]->data_address, &p->d, err));
   if (lm_region_contiguous(a->rank, a->dims, p->off, p->sd, &first)) {
     p->dst = (uint8_t *)dst + first * esize;
@@ -716,9 +713,7 @@ loom_status loom_array_get_shard(loom_array *a, int32_t index, void *dst, size_t
   memset(&p, 0, sizeof p);
   p.shard = (size_t)index;
   lm_sharding_shard(&a->sh, a->rank, a->dims, (uint32_t)index, p.off, p.sd);
-  uint64_t numel;
-  lm_dims_numel(a->rank, p.sd, &numel);
-  p.bytes = numel * lm_dtype_size((lm_dtype)a->dtype);
+  p.bytes = region_bytes(a->dtype, a->rank, p.sd);
   if (dst_size < p.bytes)
     return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_get_shard: the buffer has %zu bytes, the shard needs %llu",
                  dst_size, (unsigned long long)p.bytes);
@@ -760,6 +755,5 @@ void loom_array_release(loom_array *a) {
   loom_array_delete(a);
   lm_fut_unref(a->producer);
   free(a->udevs);
-  free(a->idevs);
   free(a);
 }

@@ -85,7 +85,6 @@ struct loom_array {
   int64_t dims[LOOM_MAX_RANK];
   lm_sharding sh;                    /* sh.devices = udevs */
   uint32_t *udevs;
-  int32_t *idevs;                    /* the same ids, for loom_sharding */
   lm_fut *producer;                  /* the launch computing it; NULL for puts */
   atomic_int deleted;
 };
@@ -98,6 +97,6 @@ loom_array *lm_array_new(loom_client *c, uint64_t id, loom_dtype dtype, int32_t 
 int lm_sharding_from_public(const loom_sharding *in, int32_t rank, const int64_t *dims, lm_sharding *sh,
                             uint32_t **devs, lm_err *err);
 /* Fills a public loom_sharding (honouring its struct_size) from sh. */
-void lm_sharding_to_public(const lm_sharding *sh, const int32_t *idevs, loom_sharding *out);
+void lm_sharding_to_public(const lm_sharding *sh, loom_sharding *out);
 
 #endif

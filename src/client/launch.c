@@ -196,7 +196,6 @@ struct loom_executable {
   int32_t num_replicas, num_partitions, ndev;
   int32_t *devices;          /* by process */
   uint32_t *mesh_udevs;      /* by mesh position (shared by every value's sharding) */
-  int32_t *mesh_idevs;
   uint64_t fingerprint;
   int32_t cached;
   int32_t nin, nout;
@@ -218,7 +217,6 @@ void loom_executable_destroy(loom_executable *e) {
     lm_call_release(call);
   free(e->devices);
   free(e->mesh_udevs);
-  free(e->mesh_idevs);
   free(e->values);
   free(e);
 }
@@ -299,10 +297,9 @@ loom_status loom_compile(loom_client *c, const char *text, size_t len, const loo
     if (e) {
       e->devices = malloc(cr->n_devices * sizeof *e->devices);
       e->mesh_udevs = calloc(cr->n_devices, sizeof *e->mesh_udevs);
-      e->mesh_idevs = calloc(cr->n_devices, sizeof *e->mesh_idevs);
       e->values = calloc(nv ? nv : 1, sizeof *e->values);
     }
-    if (!e || !e->devices || !e->mesh_udevs || !e->mesh_idevs || !e->values) {
+    if (!e || !e->devices || !e->mesh_udevs || !e->values) {
       rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
     } else {
       e->c = c;
@@ -321,7 +318,6 @@ loom_status loom_compile(loom_client *c, const char *text, size_t len, const loo
       bool from_v0 = v0 && v0->sharding && v0->sharding->n_devices == cr->n_devices;
       for (int32_t i = 0; i < e->ndev; i++) {
         e->mesh_udevs[i] = from_v0 ? v0->sharding->devices[i] : (uint32_t)e->devices[i];
-        e->mesh_idevs[i] = (int32_t)e->mesh_udevs[i];
       }
       for (size_t i = 0; rc == 0 && i < nv; i++)
         rc = read_value(e, i < cr->n_inputs ? cr->inputs[i] : cr->outputs[i - cr->n_inputs], &e->values[i], &err);
@@ -331,7 +327,7 @@ loom_status loom_compile(loom_client *c, const char *text, size_t len, const loo
   if (rc < 0) {
     if (e && e->c) loom_executable_destroy(e);
     else if (e) {
-      free(e->devices), free(e->mesh_udevs), free(e->mesh_idevs), free(e->values), free(e);
+      free(e->devices), free(e->mesh_udevs), free(e->values), free(e);
     }
     return fail(c, &err);
   }
@@ -387,7 +383,7 @@ static loom_status value_query(const loom_executable *e, int32_t index, bool inp
     if (sharding->struct_size < offsetof(loom_sharding, devices) + sizeof sharding->devices ||
         sharding->struct_size > (1u << 16))
       return failf(e->c, LOOM_INVALID_ARGUMENT, "%s: sharding->struct_size is %zu", fn, sharding->struct_size);
-    lm_sharding_to_public(&v->sh, e->mesh_idevs, sharding);
+    lm_sharding_to_public(&v->sh, sharding);
   }
   return LOOM_OK;
 }
