@@ -156,23 +156,3 @@ void lm_region_copy(int rank, const int64_t *dims, const int64_t *offsets, const
     if (j < 0) break;
   }
 }
-
-void lm_sharding_str(const lm_sharding *s, int rank, char *buf, size_t cap) {
-  size_t n = 0;
-#define PUT(...) n += (size_t)snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, __VA_ARGS__)
-  if (!cap) return;
-  buf[0] = 0;
-  PUT("mesh [");
-  for (int a = 0; a < s->mesh_rank; a++) PUT("%s%lld", a ? "," : "", (long long)s->mesh_shape[a]);
-  PUT("] devices [");
-  for (uint32_t i = 0; s->devices && i < s->ndev && i < 16; i++) PUT("%s%u", i ? "," : "", s->devices[i]);
-  if (s->ndev > 16) PUT(",...");
-  PUT("] dims [");
-  for (int d = 0; d < rank; d++) {
-    PUT("%s{", d ? "," : "");
-    for (int j = 0; j < LM_MESH_MAX_AXES && s->dim_axes[d][j] >= 0; j++) PUT("%s%d", j ? "," : "", s->dim_axes[d][j]);
-    PUT("}");
-  }
-  PUT("]");
-#undef PUT
-}

@@ -56,7 +56,4 @@ int lm_dims_numel(int rank, const int64_t *dims, uint64_t *out);
 /* True when the sharding splits no dimension (every device has the whole array). */
 bool lm_sharding_is_replicated(const lm_sharding *s);
 
-/* Writes a readable form: "{mesh [2,4] devices [0..7], dims [{0},{1}]}" into buf. */
-void lm_sharding_str(const lm_sharding *s, int rank, char *buf, size_t cap);
-
 #endif

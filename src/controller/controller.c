@@ -29,7 +29,6 @@ void lm_controller_config_default(lm_controller_config *c) {
   lm_conn_config_default(&c->conn);
 }
 
-static uint64_t now_ms(ctl *c) { return uv_now(&c->loop); }
 uint64_t ctl_now_ms(ctl *c) { return uv_now(&c->loop); }
 static void worker_lost(ctl *c, uint32_t id, const char *why);
 
@@ -40,26 +39,20 @@ void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage
 }
 #define reply ctl_reply
 
-void ctl_reply_error(peer *p, uint64_t rid, int code, const char *fmt, ...) {
-  char msg[LM_ERR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  lm_conn_send_error(p->conn, rid, code, msg);
-}
 #define reply_error(p, f, ...) ctl_reply_error(p, (f)->h.request_id, __VA_ARGS__)
 
-void ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
-                     const void *payload, uint64_t plen) {
+int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                    const void *payload, uint64_t plen, lm_err *err) {
   peer *p = worker < c->worker_peer_cap ? c->worker_peer[worker] : NULL;
-  if (!p || !lm_conn_is_open(p->conn)) return;
-  lm_err err;
-  if (lm_conn_send(p->conn, type, rid, m, payload, plen, NULL, NULL, &err) < 0) {
-    if (lm_conn_is_open(p->conn)) lm_warn("cannot send %s to worker %u: %s", lm_msg_name(type), worker, err.msg);
-    return;
+  if (!p || !lm_conn_is_open(p->conn)) return 0; /* gone: worker_lost settles what waits on it */
+  lm_err e;
+  if (lm_conn_send(p->conn, type, rid, m, payload, plen, NULL, NULL, &e) < 0) {
+    if (!lm_conn_is_open(p->conn)) return 0; /* the send closed it: likewise */
+    lm_warn("cannot send %s to worker %u: %s", lm_msg_name(type), worker, e.msg);
+    return lm_errf(err, e.code, "cannot send %s to worker %u: %s", lm_msg_name(type), worker, e.msg);
   }
   p->cseq++;
+  return 0;
 }
 
 void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap) {
@@ -84,7 +77,7 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
   r.max_meta = c->cfg.conn.limits.max_meta;
   r.max_payload = c->cfg.conn.limits.max_payload;
   if (h->role == LMW__ROLE__ROLE_CLIENT) {
-    lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), now_ms(c));
+    lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
     if (!s) {
       lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
       return;
@@ -156,7 +149,7 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
     lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
                            .kinds = kinds, .capacities = caps, .dataplane = m->dataplane_address.data,
                            .dataplane_len = m->dataplane_address.len, .data_address = m->data_address};
-    rc = lm_registry_add_worker(c->reg, &spec, now_ms(c), &id, &err);
+    rc = lm_registry_add_worker(c->reg, &spec, ctl_now_ms(c), &id, &err);
   }
   if (rc == 0 && ensure_worker_slot(c, id) < 0) {
     lm_registry_mark_lost(c->reg, id, "controller out of memory");
@@ -194,18 +187,18 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
     return;
   }
   size_t n = m->n_devices;
-  uint32_t idx[64];
-  uint64_t used[64];
+  uint32_t idx[LM_REG_MAX_DEVICES_PER_WORKER];
+  uint64_t used[LM_REG_MAX_DEVICES_PER_WORKER];
   lm_err err;
-  int rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), NULL, NULL, 0, &err);
-  for (size_t i = 0; rc == 0 && i < n; i += 64) { /* memory figures in batches */
-    size_t k = n - i < 64 ? n - i : 64;
-    for (size_t j = 0; j < k; j++) {
-      idx[j] = m->devices[i + j]->local_index;
-      used[j] = m->devices[i + j]->memory_used;
-    }
-    rc = lm_registry_heartbeat(c->reg, p->worker_id, now_ms(c), idx, used, k, &err);
+  int rc = 0;
+  if (n > LM_REG_MAX_DEVICES_PER_WORKER)
+    rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "heartbeat names %zu devices; a worker has at most %d", n,
+                 LM_REG_MAX_DEVICES_PER_WORKER);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    idx[i] = m->devices[i]->local_index;
+    used[i] = m->devices[i]->memory_used;
   }
+  if (rc == 0) rc = lm_registry_heartbeat(c->reg, p->worker_id, ctl_now_ms(c), idx, used, n, &err);
   if (rc == 0 && m->transfers) {
     const Lmw__TransferStats *t = m->transfers;
     lm_reg_transfers x = {t->local_puts,  t->local_put_bytes,  t->local_gets,  t->local_get_bytes, t->stream_puts,
@@ -262,7 +255,7 @@ static void on_list_devices(peer *p, const lm_frame *f) {
 static void on_cluster_status(peer *p, const lm_frame *f) {
   ctl *c = p->ctl;
   uint32_t n = lm_registry_worker_count(c->reg);
-  uint64_t now = now_ms(c);
+  uint64_t now = ctl_now_ms(c);
   Lmw__WorkerStatus *ws = calloc(n ? n : 1, sizeof *ws);
   Lmw__WorkerStatus **ptrs = calloc(n ? n : 1, sizeof *ptrs);
   Lmw__TransferStats *ts = calloc(n ? n : 1, sizeof *ts);
@@ -322,7 +315,7 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   wl.worker_id = id;
   wl.reason = (char *)why;
   for (uint32_t i = 0; i < c->worker_peer_cap; i++)
-    if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0);
+    if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0, NULL);
 }
 
 /* A worker's data-plane address: kept in the registry, sent to the others, and the others' to it. */
@@ -349,7 +342,7 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
   for (uint32_t i = 0; all && ptrs && i < n; i++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
     if (i == p->worker_id || w->state != LM_WORKER_ALIVE || !w->dataplane_len || !c->worker_peer[i]) continue;
-    ctl_worker_send(c, i, LM_MSG_PEERS, 0, &one.base, NULL, 0);
+    ctl_worker_send(c, i, LM_MSG_PEERS, 0, &one.base, NULL, 0, NULL);
     lmw__peer__init(&all[k]);
     all[k].worker_id = i;
     all[k].dataplane_address.data = w->dataplane;
@@ -361,7 +354,7 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     Lmw__Peers others = LMW__PEERS__INIT;
     others.n_peers = k;
     others.peers = ptrs;
-    ctl_worker_send(c, p->worker_id, LM_MSG_PEERS, 0, &others.base, NULL, 0);
+    ctl_worker_send(c, p->worker_id, LM_MSG_PEERS, 0, &others.base, NULL, 0, NULL);
   }
   free(all);
   free(ptrs);
@@ -472,7 +465,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
       sc.session = p->session->id;
       for (uint32_t i = 0; i < c->worker_peer_cap; i++) /* only workers that hold something of it */
         if (c->worker_peer[i] && lm_session_touched(p->session, i))
-          ctl_worker_send(c, i, LM_MSG_SESSION_CLOSED, 0, &sc.base, NULL, 0);
+          ctl_worker_send(c, i, LM_MSG_SESSION_CLOSED, 0, &sc.base, NULL, 0, NULL);
     }
     lm_session_destroy(p->session);
     c->nsessions--;
@@ -526,7 +519,7 @@ static void on_health_tick(uv_timer_t *t) {
   uint32_t lost[64];
   size_t n;
   do {
-    n = lm_registry_expire(c->reg, now_ms(c), c->cfg.heartbeat_timeout_ms, lost, 64);
+    n = lm_registry_expire(c->reg, ctl_now_ms(c), c->cfg.heartbeat_timeout_ms, lost, 64);
     for (size_t i = 0; i < n; i++) {
       const lm_reg_worker *w = lm_registry_worker(c->reg, lost[i]);
       lm_warn("worker %u (%s pid %u) lost: no heartbeat for %u ms; devices %u-%u are unhealthy", w->id, w->host,
@@ -593,7 +586,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     return lm_errf(err, LOOM_NO_MEMORY, "cannot create the event loop");
   }
   signal(SIGPIPE, SIG_IGN);
-  c->start_ms = now_ms(c);
+  c->start_ms = ctl_now_ms(c);
   c->next_program = 1;
   c->next_rid = 1;
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);

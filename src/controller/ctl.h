@@ -78,8 +78,6 @@ typedef struct c_program {
   uint32_t loads_pending;
   int code;
   char msg[LM_ERR_MSG_MAX];
-  uint32_t *loaded_on;       /* [ndev] workers that acked the load */
-  uint32_t nloaded;
   struct c_load { uint32_t worker; uint64_t rid; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0: answered */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
@@ -117,7 +115,6 @@ struct c_launch {
   bool failed;
   uint32_t nout;
   uint64_t *outputs;
-  c_log_entry *log;
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -156,10 +153,13 @@ struct ctl {
 
 uint64_t ctl_now_ms(ctl *c);
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m);
-void ctl_reply_error(peer *p, uint64_t rid, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* Sends to a live, registered worker (counting its cseq); a worker that is gone is skipped. */
-void ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
-                     const void *payload, uint64_t plen);
+#define ctl_reply_error(p, rid, code, ...) lm_conn_send_errorf((p)->conn, rid, code, __VA_ARGS__)
+/* Sends to a live, registered worker (counting its cseq); a worker that is gone is skipped (0:
+ * losing it settles what waits on it). < 0 (logged, and in err, which may be NULL): the message
+ * could not be sent (too large, out of memory) and the worker stays: the caller fails whatever
+ * was to wait for its answer. */
+int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                    const void *payload, uint64_t plen, lm_err *err);
 /* "worker 1 (host pid 123)" */
 void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap);
 

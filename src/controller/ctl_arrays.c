@@ -269,7 +269,7 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
     fa.session = p->session->id;
     fa.n_ids = cnt[w];
     fa.ids = ids[w];
-    ctl_worker_send(c, w, LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0);
+    ctl_worker_send(c, w, LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0, NULL);
     free(ids[w]);
   }
   free(ids);

@@ -173,7 +173,7 @@ static void launch_end_early(ctl *c, c_launch *l, int code, const char *full, co
   ab.seq = l->seq;
   ab.reason = (char *)reason;
   for (uint32_t i = 0; i < l->nworkers; i++)
-    if (!l->done[i]) ctl_worker_send(c, l->workers[i], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0);
+    if (!l->done[i]) ctl_worker_send(c, l->workers[i], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0, NULL);
 }
 
 /* The launch failed (a worker reported an error or was lost): fail it now, abort it elsewhere. */
@@ -439,7 +439,13 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     run.proc_workers = pw;
     run.n_proc_devices = n;
     run.proc_devices = pd;
-    ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0);
+    lm_err err;
+    if (ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err) < 0) {
+      /* fail it; the workers from k on never got it and never answer (the last may free l) */
+      launch_fail(c, l, err.code, err.msg);
+      for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);
+      break;
+    }
   }
   free(pw), free(pd), free(rdev), free(rptr);
 }

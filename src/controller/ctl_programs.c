@@ -33,7 +33,6 @@ static void program_free(c_program *p) {
   free(p->name);
   free(p->devices);
   free(p->proc_pos);
-  free(p->loaded_on);
   free(p->loads);
   lm_spmd_info_free(p->info);
   free(p);
@@ -53,7 +52,8 @@ static void unload_everywhere(ctl *c, c_program *p) {
   Lmw__UnloadProgram u = LMW__UNLOAD_PROGRAM__INIT;
   u.program = p->id;
   /* every worker that was sent the program, answered or not: an UNLOAD follows its LOAD */
-  for (uint32_t i = 0; i < p->nloads; i++) ctl_worker_send(c, p->loads[i].worker, LM_MSG_UNLOAD_PROGRAM, 0, &u.base, NULL, 0);
+  for (uint32_t i = 0; i < p->nloads; i++)
+    ctl_worker_send(c, p->loads[i].worker, LM_MSG_UNLOAD_PROGRAM, 0, &u.base, NULL, 0, NULL);
 }
 
 static void exe_destroy(void *obj) {
@@ -202,10 +202,9 @@ void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f) {
         program_fail(c, p, code, err.msg);
         return;
       }
-      p->loaded_on[p->nloaded++] = w->worker_id;
       if (--p->loads_pending == 0) {
         p->state = P_READY;
-        lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloaded);
+        lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloads);
         loads_settled(c, p);
       }
       return;
@@ -333,12 +332,11 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   if (prog) {
     prog->devices = calloc(n, sizeof *prog->devices);
     prog->proc_pos = calloc(n, sizeof *prog->proc_pos);
-    prog->loaded_on = calloc(n, sizeof *prog->loaded_on);
     prog->loads = calloc(n, sizeof *prog->loads);
     prog->text = malloc(len);
     prog->name = strdup(name);
   }
-  if (!prog || !prog->devices || !prog->proc_pos || !prog->loaded_on || !prog->loads || !prog->text || !prog->name) {
+  if (!prog || !prog->devices || !prog->proc_pos || !prog->loads || !prog->text || !prog->name) {
     if (prog) prog->info = info;
     else lm_spmd_info_free(info);
     program_free(prog);
@@ -397,7 +395,11 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
     if (dup) continue;
     lr[prog->nloads].worker = w;
     lr[prog->nloads].rid = c->next_rid++;
-    ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len);
+    lm_err err;
+    if (ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len, &err) < 0) {
+      program_fail(c, prog, err.code, err.msg); /* answers the compile and frees prog */
+      return;
+    }
     prog->nloads++;
     prog->loads_pending++;
   }

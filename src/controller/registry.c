@@ -126,7 +126,6 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
     r->devices[w->device_ids[li]].memory_used = used[i];
   }
   w->last_heartbeat_ms = now_ms;
-  w->heartbeats++;
   return 0;
 }
 

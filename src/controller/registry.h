@@ -54,7 +54,6 @@ typedef struct lm_reg_worker {
   char reason[LM_REG_REASON_MAX];  /* why it is lost; "" while alive */
   uint64_t registered_ms;          /* clock of the caller */
   uint64_t last_heartbeat_ms;      /* registration counts as the first heartbeat */
-  uint64_t heartbeats;
   lm_reg_transfers transfers;      /* as of the latest heartbeat */
 } lm_reg_worker;
 

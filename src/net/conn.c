@@ -47,7 +47,6 @@ struct lm_conn {
   bool frame_timing;          /* a frame is partially received */
   uint64_t frame_start_ms;
   uint64_t drain_start_ms;
-  uint64_t out_bytes;         /* queued by us, write callback not yet run */
   int close_code;
   bool reason_set;
   char close_reason[512];
@@ -58,7 +57,6 @@ typedef struct wreq {
   uv_write_t req;
   lm_conn *c;
   uint8_t *head;              /* header + metadata (+ copied payload) */
-  size_t total;               /* bytes queued, for accounting */
   void (*release)(void *);
   void *release_arg;
 } wreq;
@@ -323,7 +321,6 @@ int lm_conn_connect(lm_conn *c, const struct sockaddr *addr) {
 static void write_cb(uv_write_t *req, int status) {
   wreq *w = req->data;
   lm_conn *c = w->c;
-  c->out_bytes -= w->total;
   if (w->release) w->release(w->release_arg);
   free(w->head);
   free(w);
@@ -365,7 +362,6 @@ static int queue_frame(lm_conn *c, unsigned type, uint64_t request_id, const Pro
   }
   w->c = c;
   w->head = head;
-  w->total = hlen + (size_t)plen;
   w->release = release;
   w->release_arg = release_arg;
   w->req.data = w;
@@ -381,7 +377,6 @@ static int queue_frame(lm_conn *c, unsigned type, uint64_t request_id, const Pro
     hard_close(c);
     return lm_errf(err, LOOM_CLOSED, "write to %s failed: %s", c->peer, uv_strerror(rc));
   }
-  c->out_bytes += w->total;
   return 0;
 }
 
@@ -402,6 +397,15 @@ int lm_conn_send_error(lm_conn *c, uint64_t request_id, int code, const char *ms
   e.code = code < 0 ? code : LOOM_INTERNAL;
   e.message = (char *)msg;
   return lm_conn_send(c, LM_MSG_ERROR, request_id, &e.base, NULL, 0, NULL, NULL, NULL);
+}
+
+int lm_conn_send_errorf(lm_conn *c, uint64_t request_id, int code, const char *fmt, ...) {
+  char msg[LM_ERR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return lm_conn_send_error(c, request_id, code, msg);
 }
 
 void lm_conn_close(lm_conn *c, int code, const char *fmt, ...) {
@@ -456,7 +460,6 @@ bool lm_conn_is_open(const lm_conn *c) { return c->state == ST_OPEN; }
 const char *lm_conn_peer_name(const lm_conn *c) { return c->peer; }
 void *lm_conn_user(const lm_conn *c) { return c->user; }
 void lm_conn_set_user(lm_conn *c, void *user) { c->user = user; }
-uint64_t lm_conn_out_bytes(const lm_conn *c) { return c->out_bytes; }
 
 int lm_conn_fd(const lm_conn *c) {
   uv_os_fd_t fd;

@@ -56,6 +56,9 @@ int lm_conn_send(lm_conn *c, unsigned type, uint64_t request_id, const ProtobufC
                  uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err);
 /* Sends an ERROR frame (code, message) answering request_id (0: none). */
 int lm_conn_send_error(lm_conn *c, uint64_t request_id, int code, const char *msg);
+/* The same with the message formatted (cut at LM_ERR_MSG_MAX). */
+int lm_conn_send_errorf(lm_conn *c, uint64_t request_id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Closes now: pending writes are dropped. Idempotent; the first reason wins. */
 void lm_conn_close(lm_conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -70,7 +73,6 @@ bool lm_conn_is_open(const lm_conn *c);
 const char *lm_conn_peer_name(const lm_conn *c); /* "1.2.3.4:5678" */
 void *lm_conn_user(const lm_conn *c);
 void lm_conn_set_user(lm_conn *c, void *user);
-uint64_t lm_conn_out_bytes(const lm_conn *c);     /* output queued, not yet written */
 /* The socket's descriptor (for getsockopt, dup); -1 once closed. Owned by the connection. */
 int lm_conn_fd(const lm_conn *c);
 

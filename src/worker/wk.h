@@ -40,7 +40,6 @@ typedef struct wk_slot {
   lm_buffer *buf;              /* READY: the shard (one reference) */
   int code;                    /* FAILED: the status and ... */
   char *msg;                   /* ... its message (malloc'd) */
-  bool listed;                 /* in the table */
   struct wk_slot *next;        /* hash chain */
 } wk_slot;
 
@@ -48,7 +47,7 @@ typedef struct wk_store {
   pthread_mutex_t mu;
   pthread_cond_t cv;           /* broadcast whenever a slot leaves PENDING */
   wk_slot **buckets;
-  size_t nbuckets, count;
+  size_t nbuckets;
   uint64_t *closed;            /* sessions the controller closed: open addressing, 0 = empty */
   size_t closed_cap, closed_count;
 } wk_store;
@@ -61,7 +60,6 @@ wk_slot *wk_slot_new(uint64_t session, uint64_t array, uint32_t dev);
 void wk_store_put(wk_store *st, wk_slot *s);
 /* The listed slot with that key, with a new reference; NULL when none. */
 wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t dev);
-void wk_slot_ref(wk_store *st, wk_slot *s);
 void wk_slot_release(wk_store *st, wk_slot *s); /* NULL ok */
 /* PENDING -> READY with buf (the slot takes the caller's reference) or FAILED with code/msg. */
 void wk_slot_finish(wk_store *st, wk_slot *s, lm_buffer *buf, int code, const char *msg);
@@ -104,9 +102,7 @@ struct wk_launch {
   int code;                    /* first failure */
   char msg[LM_ERR_MSG_MAX];
   char cancel_reason[256];
-  void *coll;                  /* lm_spmd_coll of this launch on this worker, or NULL */
-  uint32_t nprocs;
-  lm_dp_member *procs;
+  struct lm_spmd_coll *coll;   /* this launch's collectives on this worker, or NULL */
   struct wk_launch *prev, *next; /* the loop's list of active launches */
   struct wk_launch *done_next;   /* the finished list */
 };

@@ -72,15 +72,7 @@ static void put_state_free(wk_dconn *dc) {
   dc->put = NULL;
 }
 
-static void reply_error(wk_dconn *dc, uint64_t rid, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void reply_error(wk_dconn *dc, uint64_t rid, int code, const char *fmt, ...) {
-  char msg[LM_ERR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  lm_conn_send_error(dc->conn, rid, code, msg);
-}
+#define reply_error(dc, rid, code, ...) lm_conn_send_errorf((dc)->conn, rid, code, __VA_ARGS__)
 
 /* Checks a put of nbytes (its payload, or its ranges) and allocates its buffers, one per target
  * device, into *out ([m->n_targets], charged to the devices). */

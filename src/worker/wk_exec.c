@@ -16,12 +16,7 @@
 #include "hlo/parse.h"
 #include "worker/wk.h"
 
-#if defined(__has_include)
-#if __has_include("worker/spmd_coll.h")
 #include "worker/spmd_coll.h"
-#define WK_HAVE_SPMD_COLL 1
-#endif
-#endif
 
 /* ---- programs ---- */
 
@@ -106,12 +101,9 @@ static void launch_fail(wk_launch *l, int code, const char *msg) {
 }
 
 static void launch_free(wk_launch *l) {
-#ifdef WK_HAVE_SPMD_COLL
   if (l->coll) lm_spmd_coll_destroy(l->coll);
-#endif
   wk_program_release(l->prog);
   pthread_mutex_destroy(&l->mu);
-  free(l->procs);
   free(l);
 }
 
@@ -213,9 +205,7 @@ static void run_task(wk_dev *d, wk_task *t) {
     o.replica_id = t->proc / info->num_partitions;
     o.partition_id = t->proc % info->num_partitions;
     o.cancel = &l->cancel;
-#ifdef WK_HAVE_SPMD_COLL
     if (l->coll) lm_spmd_coll_opts(l->coll, &o);
-#endif
     memset(res, 0, t->nout * sizeof *res);
     rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
   }
@@ -348,9 +338,7 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   }
   wk_launch *l = calloc(1, sizeof *l);
   wk_task **tasks = calloc(m->n_devices, sizeof *tasks);
-  if (l) l->procs = calloc(info->nproc, sizeof *l->procs);
-  if (!l || !tasks || !l->procs) {
-    if (l) free(l->procs);
+  if (!l || !tasks) {
     free(l);
     free(tasks);
     reject_run(w, m, LOOM_NO_MEMORY, "out of host memory on the worker");
@@ -362,16 +350,16 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   l->prog = p;
   atomic_fetch_add(&p->refs, 1);
   pthread_mutex_init(&l->mu, NULL);
-  l->nprocs = info->nproc;
-  for (uint32_t i = 0; i < info->nproc; i++) l->procs[i] = (lm_dp_member){m->proc_workers[i], m->proc_devices[i]};
   int rc = 0;
-  lm_err err;
-  (void)err;
-  if (info->nproc > 1) {
-#ifdef WK_HAVE_SPMD_COLL
-    if (w->dp) rc = lm_spmd_coll_create(w->dp, l->procs, l->nprocs, m->seq, (lm_spmd_coll **)&l->coll, &err);
+  if (info->nproc > 1 && w->dp) { /* the processes' (worker, device), which the collectives copy */
+    lm_err err;
+    lm_dp_member *procs = calloc(info->nproc, sizeof *procs);
+    if (!procs) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+    for (uint32_t i = 0; rc == 0 && i < info->nproc; i++)
+      procs[i] = (lm_dp_member){m->proc_workers[i], m->proc_devices[i]};
+    if (rc == 0) rc = lm_spmd_coll_create(w->dp, procs, info->nproc, m->seq, &l->coll, &err);
+    free(procs);
     if (rc < 0) snprintf(msg, sizeof msg, "worker %u: cannot set up the launch's collectives: %.400s", w->worker_id, err.msg);
-#endif
   }
   for (size_t i = 0; rc == 0 && i < m->n_devices; i++) {
     const Lmw__RunDevice *rd = m->devices[i];

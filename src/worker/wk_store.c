@@ -30,7 +30,6 @@ void wk_store_destroy(wk_store *s) {
     wk_slot *x = s->buckets[b];
     while (x) {
       wk_slot *n = x->next;
-      x->listed = false;
       if (--x->refs == 0) slot_free(x);
       x = n;
     }
@@ -65,8 +64,6 @@ static wk_slot *unlink_key(wk_store *st, uint64_t session, uint64_t array, uint3
     if (x->session == session && x->array == array && x->dev == dev) {
       *pp = x->next;
       x->next = NULL;
-      x->listed = false;
-      st->count--;
       return x;
     }
   }
@@ -80,9 +77,7 @@ void wk_store_put(wk_store *st, wk_slot *s) {
   size_t b = bucket(st, s->session, s->array, s->dev);
   s->next = st->buckets[b];
   st->buckets[b] = s;
-  s->listed = true;
   s->refs++;
-  st->count++;
   pthread_mutex_unlock(&st->mu);
 }
 
@@ -93,12 +88,6 @@ wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t d
   if (x) x->refs++;
   pthread_mutex_unlock(&st->mu);
   return x;
-}
-
-void wk_slot_ref(wk_store *st, wk_slot *s) {
-  pthread_mutex_lock(&st->mu);
-  s->refs++;
-  pthread_mutex_unlock(&st->mu);
 }
 
 void wk_slot_release(wk_store *st, wk_slot *s) {
@@ -198,8 +187,6 @@ void wk_store_close_session(wk_store *st, uint64_t session) {
         continue;
       }
       *pp = x->next;
-      x->listed = false;
-      st->count--;
       if (--x->refs == 0) {
         x->next = gone;
         gone = x;

@@ -338,6 +338,8 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   signal(SIGPIPE, SIG_IGN);
   lm_conn_config_default(&w->conn_cfg);
   w->conn_cfg.handshake_timeout_ms = 0; /* we are the one who speaks first */
+  /* the controller sends up to the hard cap (a RUN lists every argument per local device) */
+  w->conn_cfg.limits.max_meta = LM_FRAME_META_HARD_MAX;
   uv_signal_init(&w->loop, &w->sigint);
   uv_signal_init(&w->loop, &w->sigterm);
   uv_timer_init(&w->loop, &w->timer);
