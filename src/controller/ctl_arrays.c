@@ -36,6 +36,26 @@ void ctl_sharding_to_wire(const lm_sharding *s, int rank, Lmw__Sharding *w, Lmw_
   w->dims = dptr;
 }
 
+int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what, lm_err *err) {
+  uint32_t ndevs = lm_registry_device_count(c->reg);
+  uint8_t *seen = calloc(ndevs ? ndevs : 1, 1);
+  int rc = seen ? 0 : lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    uint32_t v = devs[i];
+    if (v >= ndevs)
+      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "no device %u (the cluster has %u devices)", v, ndevs);
+    else if (seen[v])
+      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "device %u appears twice in %s", v, what);
+    else if (!lm_registry_device_healthy(c->reg, v))
+      rc = lm_errf(err, LOOM_WORKER_LOST, "device %u is unavailable: its worker is lost (%s)", v,
+                   lm_registry_device_reason(c->reg, v));
+    else
+      seen[v] = 1;
+  }
+  free(seen);
+  return rc;
+}
+
 /* Reads and checks a wire sharding for an array of rank dims against the device table. */
 static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s,
                               uint32_t **devs_out, lm_err *err) {
@@ -82,23 +102,7 @@ static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const in
     *devs_out = d;
   }
   int rc = lm_sharding_check(s, rank, dims, err);
-  /* every device must exist, once, and be healthy */
-  uint32_t ndevs = lm_registry_device_count(c->reg);
-  uint8_t *seen = rc == 0 ? calloc(ndevs ? ndevs : 1, 1) : NULL;
-  if (rc == 0 && !seen) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
-  for (uint32_t i = 0; rc == 0 && i < s->ndev; i++) {
-    uint32_t v = s->devices[i];
-    if (v >= ndevs)
-      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "no device %u (the cluster has %u devices)", v, ndevs);
-    else if (seen[v])
-      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "device %u appears twice in the sharding", v);
-    else if (!lm_registry_device_healthy(c->reg, v))
-      rc = lm_errf(err, LOOM_WORKER_LOST, "device %u is unavailable: its worker is lost (%s)", v,
-                   lm_registry_device_reason(c->reg, v));
-    else
-      seen[v] = 1;
-  }
-  free(seen);
+  if (rc == 0) rc = ctl_check_devices(c, s->devices, s->ndev, "the sharding", err);
   if (rc < 0) {
     free(*devs_out);
     *devs_out = NULL;

@@ -351,19 +351,7 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   prog->default_devices = m->n_devices == 0;
   for (uint32_t i = 0; i < n; i++) prog->devices[i] = m->n_devices ? m->devices[i] : i;
   for (uint32_t pos = 0; pos < n; pos++) prog->proc_pos[info->mesh_procs[pos]] = pos;
-  /* the devices: known, distinct, alive */
-  rc = 0;
-  uint8_t *seen = calloc(ndevs ? ndevs : 1, 1);
-  for (uint32_t i = 0; rc == 0 && i < n; i++) {
-    uint32_t v = prog->devices[i];
-    if (!seen) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
-    else if (v >= ndevs) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "no device %u (the cluster has %u)", v, ndevs);
-    else if (seen[v]) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "device %u is given twice", v);
-    else if (!lm_registry_device_healthy(c->reg, v))
-      rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u is unavailable: %s", v, lm_registry_device_reason(c->reg, v));
-    else seen[v] = 1;
-  }
-  free(seen);
+  rc = ctl_check_devices(c, prog->devices, n, "the device list", &err);
   if (rc < 0) {
     ctl_reply_error(p, rid, rc, "cannot compile %s: %s", name, err.msg);
     program_free(prog);
