@@ -356,7 +356,7 @@ class Executable:
         h = self._h
         if len(args) != h.num_inputs:
             raise errors.InvalidArgumentError(
-                f"{self.name} takes {h.num_inputs} inputs, {len(args)} were given", -1)
+                f"{self.name} takes {h.num_inputs} inputs, {len(args)} were given")
         client = self.client
         ins = []
         deps = None
@@ -396,16 +396,16 @@ class Executable:
         if isinstance(x, Array):  # from another client, or laid out otherwise: through this host
             if x.shape != spec.shape:
                 raise errors.ShapeMismatchError(
-                    f"{self.name}: input {i} has shape {x.shape}; the program takes {spec.shape}", -16)
+                    f"{self.name}: input {i} has shape {x.shape}; the program takes {spec.shape}")
             x = x.numpy()
         x = np.asarray(x)
         if x.shape != spec.shape:
             raise errors.ShapeMismatchError(
-                f"{self.name}: input {i} has shape {x.shape}; the program takes {spec.shape}", -16)
+                f"{self.name}: input {i} has shape {x.shape}; the program takes {spec.shape}")
         if x.dtype != spec.dtype:
             if not np.can_cast(x.dtype, spec.dtype, "same_kind"):
                 raise errors.ShapeMismatchError(
-                    f"{self.name}: input {i} has dtype {x.dtype}; the program takes {spec.dtype}", -16)
+                    f"{self.name}: input {i} has dtype {x.dtype}; the program takes {spec.dtype}")
             x = x.astype(spec.dtype)
         return self.client.put(x, spec.sharding)._h
 
@@ -452,7 +452,7 @@ class Client:
     def devices(self, refresh=False):
         """The unified device list (virtual ids 0..n-1); refresh=True renews health and memory."""
         if self._c.closed:
-            raise errors.ClosedError("the client is closed", -18)
+            raise errors.ClosedError("the client is closed")
         if refresh or self._devices is None:
             if refresh:
                 self._c.refresh_devices()

@@ -12,11 +12,12 @@ class LoomError(Exception):
     loom_status code (negative) and `status_name` its name ("INVALID_ARGUMENT")."""
 
     status_name = "UNKNOWN"
+    status_code = None  # set per class from libloom's table below
 
     def __init__(self, message, status=None):
         super().__init__(message)
         self.message = message
-        self.status = status
+        self.status = status if status is not None else type(self).status_code
 
     def __str__(self):
         return self.message
@@ -70,6 +71,7 @@ for _code, _name, _desc in _loom.statuses():
     if _cls is None:
         _cls = type("".join(w.capitalize() for w in _name.split("_")) + "Error", (LoomError,), {})
     _cls.status_name = _name
+    _cls.status_code = _code
     ERRORS[_code] = _cls
 
 _loom._init(ERRORS, LoomError)

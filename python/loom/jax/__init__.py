@@ -318,15 +318,15 @@ class LoomFunction:
         if cargs is None or "kept_var_idx" not in cargs or not hasattr(low, "_device_list"):
             raise errors.UnsupportedError(
                 f"loom.jax does not know how this JAX ({jax.__version__}) records a lowering's kept arguments and "
-                f"devices", -3)
+                f"devices")
         if getattr(low, "const_args", None):
             raise errors.UnsupportedError(
                 f"{self.kind}({self.__name__}): JAX passes {len(low.const_args)} closed-over constant(s) as extra "
-                f"arguments, which loom.jax does not feed yet; pass them as arguments", -3)
+                f"arguments, which loom.jax does not feed yet; pass them as arguments")
         in_tree = lowered.in_tree
         if in_tree != tree:
             raise errors.InternalError(f"loom.jax: the lowering's input structure {in_tree} differs from the "
-                                       f"call's {tree}", -14)
+                                       f"call's {tree}")
         kept = sorted(cargs["kept_var_idx"])
         devs = [d.id for d in low._device_list]
         if len(devs) == 1 and self._device is not None:
@@ -335,13 +335,13 @@ class LoomFunction:
         bad = [d for d in devs if d >= n]
         if bad:
             raise errors.InvalidArgumentError(
-                f"{self.kind}({self.__name__}) runs on {len(devs)} devices, the cluster has {n}", -1)
+                f"{self.kind}({self.__name__}) runs on {len(devs)} devices, the cluster has {n}")
         text = lowered.as_text()
         exe = c.compile(text, devs, name=f"{self.kind}({self.__name__})")
         if exe._h.num_inputs != len(kept) or exe._h.num_outputs != lowered.out_tree.num_leaves:
             raise errors.InternalError(
                 f"loom.jax: {self.__name__}: the program takes {exe._h.num_inputs} inputs and returns "
-                f"{exe._h.num_outputs}; JAX kept {len(kept)} and expects {lowered.out_tree.num_leaves}", -14)
+                f"{exe._h.num_outputs}; JAX kept {len(kept)} and expects {lowered.out_tree.num_leaves}")
         return _Compiled(exe, kept, lowered.out_tree, text)
 
     def __call__(self, *args, **kwargs):
