@@ -66,13 +66,14 @@ def programs():
     out["pmap_psum"] = jax.pmap(lambda x: (lax.psum(x, "i"), lax.all_gather(x, "i")), axis_name="i").lower(jnp.ones((8, 3)))
     try:
         from jax import shard_map
-        from jax.sharding import NamedSharding, PartitionSpec as P
-        mesh = jax.make_mesh((4, 2), ("x", "y"))
-        f = shard_map(lambda b: lax.psum(b, "x"), mesh=mesh, in_specs=P("x", "y"), out_specs=P(None, "y"), check_vma=False)
-        arg = jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=NamedSharding(mesh, P("x", "y")))
-        out["shard_map"] = jax.jit(f).lower(arg)
-    except Exception:  # older or newer JAX without this API: the other programs still run
-        pass
+    except ImportError:  # older JAX
+        from jax.experimental.shard_map import shard_map
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    # psum over "x" makes the result invariant along "x", so the replication check passes as is
+    f = shard_map(lambda b: lax.psum(b, "x"), mesh=mesh, in_specs=P("x", "y"), out_specs=P(None, "y"))
+    arg = jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=NamedSharding(mesh, P("x", "y")))
+    out["shard_map"] = jax.jit(f).lower(arg)
     return out
 
 
