@@ -3,9 +3,8 @@
 check semantics (exact, tolerance, ULP, NaN, complex)."""
 import json
 import os
-import subprocess
 
-LOOM = os.environ.get("LOOM_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin", "loom")
+from loomtest import run_loom
 
 CASES = """\
 func.func @passes() {
@@ -45,7 +44,7 @@ def run(*args, text=None, tmp_path=None, name="t.mlir"):
         path = tmp_path / name
         path.write_text(text)
         args = (*args, str(path))
-    return subprocess.run([LOOM, "interpret", *args], capture_output=True, text=True, timeout=60), path
+    return run_loom("interpret", *args), path
 
 
 def test_statuses_and_summary(tmp_path):
@@ -111,11 +110,11 @@ def test_function_selection_and_errors(tmp_path):
     assert "UNSUPPORTED" in p.stdout and "--input" in p.stdout
     p, _ = run("--function", "nope", text=two, tmp_path=tmp_path)
     assert p.returncode == 1 and "no such function" in p.stdout
-    p = subprocess.run([LOOM, "interpret", "--bogus"], capture_output=True, text=True, timeout=60)
+    p = run_loom("interpret", "--bogus")
     assert p.returncode == 2 and "unknown" in p.stderr
-    p = subprocess.run([LOOM, "interpret", "--help"], capture_output=True, text=True, timeout=60)
+    p = run_loom("interpret", "--help")
     assert p.returncode == 0 and "--output-dir" in p.stdout
-    p = subprocess.run([LOOM, "interpret", str(tmp_path / "missing.mlir")], capture_output=True, text=True, timeout=60)
+    p = run_loom("interpret", str(tmp_path / "missing.mlir"))
     assert p.returncode == 1 and "ERROR" in p.stdout
 
 
