@@ -6,20 +6,19 @@ import os
 import sys
 
 import pytest
+from loomtest import LOOM_BIN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
-
-LOOM = os.environ.get("LOOM_BIN") or os.path.join(corpus.SOURCE_DIR, "build", "bin", "loom")
 
 
 @pytest.fixture(scope="module")
 def results():
     if not os.path.isdir(corpus.CORPUS):
         pytest.skip(f"StableHLO conformance corpus not present at {corpus.CORPUS}: skipped")
-    if not os.path.exists(LOOM):
-        pytest.fail(f"loom binary not found at {LOOM} (set LOOM_BIN)")
-    cases = corpus.run(LOOM, timeout=900)
+    if not os.path.exists(LOOM_BIN):
+        pytest.fail(f"loom binary not found at {LOOM_BIN} (set LOOM_BIN or LOOM_BUILD_DIR)")
+    cases = corpus.run(LOOM_BIN, timeout=900)
     return cases, corpus.summarize(cases)
 
 

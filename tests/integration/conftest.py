@@ -46,10 +46,12 @@ class Procs:
         self.tmp = tmp_path
         self.items = []
 
-    def start(self, args, name, env=None):
+    def start(self, args, name, env=None, prefix=()):
+        """Starts `loom ARGS` (after the command words in prefix, e.g. a wrapper that execs it)
+        with its output in NAME.log; cleanup() stops it and holds an unclean exit against it."""
         log = self.tmp / f"{name}.log"
         with open(log, "wb") as f:
-            p = subprocess.Popen([LOOM_BIN, *args], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            p = subprocess.Popen([*map(str, prefix), LOOM_BIN, *args], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, env=env)
         p.name, p.logpath, p.expect_clean = name, log, True
         self.items.append(p)

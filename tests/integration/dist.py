@@ -1,13 +1,11 @@
 """Helpers for the distributed tests: the C probe (tests/integration/dist_probe.c), `loom run`
 with .npy inputs and outputs, and the test programs in tests/integration/programs/."""
-import json
-import os
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from conftest import BUILD_DIR, LOOM_BIN, SOURCE_DIR
+from conftest import BUILD_DIR, LOOM_BIN, SOURCE_DIR, devices
 
 PROGRAMS = SOURCE_DIR / "tests" / "integration" / "programs"
 EXAMPLES = SOURCE_DIR / "examples"
@@ -48,6 +46,4 @@ def loom_run(addr, program, *args, inputs=(), tmp=None, timeout=120):
 
 def memory_used(addr):
     """Bytes in use per device at the controller's last heartbeat."""
-    r = subprocess.run([LOOM_BIN, "devices", "--json", "--controller", addr], capture_output=True, text=True,
-                       timeout=60, check=True)
-    return [d["memory_used"] for d in json.loads(r.stdout)["devices"]]
+    return [d["memory_used"] for d in devices(addr)["devices"]]

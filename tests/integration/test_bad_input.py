@@ -4,6 +4,7 @@ stalled (slowloris) frames, silent connections, bad registrations, floods of con
 Each one gets a clear ERROR or is dropped with a logged reason, and afterwards a well-behaved
 client still gets the full device list; the controller stays up and stops cleanly (no leaks)."""
 import os
+import select
 import socket
 import threading
 import time
@@ -124,18 +125,25 @@ def test_slowloris_is_dropped_and_others_are_served_meanwhile(tight, procs):
     assert code == wire.TIMEOUT and "frame not completed" in msg
     conn.expect_closed()
     assert time.monotonic() - t0 < 5
-    # a byte every 200 ms never completes a frame in time either
+    # After a good handshake (so the 1.5 s handshake deadline no longer applies), a byte every
+    # 200 ms never completes a frame in time either: only the 500 ms frame timer can end this.
     conn = wire.Conn(tight.addr)
-    data = wire.frame(wire.HELLO, wire.hello(), request_id=1)
-    closed = False
-    for b in data:
-        try:
-            conn.send(bytes([b]))
-        except (BrokenPipeError, ConnectionResetError):
-            closed = True
+    conn.handshake()
+    assert conn.buf == b""
+    data = wire.frame(wire.PING, wire.field_varint(1, 1234), request_id=2)
+    t0 = time.monotonic()
+    sent = 0
+    while sent < len(data):
+        conn.send(data[sent:sent + 1])
+        sent += 1
+        readable, _, _ = select.select([conn.sock], [], [], 0.2)
+        if readable:
             break
-        time.sleep(0.2)
-    assert closed or conn.expect_closed()
+    assert sent < len(data), "the whole PING dripped through: the frame timer never fired"
+    code, msg, _ = conn.expect_error(timeout=10)
+    assert code == wire.TIMEOUT and "frame not completed within 500 ms" in msg, (code, msg)
+    conn.expect_closed()
+    assert time.monotonic() - t0 < 1.5
     assert_still_serving(tight)
 
 

@@ -24,6 +24,7 @@ def test_shard_map_collectives_on_a_2x4_mesh(cluster, tmp_path):
     n = rng.integers(-1000, 1000, (3, 8)).astype(np.int32)
     r, res = loom_run(cluster.addr, PROGRAMS / "colls_2x4.mlir", inputs=[a, n], tmp=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert len(res) == 10, len(res)  # the program's ten results
     blocks = a.reshape(2, 4, 4, 4)  # [i (x), r, j (y), c]
     psum_y = blocks.sum(axis=2).reshape(8, 4)
     np.testing.assert_array_equal(res[0], psum_y)                                   # psum over y
@@ -39,7 +40,8 @@ def test_shard_map_collectives_on_a_2x4_mesh(cluster, tmp_path):
     np.testing.assert_array_equal(res[9], np.array([0, 1, 2, 3, 10, 11, 12, 13], np.int32))  # axis_index
     # the same launch again gives bitwise the same results
     r2, res2 = loom_run(cluster.addr, PROGRAMS / "colls_2x4.mlir", inputs=[a, n], tmp=tmp_path)
-    assert r2.returncode == 0
+    assert r2.returncode == 0, r2.stderr
+    assert len(res2) == len(res), (len(res2), len(res))
     for x, y in zip(res, res2):
         assert x.tobytes() == y.tobytes()
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import wire
-from conftest import LOOM_BIN, Cluster, run_loom, wait_for
+from conftest import Cluster, run_loom, wait_for
 from dist import EXAMPLES, PROBE, loom_run, memory_used, probe
 
 MIB = 1 << 20
@@ -124,13 +124,7 @@ def test_worker_without_local_socket(procs, tmp_path):
 
 def start_denied_worker(procs, c, syscall, name):
     """A worker whose process_vm_readv or process_vm_writev fails with EPERM (a seccomp filter)."""
-    log = procs.tmp / f"{name}.log"
-    with open(log, "wb") as f:
-        p = subprocess.Popen([str(PROBE), "deny", syscall, LOOM_BIN, "worker", "--controller", c.addr, "--devices",
-                              "4"], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-    p.name, p.logpath, p.expect_clean = name, log, True
-    procs.items.append(p)
+    p = procs.start(["worker", "--controller", c.addr, "--devices", "4"], name, prefix=(PROBE, "deny", syscall))
     c.workers.append(p)
     return p
 

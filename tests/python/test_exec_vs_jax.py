@@ -4,20 +4,21 @@ same inputs, and compared with jax's own results (tolerances per element type be
 Covers fused elementwise chains, reductions (argmax), dots, convolutions, control flow and
 mixed precision as JAX emits them for training steps."""
 import os
-import subprocess
 import tempfile
 
 import numpy as np
 import pytest
+from loomtest import run_loom
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-LOOM = os.environ.get("LOOM_BIN", os.path.join(os.environ.get("LOOM_BUILD_DIR", "build"), "bin", "loom"))
 TOL = {np.float32: 2e-5, np.float64: 1e-12, np.float16: 2e-3, jnp.bfloat16: 2e-2}
 
 
-def run_loom(f, *args):
+def interpret_vs_jax(f, *args):
+    """Runs f lowered by JAX through `loom interpret` and under jax.jit; returns (got, want) as
+    lists of numpy arrays, one per output leaf."""
     lowered = jax.jit(f).lower(*args)
     text = lowered.as_text()
     flat = jax.tree_util.tree_leaves(args)
@@ -25,12 +26,12 @@ def run_loom(f, *args):
         path = os.path.join(d, "prog.mlir")
         with open(path, "w") as fh:
             fh.write(text)
-        cmd = [LOOM, "interpret", path, "--output-dir", os.path.join(d, "out")]
+        cmd = ["interpret", path, "--output-dir", os.path.join(d, "out")]
         for i, a in enumerate(flat):
             p = os.path.join(d, f"in{i}.npy")
             np.save(p, np.asarray(a))
             cmd += ["--input", p]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        r = run_loom(*cmd, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         want = jax.tree_util.tree_leaves(jax.jit(f)(*args))
         got = [np.load(os.path.join(d, "out", f"result_{i}.npy"), allow_pickle=False) for i in range(len(want))]
@@ -38,7 +39,7 @@ def run_loom(f, *args):
 
 
 def check(f, *args, tol=None):
-    got, want = run_loom(f, *args)
+    got, want = interpret_vs_jax(f, *args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)

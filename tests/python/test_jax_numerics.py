@@ -201,6 +201,7 @@ def test_shard_map_collectives_2x4(client, mesh):
     x = f32(4, 16)
     got = lj.shard_map(body, **specs)(x)
     want = jax.jit(jax.shard_map(body, **specs))(x)
+    assert len(got) == len(want) == 6, (len(got), len(want))
     for name, g, w in zip(["all_gather", "psum_scatter", "ppermute", "all_to_all", "ppermute_x", "psum_xy"], got,
                           want):
         np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-6, atol=1e-6, err_msg=name)
@@ -224,7 +225,10 @@ def test_shard_map_data_parallel_grad(client, mesh):
         params, x, y)
     want_loss, want_g = jax.value_and_grad(mlp_loss)(params, x, y)
     np.testing.assert_allclose(float(got_loss), float(want_loss), rtol=1e-5)
-    for g, w in zip(jax.tree_util.tree_leaves(got_g), jax.tree_util.tree_leaves(want_g)):
+    got_leaves, got_tree = jax.tree_util.tree_flatten(got_g)
+    want_leaves, want_tree = jax.tree_util.tree_flatten(want_g)
+    assert got_tree == want_tree, (got_tree, want_tree)
+    for g, w in zip(got_leaves, want_leaves):
         np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-4, atol=1e-6)
 
 
@@ -277,6 +281,7 @@ def test_shard_map_on_a_permuted_mesh(client):
     x = f32(4, 8)
     got = lj.shard_map(body, **specs)(x)
     want = jax.jit(jax.shard_map(body, **specs))(x)
+    assert len(got) == len(want) == 2, (len(got), len(want))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), np.asarray(w), rtol=1e-6, atol=1e-6)
     assert [d for d, _, _ in got[0].shards_info()] == [6, 4, 5, 7, 2, 0, 3, 1]

@@ -7,6 +7,7 @@
  * and custom reduction bodies (compiled and generic paths); plus bitwise determinism,
  * collectives inside a while loop, the errors malformed groups get, a failing process cancelling
  * the others, and runs without collective support. */
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -376,9 +377,16 @@ static void test_all_gather(void **state) {
 
 /* ---- reduce_scatter ---- */
 
+/* Operand shape of the reduce_scatter checks; a scatter dimension must divide by the group size. */
+static const int64_t g_rs_dims[3] = {4, 4, 3};
+
 static void check_reduce_scatter(lm_dtype dt, red_kind k, int dim, const layout *L) {
-  int64_t dims[3] = {4, 4, 3}, rdims[3] = {4, 4, 3};
-  if (dims[dim] % L->gsize) return;
+  int64_t dims[3], rdims[3];
+  memcpy(dims, g_rs_dims, sizeof dims);
+  memcpy(rdims, g_rs_dims, sizeof rdims);
+  if (dims[dim] % L->gsize)
+    fail_msg("reduce_scatter %s %s dim %d [%s]: dimension %" PRId64 " does not divide by group size %u (bad test case)",
+             lm_dtype_name(dt), g_red_names[k], dim, L->attrs, dims[dim], L->gsize);
   rdims[dim] /= L->gsize;
   char ty[64], tt[128], rt[128], body[1024], text[4096];
   snprintf(ty, sizeof ty, "%s", lm_dtype_name(dt));
@@ -415,6 +423,7 @@ static void check_reduce_scatter(lm_dtype dt, red_kind k, int dim, const layout 
 static void test_reduce_scatter(void **state) {
   for (int dim = 0; dim < 3; dim++)
     for (size_t l = 0; l < NREDUCE_LAYOUTS; l++) {
+      if (g_rs_dims[dim] % g_reduce_layouts[l].gsize) continue; /* not a valid reduce_scatter */
       check_reduce_scatter(LOOM_DTYPE_F32, R_ADD, dim, &g_reduce_layouts[l]);
       check_reduce_scatter(LOOM_DTYPE_S16, R_MAX, dim, &g_reduce_layouts[l]);
       check_reduce_scatter(LOOM_DTYPE_F64, R_FIRST_NZ, dim, &g_reduce_layouts[l]);
@@ -422,16 +431,22 @@ static void test_reduce_scatter(void **state) {
     }
   check_reduce_scatter(LOOM_DTYPE_C64, R_ADD, 1, &g_reduce_layouts[0]);
   check_reduce_scatter(LOOM_DTYPE_PRED, R_MUL, 0, &g_reduce_layouts[1]);
-  check_reduce_scatter(LOOM_DTYPE_F16, R_ADD, 2, &g_reduce_layouts[2]);
+  check_reduce_scatter(LOOM_DTYPE_F16, R_ADD, 1, &g_reduce_layouts[2]);
 }
 
 /* ---- all_to_all ---- */
 
+/* Operand shape of the all_to_all checks; a split dimension must divide by the group size. */
+static const int64_t g_a2a_dims[3] = {4, 2, 4};
+
 static void check_all_to_all(lm_dtype dt, int sd, int cd, const layout *L) {
-  int64_t dims[3] = {4, 2, 4}, rdims[3];
+  int64_t dims[3], rdims[3];
+  memcpy(dims, g_a2a_dims, sizeof dims);
   memcpy(rdims, dims, sizeof dims);
   uint32_t K = L->gsize;
-  if (dims[sd] % K) return;
+  if (dims[sd] % K)
+    fail_msg("all_to_all %s split %d concat %d [%s]: dimension %" PRId64 " does not divide by group size %u (bad test case)",
+             lm_dtype_name(dt), sd, cd, L->attrs, dims[sd], K);
   rdims[sd] /= K;
   rdims[cd] *= K;
   char tt[128], rt[128], text[2048];
@@ -471,7 +486,10 @@ static void check_all_to_all(lm_dtype dt, int sd, int cd, const layout *L) {
 static void test_all_to_all(void **state) {
   for (int sd = 0; sd < 3; sd++)
     for (int cd = 0; cd < 3; cd++)
-      for (size_t l = 0; l < NCHANNEL_LAYOUTS; l++) check_all_to_all(LOOM_DTYPE_F32, sd, cd, &g_channel_layouts[l]);
+      for (size_t l = 0; l < NCHANNEL_LAYOUTS; l++) {
+        if (g_a2a_dims[sd] % g_channel_layouts[l].gsize) continue; /* not a valid all_to_all */
+        check_all_to_all(LOOM_DTYPE_F32, sd, cd, &g_channel_layouts[l]);
+      }
   check_all_to_all(LOOM_DTYPE_C128, 2, 0, &g_channel_layouts[0]);
   check_all_to_all(LOOM_DTYPE_PRED, 0, 1, &g_channel_layouts[1]);
   check_all_to_all(LOOM_DTYPE_U16, 2, 2, &g_channel_layouts[3]);
