@@ -115,48 +115,73 @@ DP_INT_KERNELS(uint64_t, uint64_t)
 DP_FLOAT_KERNELS(float)
 DP_FLOAT_KERNELS(double)
 
-/* 16-bit floats: widen, compute, round back. */
-static void dp_red_half(lm_dp_op op, bool bf, const uint16_t *a, const uint16_t *b, uint16_t *o, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float x = bf ? lm_bf16_to_f32(a[i]) : lm_f16_to_f32(a[i]);
-    float y = bf ? lm_bf16_to_f32(b[i]) : lm_f16_to_f32(b[i]);
-    float r;
-    switch (op) {
-    case LM_DP_SUM: r = x + y; break;
-    case LM_DP_PROD: r = x * y; break;
-    case LM_DP_MIN: r = DP_FMIN(float, x, y); break;
-    default: r = DP_FMAX(float, x, y); break;
-    }
-    o[i] = bf ? lm_f32_to_bf16(r) : lm_f32_to_f16(r);
+/* 16-bit floats: widen, compute, round back. FROM widens an element to f32, TO rounds back. */
+#define DP_HALF_KERNELS(NAME, FROM, TO)                                                      \
+  static void dp_red_##NAME(lm_dp_op op, const uint16_t *a, const uint16_t *b, uint16_t *o,     \
+                            size_t n) {                                                      \
+    switch (op) {                                                                            \
+    case LM_DP_SUM:                                                                          \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        float x = FROM(a[i]), y = FROM(b[i]);                                                \
+        o[i] = TO(x + y);                                                                    \
+      }                                                                                      \
+      break;                                                                                 \
+    case LM_DP_PROD:                                                                         \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        float x = FROM(a[i]), y = FROM(b[i]);                                                \
+        o[i] = TO(x * y);                                                                    \
+      }                                                                                      \
+      break;                                                                                 \
+    case LM_DP_MIN:                                                                          \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        float x = FROM(a[i]), y = FROM(b[i]);                                                \
+        o[i] = TO(DP_FMIN(float, x, y));                                                     \
+      }                                                                                      \
+      break;                                                                                 \
+    default: /* LM_DP_MAX (lm_dp_reduction_check refuses the bitwise ops on floats) */      \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        float x = FROM(a[i]), y = FROM(b[i]);                                                \
+        o[i] = TO(DP_FMAX(float, x, y));                                                     \
+      }                                                                                      \
+      break;                                                                                 \
+    }                                                                                        \
   }
-}
+DP_HALF_KERNELS(f16, lm_f16_to_f32, lm_f32_to_f16)
+DP_HALF_KERNELS(bf16, lm_bf16_to_f32, lm_f32_to_bf16)
 
 /* Complex (re, im pairs): sum; product by the textbook formula (what XLA computes, not C's
- * Annex G rules); min/max compare (re, im) lexicographically, a NaN part wins. */
+ * Annex G rules); min/max compare (re, im) lexicographically, a NaN part wins. Each element's
+ * four inputs are read before its two outputs are written (out may be lhs or rhs). */
 #define DP_COMPLEX_KERNELS(T)                                                                \
   static void dp_redc_##T(lm_dp_op op, const T *a, const T *b, T *o, size_t n) {            \
-    for (size_t i = 0; i < n; i++) {                                                         \
-      T ar = a[2 * i], ai = a[2 * i + 1], br = b[2 * i], bi = b[2 * i + 1], rr, ri;          \
-      switch (op) {                                                                          \
-      case LM_DP_SUM:                                                                        \
-        rr = ar + br;                                                                        \
-        ri = ai + bi;                                                                        \
-        break;                                                                               \
-      case LM_DP_PROD:                                                                       \
-        rr = ar * br - ai * bi;                                                              \
-        ri = ar * bi + ai * br;                                                              \
-        break;                                                                               \
-      default: {                                                                             \
+    switch (op) {                                                                            \
+    case LM_DP_SUM:                                                                          \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        T ar = a[2 * i], ai = a[2 * i + 1], br = b[2 * i], bi = b[2 * i + 1];                \
+        o[2 * i] = ar + br;                                                                  \
+        o[2 * i + 1] = ai + bi;                                                              \
+      }                                                                                      \
+      break;                                                                                 \
+    case LM_DP_PROD:                                                                         \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        T ar = a[2 * i], ai = a[2 * i + 1], br = b[2 * i], bi = b[2 * i + 1];                \
+        o[2 * i] = ar * br - ai * bi;                                                        \
+        o[2 * i + 1] = ar * bi + ai * br;                                                    \
+      }                                                                                      \
+      break;                                                                                 \
+    default: { /* LM_DP_MIN, LM_DP_MAX */                                                    \
+      bool want_less = op == LM_DP_MIN;                                                      \
+      for (size_t i = 0; i < n; i++) {                                                       \
+        T ar = a[2 * i], ai = a[2 * i + 1], br = b[2 * i], bi = b[2 * i + 1];                \
         bool an = ar != ar || ai != ai, bn = br != br || bi != bi;                           \
         bool a_less = ar < br || (ar == br && ai < bi);                                      \
-        bool pick_a = an ? true : bn ? false : (op == LM_DP_MIN) == a_less;                  \
+        bool pick_a = an ? true : bn ? false : want_less == a_less;                          \
         if (!an && !bn && ar == br && ai == bi) pick_a = true;                               \
-        rr = pick_a ? ar : br;                                                               \
-        ri = pick_a ? ai : bi;                                                               \
+        o[2 * i] = pick_a ? ar : br;                                                         \
+        o[2 * i + 1] = pick_a ? ai : bi;                                                     \
       }                                                                                      \
-      }                                                                                      \
-      o[2 * i] = rr;                                                                         \
-      o[2 * i + 1] = ri;                                                                     \
+      break;                                                                                 \
+    }                                                                                        \
     }                                                                                        \
   }
 DP_COMPLEX_KERNELS(float)
@@ -164,14 +189,25 @@ DP_COMPLEX_KERNELS(double)
 
 /* i1: one byte per element, nonzero is true; results are 0 or 1. */
 static void dp_red_pred(lm_dp_op op, const uint8_t *a, const uint8_t *b, uint8_t *o, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    bool x = a[i] != 0, y = b[i] != 0, r;
-    switch (op) {
-    case LM_DP_SUM: case LM_DP_MAX: case LM_DP_OR: r = x || y; break;
-    case LM_DP_PROD: case LM_DP_MIN: case LM_DP_AND: r = x && y; break;
-    default: r = x != y; break;
+  switch (op) {
+  case LM_DP_SUM: case LM_DP_MAX: case LM_DP_OR:
+    for (size_t i = 0; i < n; i++) {
+      bool x = a[i] != 0, y = b[i] != 0;
+      o[i] = x || y;
     }
-    o[i] = r;
+    break;
+  case LM_DP_PROD: case LM_DP_MIN: case LM_DP_AND:
+    for (size_t i = 0; i < n; i++) {
+      bool x = a[i] != 0, y = b[i] != 0;
+      o[i] = x && y;
+    }
+    break;
+  default: /* LM_DP_XOR */
+    for (size_t i = 0; i < n; i++) {
+      bool x = a[i] != 0, y = b[i] != 0;
+      o[i] = x != y;
+    }
+    break;
   }
 }
 
@@ -194,8 +230,8 @@ int lm_dp_reduce(const lm_dp_reduction *red, const void *lhs, const void *rhs, v
   case LOOM_DTYPE_U16: dp_red_uint16_t(op, lhs, rhs, out, count); break;
   case LOOM_DTYPE_U32: dp_red_uint32_t(op, lhs, rhs, out, count); break;
   case LOOM_DTYPE_U64: dp_red_uint64_t(op, lhs, rhs, out, count); break;
-  case LOOM_DTYPE_F16: dp_red_half(op, false, lhs, rhs, out, count); break;
-  case LOOM_DTYPE_BF16: dp_red_half(op, true, lhs, rhs, out, count); break;
+  case LOOM_DTYPE_F16: dp_red_f16(op, lhs, rhs, out, count); break;
+  case LOOM_DTYPE_BF16: dp_red_bf16(op, lhs, rhs, out, count); break;
   case LOOM_DTYPE_F32: dp_red_float(op, lhs, rhs, out, count); break;
   case LOOM_DTYPE_F64: dp_red_double(op, lhs, rhs, out, count); break;
   case LOOM_DTYPE_C64: dp_redc_float(op, lhs, rhs, out, count); break;

@@ -28,6 +28,7 @@
 #include "exec/dot.h"
 #include "exec/interp.h"
 #include "exec/ew.h"
+#include "exec/ops_util.h"
 
 static const lm_type *vtype(const lm_func *fn, uint32_t v) { return &fn->value_types[v]; }
 
@@ -37,17 +38,11 @@ static int64_t prod_dims(const lm_type *t, const int64_t *idx, int n) {
   return p;
 }
 
-static bool has(const int64_t *v, int n, int64_t x) {
-  for (int i = 0; i < n; i++)
-    if (v[i] == x) return true;
-  return false;
-}
-
 /* Free (result) dims of one side: ascending dims that are neither batching nor contracting. */
 static int free_dims(const lm_type *t, const int64_t *b, int nb, const int64_t *c, int nc, int64_t *out) {
   int n = 0;
   for (int d = 0; d < t->rank; d++)
-    if (!has(b, nb, d) && !has(c, nc, d)) out[n++] = d;
+    if (!lm_dims_contains(b, nb, d) && !lm_dims_contains(c, nc, d)) out[n++] = d;
   return n;
 }
 
@@ -124,34 +119,12 @@ static int scratch(lm_kctx *k, size_t bytes, lm_buffer **out) {
 
 void lm_permute_copy(void *dst, const void *src, const lm_type *st, const int64_t *perm, size_t esize) {
   int r = st->rank;
-  int64_t sstr[LM_MAX_RANK], dims[LM_MAX_RANK], str[LM_MAX_RANK], idx[LM_MAX_RANK] = {0};
+  int64_t sstr[LM_MAX_RANK], dims[LM_MAX_RANK], pstr[LM_MAX_RANK], dstr[LM_MAX_RANK];
+  lm_row_strides(st, sstr);
+  for (int i = 0; i < r; i++) { dims[i] = st->dims[perm[i]]; pstr[i] = sstr[perm[i]]; }
   int64_t s = 1;
-  for (int d = r - 1; d >= 0; d--) { sstr[d] = s; s *= st->dims[d]; }
-  int64_t total = s;
-  if (total == 0) return;
-  for (int i = 0; i < r; i++) { dims[i] = st->dims[perm[i]]; str[i] = sstr[perm[i]]; }
-  if (r == 0) { memcpy(dst, src, esize); return; }
-  int64_t inner = dims[r - 1], ist = str[r - 1];
-  char *q = dst;
-  const char *p = src;
-  for (int64_t done = 0; done < total; done += inner) {
-    int64_t off = 0;
-    for (int d = 0; d < r - 1; d++) off += idx[d] * str[d];
-    if (ist == 1) {
-      memcpy(q, p + off * (int64_t)esize, (size_t)inner * esize);
-    } else if (esize == 4) {
-      const uint32_t *ps = (const uint32_t *)p + off;
-      uint32_t *qs = (uint32_t *)q;
-      for (int64_t j = 0; j < inner; j++) qs[j] = ps[j * ist];
-    } else {
-      for (int64_t j = 0; j < inner; j++) memcpy(q + j * (int64_t)esize, p + (off + j * ist) * (int64_t)esize, esize);
-    }
-    q += inner * (int64_t)esize;
-    for (int d = r - 2; d >= 0; d--) {
-      if (++idx[d] < dims[d]) break;
-      idx[d] = 0;
-    }
-  }
+  for (int d = r - 1; d >= 0; d--) { dstr[d] = s; s *= dims[d]; }
+  lm_copy_strided(r, dims, esize, dst, dstr, src, pstr);
 }
 
 static bool is_identity(const int64_t *perm, int n) {
@@ -407,17 +380,12 @@ static void store_acc(void *p, lm_dtype t, size_t i, lm_dtype acc, const acc_val
   else { double r = creal(v->z); lm_convert_array(e, t, &r, LOOM_DTYPE_F64, 1); }
 }
 
-static void row_strides(const lm_type *t, int64_t *s) {
-  int64_t x = 1;
-  for (int d = t->rank - 1; d >= 0; d--) { s[d] = x; x *= t->dims[d]; }
-}
-
 void lm_dot_general_ref(const lm_buffer *lhs, const lm_buffer *rhs, const lm_dot_dims *d, lm_buffer *out) {
   const lm_type *lt = &lhs->type, *rt = &rhs->type, *ot = &out->type;
   lm_dtype acc = acc_type(ot->dtype) == LOOM_DTYPE_S64 ? LOOM_DTYPE_S64 : LOOM_DTYPE_C128;
   int64_t ls[LM_MAX_RANK], rs[LM_MAX_RANK], lf[LM_MAX_RANK], rf[LM_MAX_RANK];
-  row_strides(lt, ls);
-  row_strides(rt, rs);
+  lm_row_strides(lt, ls);
+  lm_row_strides(rt, rs);
   int nlf = free_dims(lt, d->lb, d->nb, d->lc, d->nc, lf), nrf = free_dims(rt, d->rb, d->nb, d->rc, d->nc, rf);
   int64_t total = lm_type_numel(ot), K = prod_dims(lt, d->lc, d->nc);
   int64_t oidx[LM_MAX_RANK] = {0};
@@ -525,9 +493,9 @@ int lm_conv_get(const lm_op *op, const lm_type *lhs, const lm_type *rhs, const l
   if (c->O % c->BG || c->O % c->G)
     return lm_op_err(err, op, LOOM_VERIFY, "kernel output features must be a multiple of the group counts (C16, C17)");
   int64_t ls[LM_MAX_RANK], rs[LM_MAX_RANK], os[LM_MAX_RANK];
-  row_strides(lhs, ls);
-  row_strides(rhs, rs);
-  row_strides(res, os);
+  lm_row_strides(lhs, ls);
+  lm_row_strides(rhs, rs);
+  lm_row_strides(res, os);
   c->ls_b = ls[ib]; c->ls_f = ls[ifd];
   c->rs_i = rs[ki]; c->rs_o = rs[ko];
   c->os_b = os[ob]; c->os_f = os[of];
@@ -868,7 +836,7 @@ static int ragged_get(const lm_op *op, const lm_type *lt, const lm_type *rt, con
   if (gt->rank != 1 || !lm_dtype_is_int(gt->dtype))
     return lm_op_err(err, op, LOOM_UNSUPPORTED, "group_sizes must be a 1-dimensional integer tensor");
   if (g->lr < 0 || g->lr >= lt->rank) return lm_op_err(err, op, LOOM_VERIFY, "lhs ragged dimension out of range");
-  g->mode = has(g->d.lc, c, g->lr) ? 2 : has(g->d.lb, a, g->lr) ? 3 : 1;
+  g->mode = lm_dims_contains(g->d.lc, c, g->lr) ? 2 : lm_dims_contains(g->d.lb, a, g->lr) ? 3 : 1;
   if ((g->mode == 1) != (g->rg >= 0))
     return lm_op_err(err, op, LOOM_VERIFY, "rhs_group_dimensions must be given exactly when the ragged dimension is a free dimension");
   if (g->rg >= rt->rank || (g->rg >= 0 && rt->dims[g->rg] != gt->dims[0]))
@@ -884,9 +852,9 @@ static int ragged_get(const lm_op *op, const lm_type *lt, const lm_type *rt, con
   if (g->mode == 2) want[n++] = gt->dims[0];
   for (int i = 0; i < a; i++) want[n++] = lt->dims[g->d.lb[i]];
   for (int dd = 0; dd < lt->rank; dd++)
-    if (!has(g->d.lb, a, dd) && !has(g->d.lc, c, dd)) want[n++] = lt->dims[dd];
+    if (!lm_dims_contains(g->d.lb, a, dd) && !lm_dims_contains(g->d.lc, c, dd)) want[n++] = lt->dims[dd];
   for (int dd = 0; dd < rt->rank; dd++)
-    if (!has(g->d.rb, a, dd) && !has(g->d.rc, c, dd) && dd != g->rg) want[n++] = rt->dims[dd];
+    if (!lm_dims_contains(g->d.rb, a, dd) && !lm_dims_contains(g->d.rc, c, dd) && dd != g->rg) want[n++] = rt->dims[dd];
   bool ok = n == ot->rank;
   for (int i = 0; ok && i < n; i++) ok = ot->dims[i] == want[i];
   if (!ok) return lm_op_err(err, op, LOOM_VERIFY, "result shape does not match the ragged dot");
@@ -916,13 +884,13 @@ static int k_ragged(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   }
   lm_dtype acc = acc_type(ot->dtype) == LOOM_DTYPE_S64 ? LOOM_DTYPE_S64 : LOOM_DTYPE_C128;
   int64_t ls[LM_MAX_RANK], rs[LM_MAX_RANK], lf[LM_MAX_RANK], rf[LM_MAX_RANK];
-  row_strides(lt, ls);
-  row_strides(rt, rs);
+  lm_row_strides(lt, ls);
+  lm_row_strides(rt, rs);
   int nlf = 0, nrf = 0;
   for (int d = 0; d < lt->rank; d++)
-    if (!has(g.d.lb, g.d.nb, d) && !has(g.d.lc, g.d.nc, d)) lf[nlf++] = d;
+    if (!lm_dims_contains(g.d.lb, g.d.nb, d) && !lm_dims_contains(g.d.lc, g.d.nc, d)) lf[nlf++] = d;
   for (int d = 0; d < rt->rank; d++)
-    if (!has(g.d.rb, g.d.nb, d) && !has(g.d.rc, g.d.nc, d) && d != g.rg) rf[nrf++] = d;
+    if (!lm_dims_contains(g.d.rb, g.d.nb, d) && !lm_dims_contains(g.d.rc, g.d.nc, d) && d != g.rg) rf[nrf++] = d;
   int lead = g.mode == 2 ? 1 : 0;
   int64_t total = lm_type_numel(ot), K = prod_dims(lt, g.d.lc, g.d.nc);
   int64_t oidx[LM_MAX_RANK] = {0};

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "exec/ew.h"
 #include "exec/fusion.h"
+#include "exec/ops_util.h"
 
 static bool dims_equal(const lm_type *a, const lm_type *b) {
   if (a->rank != b->rank) return false;
@@ -150,8 +151,7 @@ static int k_constant_like(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
   lm_dtype t = out[0]->type.dtype;
   LM_TRY(constant_like_value(k->op, t, v, k->err));
   size_t es = lm_dtype_size(t), n = out[0]->nbytes / (es ? es : 1);
-  char *p = out[0]->data;
-  for (size_t i = 0; i < n; i++) memcpy(p + i * es, v, es);
+  lm_fill_elems(out[0]->data, v, es, n);
   return 0;
 }
 

@@ -58,9 +58,8 @@ lm_opcode lm_ew_plain_code(lm_opcode code);
  * is `!= 0` (complex: of the real part), complex -> real drops the imaginary part. */
 void lm_convert_array(void *out, lm_dtype to, const void *in, lm_dtype from, size_t n);
 
-/* Reads element i of an array of type t as double (real part for complex; exact for integers up
- * to 2^53) and as int64 (floats truncated, saturating). For tests, checks and index math. */
-double lm_elem_as_f64(const void *p, lm_dtype t, size_t i);
+/* Reads element i of an array of type t as int64 (floats truncated, saturating). For tests,
+ * checks and index math. */
 int64_t lm_elem_as_i64(const void *p, lm_dtype t, size_t i);
 
 /* ---- programs ---- */

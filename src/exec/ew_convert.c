@@ -189,12 +189,6 @@ void lm_convert_array(void *out, lm_dtype to, const void *in, lm_dtype from, siz
   }
 }
 
-double lm_elem_as_f64(const void *p, lm_dtype t, size_t i) {
-  double d = 0;
-  lm_convert_array(&d, LOOM_DTYPE_F64, (const char *)p + i * lm_dtype_size(t), t, 1);
-  return d;
-}
-
 int64_t lm_elem_as_i64(const void *p, lm_dtype t, size_t i) {
   int64_t v = 0;
   lm_convert_array(&v, LOOM_DTYPE_S64, (const char *)p + i * lm_dtype_size(t), t, 1);

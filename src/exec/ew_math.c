@@ -353,6 +353,3 @@ DISPATCH(logistic)
 DISPATCH(log)
 
 float lm_exp_f32(float x) { float y; lm_vexp_f32(&y, &x, 1); return y; }
-float lm_tanh_f32(float x) { float y; lm_vtanh_f32(&y, &x, 1); return y; }
-float lm_logistic_f32(float x) { float y; lm_vlogistic_f32(&y, &x, 1); return y; }
-float lm_log_f32(float x) { float y; lm_vlog_f32(&y, &x, 1); return y; }

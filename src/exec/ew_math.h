@@ -49,10 +49,7 @@ void lm_vexp_f32(float *y, const float *x, size_t n);
 void lm_vtanh_f32(float *y, const float *x, size_t n);
 void lm_vlogistic_f32(float *y, const float *x, size_t n);
 void lm_vlog_f32(float *y, const float *x, size_t n);
-/* Scalar versions of the same (identical results). */
+/* Scalar version of lm_vexp_f32 (identical results). */
 float lm_exp_f32(float x);
-float lm_tanh_f32(float x);
-float lm_logistic_f32(float x);
-float lm_log_f32(float x);
 
 #endif

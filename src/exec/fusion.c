@@ -5,6 +5,7 @@
 #include <string.h>
 #include "exec/fusion.h"
 #include "exec/interp.h"
+#include "exec/ops_util.h"
 #include "exec/parallel.h"
 
 #define NONE UINT32_MAX
@@ -353,12 +354,7 @@ static void gather(const lm_ew_slot *s, const char *src, size_t t0, size_t len, 
     if (st == 1) {
       memcpy(q, p, run * es);
     } else if (st == 0) {
-      switch (es) {
-        case 1: memset(q, *p, run); break;
-        case 4: { uint32_t v; memcpy(&v, p, 4); for (size_t i = 0; i < run; i++) memcpy(q + 4 * i, &v, 4); break; }
-        case 8: { uint64_t v; memcpy(&v, p, 8); for (size_t i = 0; i < run; i++) memcpy(q + 8 * i, &v, 8); break; }
-        default: for (size_t i = 0; i < run; i++) memcpy(q + i * es, p, es); break;
-      }
+      lm_fill_elems(q, p, es, run);
     } else {
       for (size_t i = 0; i < run; i++) memcpy(q + i * es, p + (int64_t)i * st * (int64_t)es, es);
     }
@@ -393,7 +389,7 @@ int lm_ew_prog_run(const lm_ew_prog *prog, const void *const *in, void *const *o
       size_t es = lm_dtype_size(sl->dtype);
       const char *v = sl->splat_src ? (const char *)sl->cval : (const char *)in[sl->arg];
       char *r = regs + sl->reg * regsz;
-      for (size_t i = 0; i < tile; i++) memcpy(r + i * es, v, es);
+      lm_fill_elems(r, v, es, tile);
     }
     if (sl->kind == LM_SLOT_SPLAT || sl->kind == LM_SLOT_GATHER || sl->kind == LM_SLOT_TMP) ptr[s] = regs + sl->reg * regsz;
   }

@@ -85,7 +85,6 @@ void lm_p_seek(lm_parser *p, const char *q) {
   lm_p_next(p);
 }
 
-lm_loc lm_p_loc(const lm_parser *p) { return (lm_loc){p->file, p->tok.line, p->tok.col}; }
 
 void *lm_p_alloc(lm_parser *p, size_t n) {
   if (n > p->max_total || p->a->total > p->max_total - n) {
@@ -133,13 +132,6 @@ void *lm_p_push(lm_parser *p, void **v, uint32_t *n, uint32_t *cap, size_t sz) {
   return slot;
 }
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 char *lm_p_decode_str(lm_parser *p, const lm_tok *t, uint32_t *len) {
   char *out = lm_p_alloc(p, t->n + 1);
   if (!out) return NULL;
@@ -148,7 +140,7 @@ char *lm_p_decode_str(lm_parser *p, const lm_tok *t, uint32_t *len) {
     char c = t->s[i];
     if (c == '\\' && i + 1 < t->n) {
       char e = t->s[i + 1];
-      int h1 = hexval((unsigned char)e), h2 = i + 2 < t->n ? hexval((unsigned char)t->s[i + 2]) : -1;
+      int h1 = lm_p_hexval((unsigned char)e), h2 = i + 2 < t->n ? lm_p_hexval((unsigned char)t->s[i + 2]) : -1;
       if (e == 'n') { out[k++] = '\n'; i++; }
       else if (e == 't') { out[k++] = '\t'; i++; }
       else if (e == '"' || e == '\\') { out[k++] = e; i++; }

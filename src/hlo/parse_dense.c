@@ -193,13 +193,6 @@ static int parse_list(lm_parser *p, dense_ctx *c, int dim) {
   return rc;
 }
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 static int parse_hex_blob(lm_parser *p, dense_ctx *c, size_t nbytes, int64_t numel) {
   lm_tok t = p->tok;
   if (t.n < 2 || t.s[0] != '0' || (t.s[1] != 'x' && t.s[1] != 'X'))
@@ -211,10 +204,10 @@ static int parse_hex_blob(lm_parser *p, dense_ctx *c, size_t nbytes, int64_t num
   if (got != nbytes && !splat)
     return lm_p_errf(p, &t, LOOM_PARSE, "hex constant has %zu bytes; %zu are needed (or %zu for a splat)", got, nbytes,
                      c->esize);
-  unsigned char *dst = splat ? c->data : c->data;
+  unsigned char *dst = c->data;
   size_t n = splat ? c->esize : nbytes;
   for (size_t i = 0; i < n; i++) {
-    int hi = hexval((unsigned char)t.s[2 + 2 * i]), lo = hexval((unsigned char)t.s[3 + 2 * i]);
+    int hi = lm_p_hexval((unsigned char)t.s[2 + 2 * i]), lo = lm_p_hexval((unsigned char)t.s[3 + 2 * i]);
     if (hi < 0 || lo < 0) return lm_p_errf(p, &t, LOOM_PARSE, "bad hex digit in constant");
     dst[i] = (unsigned char)(hi * 16 + lo);
   }

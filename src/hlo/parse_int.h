@@ -102,7 +102,6 @@ lm_pmark lm_p_mark(const lm_parser *p);
 void lm_p_reset(lm_parser *p, const lm_pmark *mk);
 /* Restarts lexing at raw position q (inside the current line structure known from tok). */
 void lm_p_seek(lm_parser *p, const char *q);
-lm_loc lm_p_loc(const lm_parser *p);
 /* Arena allocation with the module cap; NULL after setting an error. */
 void *lm_p_alloc(lm_parser *p, size_t n);
 void *lm_p_array(lm_parser *p, size_t n, size_t sz);
@@ -112,6 +111,14 @@ char *lm_p_strndup(lm_parser *p, const char *s, size_t n);
 void *lm_p_push(lm_parser *p, void **v, uint32_t *n, uint32_t *cap, size_t sz);
 /* Decodes a string token's escapes (\n \t \" \\ \XX) into the arena; *len gets the length. */
 char *lm_p_decode_str(lm_parser *p, const lm_tok *t, uint32_t *len);
+/* Value of hex digit c (0-9, a-f, A-F), or -1 (string escapes, dense<"0x..."> blobs). Inline:
+ * a hex blob calls it twice per byte. */
+static inline int lm_p_hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
 
 /* Values and names of the function being parsed. */
 int lm_p_new_values(lm_parser *p, uint32_t count, const lm_type *types, uint32_t *first);
