@@ -1,6 +1,7 @@
 """Sharded arrays on a real cluster (2 workers x 4 devices): put/get of every kind of sharding,
 a 256 MiB round trip over 8 devices, device memory limits, and a session whose client goes away
 without cleaning up having its device memory freed by the cluster."""
+import re
 import signal
 import subprocess
 import time
@@ -53,14 +54,21 @@ def test_session_cleanup_frees_device_memory(cluster):
             p.wait()
 
 
-def test_worker_data_port_refuses_bad_tokens(cluster):
-    import re
+def data_port(cluster, k):
+    """Worker k's data port, from its log (the worker writes the line just after the controller
+    has it registered, so it may not be there yet)."""
+    def find():
+        m = re.search(r"data port (\S+)", cluster.procs.log(cluster.workers[k]))
+        return m and m.group(1)
 
+    return wait_for(find, 10, what=f"worker {k}'s data port in its log")
+
+
+def test_worker_data_port_refuses_bad_tokens(cluster):
     import wire
     from dist import EXAMPLES, loom_run
     SHARD_PUT, SHARD_GET, PONG = 33, 34, 12
-    log = cluster.procs.log(cluster.workers[0])
-    port = re.search(r"data port (\S+)", log).group(1)
+    port = data_port(cluster, 0)
     c = wire.Conn(port)
     try:
         c.handshake()
@@ -89,13 +97,10 @@ def test_worker_data_port_refuses_bad_tokens(cluster):
 def test_worker_data_port_refuses_payloads_it_does_not_take(cluster):
     """A payload on any message but SHARD_PUT is refused when its header arrives, before the worker
     reads (and would have to buffer) any of it: a peer announcing 1 TiB gets an error at once."""
-    import re
-
     import wire
     from dist import EXAMPLES, loom_run
     SHARD_GET = 34
-    log = cluster.procs.log(cluster.workers[0])
-    port = re.search(r"data port (\S+)", log).group(1)
+    port = data_port(cluster, 0)
     for type_ in (SHARD_GET, wire.PING):
         c = wire.Conn(port)
         try:
