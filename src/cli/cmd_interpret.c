@@ -18,6 +18,7 @@
 #include "cli/util.h"
 #include "common/npy.h"
 #include "exec/exec.h"
+#include "hlo/bytecode.h"
 #include "hlo/dump.h"
 #include "hlo/parse.h"
 #include "worker/spmd_local.h"
@@ -41,9 +42,11 @@ typedef struct run_cfg {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: loom interpret [options] FILE.mlir...\n"
+          "usage: loom interpret [options] FILE...\n"
           "\n"
-          "Runs StableHLO programs (MLIR text as JAX prints it) on one CPU device in this process.\n"
+          "Runs StableHLO programs on one CPU device in this process: MLIR text as JAX prints it, or\n"
+          "MLIR bytecode (a VHLO portable artifact, as jax.export and the IFRT proxy send programs),\n"
+          "recognised by its magic number whatever the file is called.\n"
           "Self-checking files (check.expect_* ops, stablehlo.custom_call @check.*) print PASS, FAIL\n"
           "or UNSUPPORTED (with the reason) per `// -----` case, then a summary; the exit status is 1\n"
           "when any case fails.\n"
@@ -318,6 +321,11 @@ static int run_file(run_cfg *c, const char *path) {
     return -1;
   }
   c->nfiles++;
+  if (lm_is_bytecode(buf, n)) { /* MLIR bytecode: one module, no `// -----` cases */
+    run_case(c, path, buf, n, 1);
+    free(buf);
+    return 0;
+  }
   size_t start = 0;
   uint32_t line = 1, start_line = 1;
   for (size_t i = 0; i <= n; i++) {

@@ -21,12 +21,19 @@ typedef struct lm_parse_opts {
   bool no_verify;         /* skip lm_module_verify (tests of the parser alone) */
 } lm_parse_opts;
 
-/* Parses text[0..len) (need not be NUL-terminated). On success *out owns a new module (free
- * with lm_module_free). Errors: LOOM_PARSE (syntax), LOOM_UNSUPPORTED (a type or construct
- * Loom does not run), LOOM_VERIFY (structure), LOOM_NO_MEMORY; err gets the message. */
+/* Reads a program from text[0..len) (need not be NUL-terminated): MLIR bytecode when it starts
+ * with the bytecode magic number (bytecode.h: what jax.export and the IFRT proxy send), else
+ * StableHLO text; never decided by a file name. On success *out owns a new module (free with
+ * lm_module_free). Errors: LOOM_PARSE (syntax), LOOM_UNSUPPORTED (a type or construct Loom does
+ * not run), LOOM_VERIFY (structure), LOOM_NO_MEMORY; err gets the message. */
 int lm_parse_module(const char *text, size_t len, const lm_parse_opts *opts, lm_module **out, lm_err *err);
 
 /* Reads and parses a file (opts->filename defaults to path). LOOM_IO if it cannot be read. */
 int lm_parse_file(const char *path, const lm_parse_opts *opts, lm_module **out, lm_err *err);
+
+/* One attribute or type written as text, into m's arena: the bytecode reader's path for dialects
+ * that have no binary encoding (sdy). The whole string must be the attribute or type. */
+int lm_parse_attr_text(lm_module *m, const char *text, size_t len, lm_attr *out, lm_err *err);
+int lm_parse_type_text(lm_module *m, const char *text, size_t len, lm_type *out, lm_err *err);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "hlo/bytecode.h"
 #include "hlo/parse_int.h"
 #include "hlo/verify.h"
 
@@ -299,6 +300,7 @@ static int module_items(lm_parser *p, mod_state *ms, lm_tok_kind close) {
 }
 
 int lm_parse_module(const char *text, size_t len, const lm_parse_opts *opts, lm_module **out, lm_err *err) {
+  if (lm_is_bytecode(text, len)) return lm_read_bytecode((const uint8_t *)text, len, opts, out, err);
   lm_err local;
   if (!err) err = &local;
   lm_err_clear(err);
@@ -368,4 +370,39 @@ int lm_parse_file(const char *path, const lm_parse_opts *opts, lm_module **out, 
   }
   free(buf);
   return rc;
+}
+
+/* A parser over a standalone piece of text that allocates into m (for lm_parse_*_text). */
+static void text_parser(lm_parser *p, lm_module *m, const char *text, size_t len, lm_err *err) {
+  memset(p, 0, sizeof *p);
+  p->src = text;
+  p->end = text + len;
+  p->m = m;
+  p->a = &m->arena;
+  p->err = err;
+  p->max_const = (size_t)1 << 30;
+  p->max_total = (size_t)8 << 30;
+  p->file = "<text attribute>";
+  lm_arena_init(&p->scratch, 0);
+  p->pos = (lm_lexpos){text, text, 1};
+  lm_p_next(p);
+}
+
+static int text_done(lm_parser *p, int rc) {
+  if (rc == 0 && !lm_p_is(p, LM_T_EOF)) rc = lm_p_expected(p, "the end of the attribute");
+  lm_p_names_free(p);
+  lm_arena_free(&p->scratch);
+  return rc;
+}
+
+int lm_parse_attr_text(lm_module *m, const char *text, size_t len, lm_attr *out, lm_err *err) {
+  lm_parser P;
+  text_parser(&P, m, text, len, err);
+  return text_done(&P, lm_p_attr(&P, out));
+}
+
+int lm_parse_type_text(lm_module *m, const char *text, size_t len, lm_type *out, lm_err *err) {
+  lm_parser P;
+  text_parser(&P, m, text, len, err);
+  return text_done(&P, lm_p_type(&P, out));
 }
