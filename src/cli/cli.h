@@ -11,6 +11,7 @@ int cmd_worker(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_interpret(int argc, char **argv);
+int cmd_dump(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_array(int argc, char **argv);
 

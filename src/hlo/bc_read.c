@@ -223,9 +223,14 @@ static int read_strings(lm_bc *bc, bc_cur c) {
   if (rc == 0 && total != (uint64_t)(c.end - c.p))
     rc = bc_fail_at(bc, c.p, LOOM_PARSE, "string section holds %zu bytes of strings, its table says %llu",
                     (size_t)(c.end - c.p), (unsigned long long)total);
-  const uint8_t *q = c.p;
+  /* the module owns its strings: names in the IR point into this copy, not into the input */
+  uint8_t *q = rc == 0 ? bc_alloc(bc, (size_t)total) : NULL;
+  if (rc == 0 && !q) rc = bc->err->code;
+  if (rc == 0 && total) memcpy(q, c.p, (size_t)total);
+  const uint8_t *src = c.p;
   for (uint64_t i = 0; i < n && rc == 0; i++) {
-    if (q[sizes[i] - 1] != 0) rc = bc_fail_at(bc, q, LOOM_PARSE, "string %llu is not NUL-terminated", (unsigned long long)i);
+    if (q[sizes[i] - 1] != 0) rc = bc_fail_at(bc, src, LOOM_PARSE, "string %llu is not NUL-terminated", (unsigned long long)i);
+    src += sizes[i];
     bc->strs[i] = (const char *)q;
     bc->slens[i] = (uint32_t)(sizes[i] - 1);
     q += sizes[i];
@@ -1074,5 +1079,25 @@ int lm_read_bytecode(const uint8_t *data, size_t len, const lm_parse_opts *opts,
     return rc;
   }
   *out = m;
+  return 0;
+}
+
+int lm_bytecode_header(const uint8_t *data, size_t len, uint64_t *version, char *producer, size_t cap) {
+  if (!lm_is_bytecode(data, len)) return -1;
+  lm_err err;
+  lm_bc B;
+  memset(&B, 0, sizeof B);
+  B.data = data;
+  B.end = data + len;
+  B.err = &err;
+  B.file = "";
+  lm_err_clear(&err);
+  bc_cur c = {data + 4, data + len};
+  if (bc_varint(&B, &c, version) < 0) return -1;
+  const uint8_t *nul = memchr(c.p, 0, (size_t)(c.end - c.p));
+  if (!nul || !cap) return -1;
+  size_t n = (size_t)(nul - c.p) < cap - 1 ? (size_t)(nul - c.p) : cap - 1;
+  memcpy(producer, c.p, n);
+  producer[n] = 0;
   return 0;
 }

@@ -35,4 +35,8 @@ bool lm_is_bytecode(const void *data, size_t len);
  * type Loom does not read or run), LOOM_VERIFY, LOOM_NO_MEMORY. */
 int lm_read_bytecode(const uint8_t *data, size_t len, const lm_parse_opts *opts, lm_module **out, lm_err *err);
 
+/* The bytecode format version and the producer string ("StableHLO_v1.13.7") of a file, read from
+ * its header only; -1 when data is not bytecode or the header is cut short. */
+int lm_bytecode_header(const uint8_t *data, size_t len, uint64_t *version, char *producer, size_t cap);
+
 #endif
