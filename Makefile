@@ -55,10 +55,11 @@ install: build
 bench: build
 	@echo "benchmarks are in $(BUILD)/bench; see bench/README.md"
 
-# libFuzzer targets (clang) in build-fuzz/; e.g. build-fuzz/tests/fuzz/fuzz_parse tests/fuzz/corpus/parse
+# libFuzzer targets (clang) in build-fuzz/; e.g. build-fuzz/tests/fuzz/fuzz_parse tests/fuzz/corpus/parse,
+# build-fuzz/tests/fuzz/fuzz_bytecode tests/fuzz/corpus/bytecode
 fuzz:
 	$(CMAKE) -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DLOOM_FUZZ=ON
-	$(CMAKE) --build build-fuzz -j $(JOBS) --target fuzz_parse fuzz_npy
+	$(CMAKE) --build build-fuzz -j $(JOBS) --target fuzz_parse fuzz_bytecode fuzz_npy
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -21,7 +21,8 @@ APT_PACKAGES=(
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests
 )
-PY_PACKAGES=(numpy pytest jax)
+# name or name==version: tests compare with JAX's numbers and read what jaxlib writes, so JAX is pinned
+PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }
@@ -40,7 +41,10 @@ fi
 PY=${PYTHON:-python3}
 pymissing=()
 for p in "${PY_PACKAGES[@]}"; do
-  "$PY" -c "import $p" 2>/dev/null || pymissing+=("$p")
+  name=${p%%==*} want=${p#*==}
+  [[ $p == *==* ]] || want=
+  have=$("$PY" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null) || have=
+  if [[ -z $have || ( -n $want && $have != "$want" ) ]]; then pymissing+=("$p"); fi
 done
 if ((${#pymissing[@]})); then
   echo "setup: pip installing ${pymissing[*]}"

@@ -258,17 +258,17 @@ static int dense_attr(lm_bc *bc, bc_cur *c, const bc_type *t, lm_attr *a) {
 }
 
 /* A type as an attribute value: TYPE, the text parser's ARRAY "->" for function types, ENUM for
- * a type Loom only names, TYPE with no type for none. */
+ * a type Loom only names and for none. */
 static int type_value(lm_bc *bc, const bc_type *t, lm_attr *a) {
   switch (t->kind) {
     case BC_T_TYPE: case BC_T_INDEX:
       a->kind = LM_ATTR_TYPE;
       a->type = (lm_type *)&t->t;
       return 0;
-    case BC_T_NONE:
-      a->kind = LM_ATTR_TYPE;
-      a->type = NULL;
+    case BC_T_NONE: /* as the text parser keeps the bare word */
+      a->kind = LM_ATTR_ENUM;
       a->s = "none";
+      a->n = 4;
       return 0;
     case BC_T_NAMED:
       a->kind = LM_ATTR_ENUM;
@@ -535,6 +535,10 @@ static int sdy_sharding(lm_bc *bc, bc_cur *c, bool v2, lm_attr *a) {
   if (mesh->kind != LM_ATTR_SYMBOL && !(mesh->kind == LM_ATTR_STRUCT && !strcmp(mesh->s, "sdy.mesh")))
     return bc_fail(bc, LOOM_PARSE, "sdy sharding whose mesh is neither a mesh nor a symbol");
   LM_TRY(ref_list(bc, c, LM_ATTR_ARRAY, NULL, "dimension shardings", &dims));
+  for (uint32_t i = 0; i < dims.n; i++) /* each a list of axis names (S_DIM_SHARDING) */
+    for (uint32_t j = 0; j < dims.items[i].n; j++)
+      if (dims.items[i].items[j].kind != LM_ATTR_STRING)
+        return bc_fail(bc, LOOM_PARSE, "sdy sharding: dimension %u is not a list of mesh axes", i);
   LM_TRY(ref_list(bc, c, LM_ATTR_STRING, NULL, "axes", &rep));
   if (v2) LM_TRY(ref_list(bc, c, LM_ATTR_STRING, NULL, "axes", &unred));
   a->kind = LM_ATTR_STRUCT;

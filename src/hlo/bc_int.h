@@ -36,6 +36,13 @@ typedef struct bc_opname {
   const char *name;      /* without the dialect prefix */
   const char *full;      /* "dialect.name" (arena), for messages and unknown ops */
   int8_t registered;     /* 1/0 from the file (bytecode >= 5), -1 when not recorded */
+  /* VHLO lookups, done once per name rather than once per op (bc_read.c) */
+  int8_t mapped;         /* 1 once code/op_name are set */
+  uint16_t code;         /* the StableHLO opcode it maps to */
+  const char *op_name;
+  int8_t props_known;    /* 1 once props/nprops are set */
+  int nprops;
+  const char **props;    /* its property names, sorted (arena) */
 } bc_opname;
 
 /* An attribute or type entry: where its encoding is and, once read, its value. */

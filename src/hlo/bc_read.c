@@ -508,12 +508,20 @@ static int read_required_props(lm_bc *bc, const bc_opread *o, const char *const 
 static int read_props_blob(lm_bc *bc, const bc_opread *o, lm_named_attr **out, uint32_t *nout) {
   const prop_schema *s = NULL;
   if (bc->dialects[o->name->dialect].kind == BC_D_VHLO) {
-    int n = 0;
-    const char *names[24];
-    LM_TRY(vhlo_prop_names(bc, o->name->name, names, 24, &n));
-    if (n == 0) return bc_fail(bc, LOOM_UNSUPPORTED, "op %s carries properties this reader does not know (it reads "
-                               "StableHLO %s to %s)", o->name->full, LM_VHLO_MIN_VERSION, LM_VHLO_MAX_VERSION);
-    return read_required_props(bc, o, names, (uint32_t)n, out, nout);
+    bc_opname *nm = (bc_opname *)o->name;
+    if (!nm->props_known) {
+      const char *names[24];
+      int n = 0;
+      LM_TRY(vhlo_prop_names(bc, nm->name, names, 24, &n));
+      nm->props = bc_array(bc, (size_t)n, sizeof *nm->props);
+      if (!nm->props) return bc->err->code;
+      memcpy(nm->props, names, (size_t)n * sizeof *names);
+      nm->nprops = n;
+      nm->props_known = 1;
+    }
+    if (nm->nprops == 0) return bc_fail(bc, LOOM_UNSUPPORTED, "op %s carries properties this reader does not know (it "
+                                        "reads StableHLO %s to %s)", nm->full, LM_VHLO_MIN_VERSION, LM_VHLO_MAX_VERSION);
+    return read_required_props(bc, o, nm->props, (uint32_t)nm->nprops, out, nout);
   }
   for (size_t i = 0; i < sizeof k_props / sizeof k_props[0]; i++)
     if (!strcmp(k_props[i].op, o->name->full)) s = &k_props[i];
@@ -556,6 +564,16 @@ static int op_attrs(lm_bc *bc, const bc_opread *o, lm_named_attr **out, uint32_t
     np = o->props->n;
   }
   uint32_t nd = o->attrs ? o->attrs->n : 0;
+  if (nd == 0) { /* the properties list as it is (or none) */
+    *out = pa;
+    *n = np;
+    return 0;
+  }
+  if (np == 0) {
+    *out = o->attrs->fields;
+    *n = nd;
+    return 0;
+  }
   lm_named_attr *all = bc_array(bc, nd + np, sizeof *all);
   if (!all) return bc->err->code;
   if (np) memcpy(all, pa, np * sizeof *all);
@@ -727,7 +745,14 @@ static int read_op(lm_bc *bc, bc_cur *c, bc_rstate *rs, bc_parent parent, lm_op 
   rc = op_attrs(bc, &o, &attrs, &nattrs);
   if (rc < 0) goto done;
   if (d->kind == BC_D_VHLO) {
-    rc = vhlo_op_name(bc, o.name->name, op);
+    bc_opname *nm = (bc_opname *)o.name;
+    if (!nm->mapped && (rc = vhlo_op_name(bc, nm->name, op)) == 0) {
+      nm->code = op->code;
+      nm->op_name = op->name;
+      nm->mapped = 1;
+    }
+    op->code = nm->code;
+    op->name = nm->op_name;
     if (rc == 0 && op->code == LM_OP_RETURN && parent == PARENT_FUNC) {
       op->code = LM_OP_FUNC_RETURN;
       op->name = "func.return";
@@ -736,7 +761,9 @@ static int read_op(lm_bc *bc, bc_cur *c, bc_rstate *rs, bc_parent parent, lm_op 
   } else if (d->kind == BC_D_SDY) {
     op->name = o.name->full;
     op->code = (uint16_t)lm_opcode_from_name(op->name, strlen(op->name));
-    op->attrs = attrs;
+    op->attrs = bc_array(bc, nattrs, sizeof *op->attrs); /* its own list: attrs may be a shared dictionary's */
+    if (!op->attrs) { rc = bc->err->code; goto done; }
+    if (nattrs) memcpy(op->attrs, attrs, nattrs * sizeof *attrs);
     op->nattrs = nattrs;
   } else {
     rc = bc_fail_at(bc, at, LOOM_UNSUPPORTED, "op %s (dialect %s) is not supported in bytecode programs "
@@ -835,7 +862,11 @@ static int read_region(lm_bc *bc, bc_cur *c, lm_region *r, bc_parent parent, con
         goto out;
       }
   }
-  uint32_t cap = 0;
+  uint32_t cap = (uint32_t)nops; /* known up front (and bounded by the input above): no regrowth */
+  if (nops && !(blk->ops = bc_array(bc, nops, sizeof *blk->ops))) {
+    rc = bc->err->code;
+    goto out;
+  }
   for (uint64_t i = 0; i < nops && rc == 0; i++) rc = read_op(bc, c, &rs, parent, &blk->ops, &blk->nops, &cap);
   bc->nvals = rs.base;
 out:
@@ -850,7 +881,7 @@ static int module_op(lm_bc *bc, bc_cur *c, const bc_opread *o) {
   lm_named_attr *attrs;
   uint32_t nattrs;
   LM_TRY(op_attrs(bc, o, &attrs, &nattrs));
-  if (d->kind == BC_D_SDY) {
+  if (d->kind == BC_D_SDY && !strcmp(o->name->name, "mesh")) {
     if (o->nin || o->nres || o->nregions) return bc_fail(bc, LOOM_PARSE, "%s takes no operands and has no results", o->name->full);
     lm_op *nv = bc_array(bc, m->nops + 1, sizeof *nv);
     if (!nv) return bc->err->code;

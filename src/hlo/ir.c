@@ -141,7 +141,7 @@ bool lm_type_is_static(const lm_type *t) {
 
 char *lm_type_str(const lm_type *t, char *buf, size_t cap) {
   size_t off = 0;
-#define PUT(...) do { int k_ = snprintf(buf + off, off < cap ? cap - off : 0, __VA_ARGS__); if (k_ > 0) off += (size_t)k_; } while (0)
+#define PUT(...) do { int k_ = snprintf(off < cap ? buf + off : NULL, off < cap ? cap - off : 0, __VA_ARGS__); if (k_ > 0) off += (size_t)k_; } while (0)
   if (cap == 0) return buf;
   buf[0] = 0;
   if (t->kind == LM_TYPE_TOKEN) {

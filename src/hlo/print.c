@@ -56,10 +56,9 @@ static void put_str(pbuf *b, const char *s, uint32_t n) {
 
 /* A bare identifier may be printed as is; anything else is quoted. */
 static void put_name(pbuf *b, const char *s) {
-  bool bare = *s && !(*s >= '0' && *s <= '9');
+  bool bare = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_';
   for (const char *c = s; *c && bare; c++)
-    bare = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
-           *c == '.' || *c == '$' || *c == '-';
+    bare = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '.';
   if (bare) put(b, "%s", s);
   else put_str(b, s, (uint32_t)strlen(s));
 }

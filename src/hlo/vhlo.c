@@ -26,7 +26,7 @@ static const vhlo_opdef k_ops[] = {
     {"atan2", 1}, {"batch_norm_grad", 1}, {"batch_norm_inference", 1}, {"batch_norm_training", 1},
     {"bitcast_convert", 1}, {"broadcast", 1}, {"broadcast_in_dim", 1}, {"call", 1}, {"case", 1}, {"cbrt", 2},
     {"ceil", 1}, {"cholesky", 1}, {"clamp", 1}, {"collective_broadcast", 1}, {"collective_permute", 1},
-    {"compare", 1}, {"complex", 1}, {"composite", 1}, {"concatenate", 1}, {"constant", 1}, {"convert", 1},
+    {"compare", 1}, {"complex", 1}, {"composite", 2}, {"concatenate", 1}, {"constant", 1}, {"convert", 1},
     {"convolution", 1}, {"cosine", 2}, {"count_leading_zeros", 1}, {"create_token", 1}, {"cross-replica-sum", 1},
     {"custom_call", 1}, {"divide", 1}, {"dot", 1}, {"dot_general", 2}, {"dynamic_broadcast_in_dim", 1},
     {"dynamic_conv", 2}, {"dynamic_gather", 2}, {"dynamic_iota", 1}, {"dynamic_pad", 1}, {"dynamic_reshape", 1},
@@ -77,6 +77,7 @@ static const vhlo_props k_props[] = {
     {"collective_permute_v1", "source_target_pairs,channel_id"},
     {"compare_v1", "comparison_direction,compare_type"},
     {"composite_v1", "name,composite_attributes,decomposition,version"},
+    {"composite_v2", "name,composite_attributes,decomposition,version"},
     {"concatenate_v1", "dimension"},
     {"constant_v1", "value"},
     {"convolution_v1", "padding," CONV_ATTRS},
@@ -467,7 +468,7 @@ static int dot_algorithm(lm_bc *bc, alist *l) {
   for (int i = 0; i < 7; i++) {
     v[i] = take(l, names[i]);
     if (v[i]) npresent++;
-    if (v[i] && v[i]->kind == LM_ATTR_TYPE && !v[i]->type) nnone++;
+    if (v[i] && v[i]->kind == LM_ATTR_ENUM && v[i]->s && !strcmp(v[i]->s, "none")) nnone++; /* bc_attr.c reads a none type so */
   }
   if (npresent == 0 || nnone == npresent) return 0;
   if (nnone || npresent != 7) return bc_fail(bc, LOOM_PARSE, "%s: a dot algorithm needs all seven of its parts", l->op->name);

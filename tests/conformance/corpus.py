@@ -19,20 +19,34 @@ CORPUS = os.path.normpath(os.path.join(SOURCE_DIR, "..", "shared", "conformance"
 STATUSES = ("PASS", "FAIL", "UNSUPPORTED", "ERROR")
 
 
+KINDS = ("testdata", "testdata-bc", "interpret")
+_BC_VERSION = re.compile(r"\.\d+\.\d+\.\d+\.mlirbc$")
+
+
 def corpus_files():
-    """(kind, path) for every corpus file, kind 'testdata' or 'interpret'."""
+    """(kind, path) for every corpus file: kind 'testdata', 'interpret', or 'testdata-bc' (the
+    testdata programs as MLIR bytecode, NAME.<stablehlo version>.mlirbc)."""
     out = []
-    for kind in ("testdata", "interpret"):
+    for kind in KINDS:
         root = os.path.join(CORPUS, kind)
         for dirpath, _, names in os.walk(root):
             for n in sorted(names):
-                if n.endswith(".mlir"):
+                if n.endswith(".mlirbc" if kind == "testdata-bc" else ".mlir"):
                     out.append((kind, os.path.join(dirpath, n)))
     out.sort()
     return out
 
 
+def text_twin(path):
+    """testdata/NAME.mlir for testdata-bc/NAME.<version>.mlirbc."""
+    return os.path.join(CORPUS, "testdata", _BC_VERSION.sub(".mlir", os.path.basename(path)))
+
+
 def run_disabled(path):
+    if path.endswith(".mlirbc"):  # a bytecode file is disabled when its text twin is
+        path = text_twin(path)
+        if not os.path.exists(path):
+            return False
     with open(path, errors="replace") as f:
         head = f.read(4096)
     return "RUN-DISABLED" in head
@@ -97,7 +111,7 @@ def summarize(cases):
     cases pass; otherwise it takes its worst status). RUN-DISABLED files are counted apart."""
     order = {"PASS": 0, "UNSUPPORTED": 1, "ERROR": 2, "FAIL": 3}
     out = {}
-    for kind in ("testdata", "interpret"):
+    for kind in KINDS:
         ks = [c for c in cases if c["kind"] == kind and not c["disabled"]]
         dis = [c for c in cases if c["kind"] == kind and c["disabled"]]
         per_file = {}
@@ -127,7 +141,7 @@ def reason(msg):
 
 def markdown(summary, cases):
     lines = ["| corpus | unit | total | PASS | UNSUPPORTED | FAIL | ERROR | PASS % |", "|---|---|---|---|---|---|---|---|"]
-    for kind in ("testdata", "interpret"):
+    for kind in KINDS:
         for unit in ("files", "cases"):
             c = summary[kind][unit]
             total = sum(c.values())
@@ -135,7 +149,7 @@ def markdown(summary, cases):
             lines.append(f"| {kind}/ | {unit} | {total} | {c.get('PASS', 0)} | {c.get('UNSUPPORTED', 0)} | "
                          f"{c.get('FAIL', 0)} | {c.get('ERROR', 0)} | {pct:.1f} |")
     lines.append("")
-    for kind in ("testdata", "interpret"):
+    for kind in KINDS:
         d = summary[kind]["disabled"]
         if d:
             lines.append(f"RUN-DISABLED {kind} cases (counted apart): " + ", ".join(f"{k} {v}" for k, v in sorted(d.items())))

@@ -30,6 +30,25 @@ def test_counts_and_floors(results, capsys):
         floors = json.load(f)
     assert summary["testdata"]["files"].get("PASS", 0) >= floors["testdata_files_pass"], summary["testdata"]
     assert summary["interpret"]["cases"].get("PASS", 0) >= floors["interpret_cases_pass"], summary["interpret"]
+    assert summary["testdata-bc"]["files"].get("PASS", 0) >= floors["testdata_bc_files_pass"], summary["testdata-bc"]
+
+
+def test_bytecode_matches_its_text_twin(results):
+    """Every bytecode program ends exactly as its text twin: same status, and when both run, both
+    pass (the IR itself is compared by tests/unit/test_bytecode.c)."""
+    cases, _ = results
+    by_file = {c["file"]: c for c in cases}
+    bc = [c for c in cases if c["kind"] == "testdata-bc"]
+    assert len(bc) >= 1000, f"only {len(bc)} bytecode files ran"
+    odd = []
+    for c in bc:
+        twin = by_file.get(corpus.text_twin(c["file"]))
+        if twin is None:
+            odd.append(f"{c['file']}: no text twin ran")
+        elif c["status"] != twin["status"]:
+            odd.append(f"{os.path.basename(c['file'])}: {c['status']} ({c['message'][:200]}) but its text twin is "
+                       f"{twin['status']} ({twin['message'][:200]})")
+    assert not odd, f"{len(odd)} bytecode files differ from their text twins:\n" + "\n".join(odd[:20])
 
 
 def expected_failures():

@@ -1,4 +1,4 @@
-/* Replays the fuzz corpora (tests/fuzz/corpus/parse and tests/fuzz/corpus/npy) through the same
+/* Replays the fuzz corpora (tests/fuzz/corpus/parse, bytecode and npy) through the same
  * entry points the libFuzzer targets call, so every saved input is checked in the normal test run
  * and under ASan (make test-asan): no crash and no leak on any of them. */
 #include <dirent.h>
@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #define LM_FUZZ_NO_MAIN
+#include "../fuzz/fuzz_bytecode.c"
 #include "../fuzz/fuzz_npy.c"
 #include "../fuzz/fuzz_parse.c"
 
@@ -45,9 +46,13 @@ static int replay_dir(const char *dir, int (*one)(const uint8_t *, size_t)) {
 }
 
 static void test_replay_parse(void **state) { assert_true(replay_dir("tests/fuzz/corpus/parse", lm_fuzz_parse_one) > 10); }
+static void test_replay_bytecode(void **state) {
+  assert_true(replay_dir("tests/fuzz/corpus/bytecode", lm_fuzz_bytecode_one) > 30);
+}
 static void test_replay_npy(void **state) { assert_true(replay_dir("tests/fuzz/corpus/npy", lm_fuzz_npy_one) > 3); }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_replay_parse), cmocka_unit_test(test_replay_npy)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_replay_parse), cmocka_unit_test(test_replay_bytecode),
+                                     cmocka_unit_test(test_replay_npy)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
