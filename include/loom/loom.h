@@ -287,8 +287,9 @@ typedef struct loom_compile_options {
 
 LOOM_API void loom_compile_options_initialize(loom_compile_options *options);
 
-/* Compiles a StableHLO module (MLIR text as JAX's lowering prints it, text[0..len)) for the
- * cluster: the controller parses and verifies it, determines its SPMD form (single device;
+/* Compiles a StableHLO module for the cluster: text[0..len) is MLIR text as JAX's lowering prints
+ * it, or MLIR bytecode (a VHLO portable artifact, as jax.export and the IFRT proxy send programs;
+ * recognised by its magic number, docs/bytecode.md). The cluster: the controller parses and verifies it, determines its SPMD form (single device;
  * mhlo.num_replicas replicas running the same program; sdy.manual_computation partitions,
  * which is how shard_map and current jax.pmap lower), checks it against the devices, and the
  * workers holding those devices load it. Identical text and options reuse the cached

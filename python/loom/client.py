@@ -491,8 +491,9 @@ class Client:
         return Array(h, self)
 
     def compile(self, text, devices=None, name=None):
-        """Compiles StableHLO text (as JAX's lowering prints it) for devices (virtual ids or
-        Devices; None: 0..n-1 as the program needs). Cached per text and devices."""
+        """Compiles a StableHLO module (MLIR text as JAX's lowering prints it, or MLIR bytecode
+        bytes as jax.export serializes it) for devices (virtual ids or Devices; None: 0..n-1 as
+        the program needs). Cached per program and devices."""
         if isinstance(text, str):
             text = text.encode()
         devs = None if devices is None else tuple(getattr(d, "id", d) for d in devices)
