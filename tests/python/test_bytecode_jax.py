@@ -253,3 +253,33 @@ def test_distributed_forms_through_client(client):
             got = exe(np.asarray(arg))
             got = got[0] if isinstance(got, (list, tuple)) else got
             np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want, rtol=1e-6)
+
+
+PROXY_CAPTURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
+                                               "ifrt-proxy", "capture"))
+
+
+def _proxy_programs():
+    if not os.path.isdir(PROXY_CAPTURES):
+        return []
+    out = []
+    for session in sorted(os.listdir(PROXY_CAPTURES)):
+        d = os.path.join(PROXY_CAPTURES, session, "programs")
+        if os.path.isdir(d):
+            out += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".program.bin")
+                    and os.path.exists(os.path.join(d, f.replace(".program.bin", ".mlir")))]
+    return out
+
+
+@pytest.mark.skipif(not _proxy_programs(), reason=f"{PROXY_CAPTURES} is absent (captured IFRT proxy sessions live outside the project)")
+def test_proxy_client_programs_read_as_their_text():
+    """The programs jaxlib's IFRT proxy client sent in the captured sessions (bytecode exactly as
+    on the wire, StableHLO 1.13.7, VHLO mixed with sdy) read to the IR of their text form."""
+    progs = _proxy_programs()
+    for path in progs:
+        with open(path, "rb") as f:
+            assert f.read(4) == b"ML\xefR", path
+        ir_bc = run_loom("dump", "--ir", path, check=True).stdout.split("\n", 1)[1]
+        ir_txt = run_loom("dump", "--ir", path.replace(".program.bin", ".mlir"), check=True).stdout.split("\n", 1)[1]
+        assert ir_bc == ir_txt, path
+    assert len(progs) >= 5
