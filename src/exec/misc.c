@@ -101,7 +101,7 @@ typedef struct cc_target {
   uint32_t flags;
 } cc_target;
 
-static cc_target g_targets[64];
+static cc_target g_targets[256]; /* every target registered at start-up (about 70) */
 static int g_ntargets;
 
 void lm_custom_call_register(const char *target, lm_kernel_fn fn, lm_verify_fn verify, uint32_t flags) {
@@ -371,5 +371,6 @@ void lm_register_misc_kernels(void) {
   lm_register_rng_kernels();
   lm_register_fft_kernels();
   lm_register_linalg_kernels();
+  lm_register_lapack_kernels();
   lm_register_einsum_kernels();
 }

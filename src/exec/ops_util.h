@@ -106,7 +106,8 @@ void lm_body_free(lm_body *b);
 /* ---- families in files of their own, registered from lm_register_misc_kernels() ---- */
 void lm_register_rng_kernels(void);    /* rng.c: rng_bit_generator */
 void lm_register_fft_kernels(void);    /* fft.c: fft */
-void lm_register_linalg_kernels(void); /* linalg.c: triangular_solve, cholesky */
+void lm_register_linalg_kernels(void); /* linalg.c: triangular_solve, cholesky, potrf/getrf/trsm/geqrf/orgqr */
+void lm_register_lapack_kernels(void); /* lapack.c: gesdd, syevd/heevd, geev, gees, gehrd, sytrd/hetrd */
 void lm_register_einsum_kernels(void); /* einsum.c: einsum, unary_einsum */
 
 /* ---- verifier helpers ---- */

@@ -233,8 +233,21 @@ def test_shard_map_data_parallel_grad(client, mesh):
 
 
 def test_unsupported_op_is_a_clear_error(client):
-    with pytest.raises(loom.UnsupportedError, match="syevd"):
-        lj.jit(lambda a: jnp.linalg.eigh(a @ a.T)[0])(f32(4, 4))
+    """A host callback (a Python function called from the program) is a custom call Loom's
+    workers cannot run: the error names it."""
+    cb = lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a)  # noqa: E731
+    with pytest.raises(loom.UnsupportedError, match="xla_ffi_python_cpu_callback"):
+        lj.jit(cb)(f32(4, 4))
+
+
+def test_lapack_linalg_on_the_cluster(client):
+    """svd and eigh (LAPACK custom calls, src/exec/lapack.c) through loom.jax on the cluster."""
+    a = f32(6, 4)
+    s = lj.jit(lambda m: jnp.linalg.svd(m, compute_uv=False))(a)
+    np.testing.assert_allclose(s.numpy(), np.asarray(jnp.linalg.svd(a, compute_uv=False)), rtol=1e-4)
+    h = a.T @ a
+    w = lj.jit(jnp.linalg.eigvalsh)(h)
+    np.testing.assert_allclose(w.numpy(), np.asarray(jnp.linalg.eigvalsh(h)), rtol=1e-4, atol=1e-4)
 
 
 def test_wrong_shaped_input_is_a_clear_error(client):
