@@ -86,12 +86,6 @@ typedef struct layout {
   int ndev;
 } layout;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int find_axis(const layout *L, const char *name, size_t n) {
   for (int a = 0; a < L->naxes; a++)
     if (strlen(L->axis[a]) == n && !memcmp(L->axis[a], name, n)) return a;
@@ -477,9 +471,9 @@ static int put_run(const char *cmd, loom_client *c, const put_opts *po, layout *
   pa.data = x->data ? x->data : "";
   pa.data_size = x->nbytes;
   loom_array *a = NULL;
-  double t0 = now_s();
+  double t0 = cli_now();
   if (loom_array_put(c, &pa, &a) != LOOM_OK) return cli_fail(cmd, "putting %s: %s", po->file, loom_errmsg(c));
-  double t_put = now_s() - t0;
+  double t_put = cli_now() - t0;
 
   int rc = 0;
   cJSON *root = po->json ? cJSON_CreateObject() : NULL;
@@ -552,9 +546,9 @@ static int put_run(const char *cmd, loom_client *c, const put_opts *po, layout *
   if (!rc && (po->get_path || po->verify)) {
     back = malloc(x->nbytes ? x->nbytes : 1);
     if (!back) rc = cli_fail(cmd, "out of memory for the array read back (%zu bytes)", x->nbytes);
-    t0 = now_s();
+    t0 = cli_now();
     if (!rc && loom_array_get(a, back, x->nbytes) != LOOM_OK) rc = cli_fail(cmd, "getting the array: %s", loom_errmsg(c));
-    double t_get = now_s() - t0;
+    double t_get = cli_now() - t0;
     lm_err err;
     if (!rc && po->get_path && lm_npy_write(po->get_path, x->dtype, x->rank, x->dims, back, x->nbytes, &err) < 0)
       rc = cli_fail(cmd, "%s", err.msg);
@@ -568,9 +562,9 @@ static int put_run(const char *cmd, loom_client *c, const put_opts *po, layout *
     }
   }
   if (!rc && po->shards_dir) {
-    t0 = now_s();
+    t0 = cli_now();
     rc = get_shards(cmd, c, a, po->shards_dir);
-    double t_sh = now_s() - t0;
+    double t_sh = cli_now() - t0;
     if (!rc && root) {
       cJSON *g = cJSON_AddObjectToObject(root, "get_shards");
       json_transfer(g, on_devices, t_sh);
@@ -603,9 +597,9 @@ static int put_run(const char *cmd, loom_client *c, const put_opts *po, layout *
   free(back);
 
   /* delete (on every path: the session's end would free it too, but say it went) */
-  t0 = now_s();
+  t0 = cli_now();
   loom_status ds = loom_array_delete(a);
-  double t_del = now_s() - t0;
+  double t_del = cli_now() - t0;
   if (ds != LOOM_OK && !rc) rc = cli_fail(cmd, "deleting array %llu: %s", (unsigned long long)loom_array_id(a), loom_errmsg(c));
   if (!rc && root) {
     cJSON *d = cJSON_AddObjectToObject(root, "delete");

@@ -21,6 +21,7 @@
 #include "hlo/bytecode.h"
 #include "hlo/dump.h"
 #include "hlo/parse.h"
+#include "pjrt/pjrt.h"
 #include "worker/spmd_local.h"
 
 typedef enum { ST_PASS, ST_FAIL, ST_UNSUPPORTED, ST_ERROR } case_status;
@@ -38,6 +39,14 @@ typedef struct run_cfg {
   bool quiet, json, dump_ir, parse_only;
   int counts[4];
   int nfiles;
+  /* --backend pjrt: programs compiled and run by a PJRT plugin instead of Loom's executor */
+  const char *backend, *pjrt_plugin;
+  const char **pjrt_options;
+  int npjrt_options;
+  lm_pjrt *pjrt;
+  const char *case_text; /* the case's program as given, for the plugin */
+  size_t case_len;
+  int repeat;            /* --repeat N: run N times, print the best time */
 } run_cfg;
 
 static void usage(FILE *f) {
@@ -64,6 +73,11 @@ static void usage(FILE *f) {
           "  --json                 print one JSON object per case and a summary object\n"
           "  --parse-only           parse and verify only\n"
           "  --dump-ir              print each case's parsed IR (canonical form) instead of running it\n"
+          "  --backend interp|pjrt  who computes: Loom's executor (default), or a PJRT plugin (XLA)\n"
+          "  --pjrt-plugin PATH     the plugin for --backend pjrt (default: $LOOM_PJRT_PLUGIN, else the\n"
+          "                         xla-cpu-pjrt plugin found when Loom was built)\n"
+          "  --pjrt-option K=V      a client create option for the plugin (repeat; e.g. cpu_device_count=1)\n"
+          "  --repeat N             run the entry function N times and print the best wall time\n"
           "  --help                 this text\n");
 }
 
@@ -192,10 +206,32 @@ static int run_function(run_cfg *c, const lm_program *prog, const lm_func *fn, l
   lm_buffer **args = calloc(nargs + 1, sizeof *args), **res = calloc(nres + 1, sizeof *res);
   int rc = args && res ? 0 : lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0 && nargs) rc = load_inputs(c, fn, dev, args, err);
-  if (rc == 0) {
-    lm_run_opts o = {.device = dev, .nthreads = c->nthreads, .probe_dir = c->case_probe_dir};
-    rc = lm_program_run(prog, fn->name, &o, args, nargs, res, nres, err);
+  lm_pjrt_exe *x = NULL;
+  if (rc == 0 && c->pjrt) {
+    if (strcmp(fn->name, "main"))
+      rc = lm_errf(err, LOOM_UNSUPPORTED, "--backend pjrt runs @main only (the entry function is @%s)", fn->name);
+    else rc = lm_pjrt_compile(c->pjrt, c->case_text, c->case_len, nres, &x, err);
   }
+  double best = 1e30;
+  for (int r = 0; rc == 0 && r < (c->repeat > 0 ? c->repeat : 1); r++) {
+    for (uint32_t i = 0; i < nres; i++) {
+      lm_buffer_release(res[i]);
+      res[i] = NULL;
+    }
+    double t0 = cli_now();
+    if (x) {
+      rc = lm_pjrt_run(x, 0, args, nargs, dev, fn->result_types, res, nres, err);
+    } else {
+      lm_run_opts o = {.device = dev, .nthreads = c->nthreads, .probe_dir = c->case_probe_dir};
+      rc = lm_program_run(prog, fn->name, &o, args, nargs, res, nres, err);
+    }
+    double t = cli_now() - t0;
+    if (t < best) best = t;
+  }
+  lm_pjrt_exe_free(x);
+  if (rc == 0 && c->repeat > 0)
+    fprintf(stderr, "@%s: best of %d runs %.3f ms (%s, peak device memory %.1f MiB)\n", fn->name, c->repeat, best * 1e3,
+            c->pjrt ? "pjrt" : "interp", (double)lm_device_peak(dev) / (1 << 20));
   if (rc == 0 && c->output_dir) rc = write_results(c, res, nres, err);
   else if (rc == 0 && c->ninputs && !c->quiet && !c->json)
     for (uint32_t i = 0; i < nres; i++) print_result(i, res[i]);
@@ -232,6 +268,8 @@ static void run_case(run_cfg *c, const char *file, const char *text, size_t len,
     }
   text += skip;
   len -= skip;
+  c->case_text = text;
+  c->case_len = len;
   lm_err err;
   lm_module *m;
   lm_parse_opts po = {.filename = file, .first_line = line};
@@ -376,6 +414,16 @@ static int parse_args(int argc, char **argv, run_cfg *c, const char **files, int
     else if (!strcmp(a, "--json")) c->json = true;
     else if (!strcmp(a, "--dump-ir")) c->dump_ir = true;
     else if (!strcmp(a, "--parse-only")) c->parse_only = true;
+    else if (!strcmp(a, "--backend") && has_val) c->backend = argv[++i];
+    else if (!strcmp(a, "--pjrt-plugin") && has_val) c->pjrt_plugin = argv[++i];
+    else if (!strcmp(a, "--pjrt-option") && has_val) c->pjrt_options[c->npjrt_options++] = argv[++i];
+    else if (!strcmp(a, "--repeat") && has_val) {
+      c->repeat = atoi(argv[++i]);
+      if (c->repeat < 1 || c->repeat > 1000000) {
+        fprintf(stderr, "loom interpret: bad --repeat\n");
+        return -1;
+      }
+    }
     else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "loom interpret: unknown or incomplete option '%s'\n\n", a);
       usage(stderr);
@@ -384,6 +432,10 @@ static int parse_args(int argc, char **argv, run_cfg *c, const char **files, int
   }
   if (*nfiles == 0) {
     usage(stderr);
+    return -1;
+  }
+  if (c->backend && strcmp(c->backend, "interp") && strcmp(c->backend, "pjrt")) {
+    fprintf(stderr, "loom interpret: --backend is interp or pjrt, not '%s'\n", c->backend);
     return -1;
   }
   if ((c->ninputs || c->output_dir) && *nfiles != 1) {
@@ -398,11 +450,24 @@ int cmd_interpret(int argc, char **argv) {
   lm_spmd_local_register(); /* interpreter.run_parallel: processes on threads of this process */
   const char **files = calloc((size_t)argc + 1, sizeof *files);
   c.inputs = calloc((size_t)argc + 1, sizeof *c.inputs);
+  c.pjrt_options = calloc((size_t)argc + 1, sizeof *c.pjrt_options);
   int nfiles = 0, status = 2;
-  if (!files || !c.inputs || parse_args(argc, argv, &c, files, &nfiles, &status) < 0) {
+  if (!files || !c.inputs || !c.pjrt_options || parse_args(argc, argv, &c, files, &nfiles, &status) < 0) {
     free(files);
     free(c.inputs);
+    free(c.pjrt_options);
     return status;
+  }
+  if (c.backend && !strcmp(c.backend, "pjrt")) {
+    lm_err err;
+    const char *plugin = c.pjrt_plugin ? c.pjrt_plugin : lm_pjrt_default_plugin();
+    if (lm_pjrt_open(plugin, c.pjrt_options, c.npjrt_options, &c.pjrt, &err) < 0) {
+      fprintf(stderr, "loom interpret: %s\n", err.msg);
+      free(files);
+      free(c.inputs);
+      free(c.pjrt_options);
+      return 2;
+    }
   }
   for (int i = 0; i < nfiles; i++) run_file(&c, files[i]);
   int total = c.counts[0] + c.counts[1] + c.counts[2] + c.counts[3];
@@ -413,7 +478,9 @@ int cmd_interpret(int argc, char **argv) {
     printf("%d case%s in %d file%s: %d passed, %d failed, %d unsupported, %d errors\n", total, total == 1 ? "" : "s",
            c.nfiles, c.nfiles == 1 ? "" : "s", c.counts[ST_PASS], c.counts[ST_FAIL], c.counts[ST_UNSUPPORTED],
            c.counts[ST_ERROR]);
+  lm_pjrt_close(c.pjrt);
   free(files);
   free(c.inputs);
+  free(c.pjrt_options);
   return c.counts[ST_FAIL] || c.counts[ST_ERROR] ? 1 : 0;
 }

@@ -100,4 +100,7 @@ void cli_json_string(FILE *f, const char *s);
  * NULL with errno set when it cannot be opened or read (ENOMEM when out of memory). */
 char *cli_read_file(const char *path, size_t *len);
 
+/* Seconds on the monotonic clock. */
+double cli_now(void);
+
 #endif

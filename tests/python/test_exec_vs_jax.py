@@ -16,9 +16,9 @@ jnp = jax.numpy
 TOL = {np.float32: 2e-5, np.float64: 1e-12, np.float16: 2e-3, jnp.bfloat16: 2e-2}
 
 
-def interpret_vs_jax(f, *args):
-    """Runs f lowered by JAX through `loom interpret` and under jax.jit; returns (got, want) as
-    lists of numpy arrays, one per output leaf."""
+def interpret_vs_jax(f, *args, loom_args=()):
+    """Runs f lowered by JAX through `loom interpret` (with loom_args, e.g. a backend) and under
+    jax.jit; returns (got, want) as lists of numpy arrays, one per output leaf."""
     lowered = jax.jit(f).lower(*args)
     text = lowered.as_text()
     flat = jax.tree_util.tree_leaves(args)
@@ -26,7 +26,7 @@ def interpret_vs_jax(f, *args):
         path = os.path.join(d, "prog.mlir")
         with open(path, "w") as fh:
             fh.write(text)
-        cmd = ["interpret", path, "--output-dir", os.path.join(d, "out")]
+        cmd = ["interpret", path, "--output-dir", os.path.join(d, "out"), *loom_args]
         for i, a in enumerate(flat):
             p = os.path.join(d, f"in{i}.npy")
             np.save(p, np.asarray(a))

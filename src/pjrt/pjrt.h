@@ -1,0 +1,46 @@
+/* Devices through a PJRT plugin: the standard C interface every XLA backend ships (XLA:CPU as
+ * PyPI's xla-cpu-pjrt, NVIDIA and AMD GPUs, TPUs). A plugin is loaded once per process; a client
+ * over it owns that plugin's devices; a program is compiled once per client into an executable
+ * that runs on any of its devices, with Loom's buffers (host memory) as inputs and outputs.
+ *
+ * Plugins abort their process on some bad inputs rather than return an error (unset replica
+ * counts do), so everything passed is validated here first; a plugin that still crashes takes
+ * its own process (a worker) down, which the controller sees as a lost worker.
+ *
+ * Built only where the PJRT C API header was found at configure time (LOOM_HAVE_PJRT); elsewhere
+ * every call fails with LOOM_UNSUPPORTED saying so. */
+#ifndef LM_PJRT_H
+#define LM_PJRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "common/err.h"
+#include "exec/exec.h"
+
+typedef struct lm_pjrt lm_pjrt;         /* a plugin and a client over its devices */
+typedef struct lm_pjrt_exe lm_pjrt_exe; /* a program compiled for that client */
+
+/* The plugin Loom uses when none is named: $LOOM_PJRT_PLUGIN, else the xla-cpu-pjrt plugin found
+ * when Loom was configured, else NULL. */
+const char *lm_pjrt_default_plugin(void);
+
+/* Loads the plugin at path (dlopen + GetPjrtApi), initializes it and creates a client with the
+ * given create options ("name=value": int64 when value parses as one, else a string; e.g.
+ * cpu_device_count=4). Errors name the plugin and the call that failed. */
+int lm_pjrt_open(const char *path, const char *const *options, int noptions, lm_pjrt **out, lm_err *err);
+void lm_pjrt_close(lm_pjrt *p); /* NULL ok */
+int lm_pjrt_device_count(const lm_pjrt *p);
+const char *lm_pjrt_platform(const lm_pjrt *p);    /* "cpu", "cuda", ... */
+const char *lm_pjrt_device_kind(const lm_pjrt *p); /* of device 0 */
+
+/* Compiles a StableHLO program (MLIR text or bytecode, as given) for one device, with nresults
+ * results (checked against what the plugin reports). */
+int lm_pjrt_compile(lm_pjrt *p, const void *code, size_t len, uint32_t nresults, lm_pjrt_exe **out, lm_err *err);
+void lm_pjrt_exe_free(lm_pjrt_exe *e); /* NULL ok */
+
+/* Runs e on device `device` of its client: args[nargs] are Loom buffers (tensors), results are
+ * allocated on dev (Loom's budget) with the given types and filled from the plugin's outputs. */
+int lm_pjrt_run(lm_pjrt_exe *e, int device, lm_buffer *const *args, uint32_t nargs, lm_device *dev,
+                const lm_type *result_types, lm_buffer **res, uint32_t nres, lm_err *err);
+
+#endif
