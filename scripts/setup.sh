@@ -21,8 +21,9 @@ APT_PACKAGES=(
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests
 )
-# name or name==version: tests compare with JAX's numbers and read what jaxlib writes, so JAX is pinned
-PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2)
+# name or name==version: tests compare with JAX's numbers and read what jaxlib writes, so JAX is pinned;
+# xla-cpu-pjrt is XLA:CPU as a PJRT plugin (loom interpret --backend pjrt; its header is read at build time)
+PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 xla-cpu-pjrt==0.0.1)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }
