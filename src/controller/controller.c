@@ -16,6 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "dataplane/dataplane.h"
 #include "common/log.h"
 #include "controller/ctl.h"
 
@@ -61,6 +64,59 @@ void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap) {
   else snprintf(buf, cap, "worker %u", worker);
 }
 
+/* ---- authentication ---- */
+
+/* Reloads the token file when it changed (a stat per client HELLO; `loom token create|revoke`
+ * take effect for the next connection). A file that cannot be read refuses every client. */
+static void tokens_refresh(ctl *c) {
+  struct stat st;
+  int64_t mt = 0, sz = -1, ino = 0;
+  if (stat(c->cfg.tokens_file, &st) == 0) {
+    mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    sz = (int64_t)st.st_size;
+    ino = (int64_t)st.st_ino;
+  }
+  if (c->tokens_sig.loaded && c->tokens_sig.mtime_ns == mt && c->tokens_sig.size == sz && c->tokens_sig.ino == ino)
+    return;
+  lm_token_store fresh;
+  lm_err err;
+  if (lm_tokens_load(c->cfg.tokens_file, &fresh, &err) < 0) {
+    if (c->tokens_err == 0) lm_error("cannot load client tokens: %s; refusing clients until it is fixed", err.msg);
+    c->tokens_err = err.code;
+    snprintf(c->tokens_msg, sizeof c->tokens_msg, "the controller cannot read its token file: %.900s", err.msg);
+    lm_tokens_free(&c->tokens);
+  } else {
+    lm_tokens_free(&c->tokens);
+    c->tokens = fresh;
+    c->tokens_err = 0;
+    lm_debug("loaded %zu client tokens from %s", fresh.n, c->cfg.tokens_file);
+  }
+  c->tokens_sig.mtime_ns = mt, c->tokens_sig.size = sz, c->tokens_sig.ino = ino;
+  c->tokens_sig.loaded = true;
+}
+
+/* 0 when the client's token is good (its user copied to p->user), else LOOM_PERMISSION in err. */
+static int check_client(ctl *c, peer *p, const Lmw__Hello *h, lm_err *err) {
+  if (!c->cfg.tokens_file) return 0;
+  tokens_refresh(c);
+  if (c->tokens_err < 0) return lm_errf(err, LOOM_PERMISSION, "%s", c->tokens_msg);
+  const lm_token_entry *who;
+  LM_TRY(lm_tokens_check(&c->tokens, h->auth_token.data, h->auth_token.len, (int64_t)time(NULL), &who, err));
+  snprintf(p->user, sizeof p->user, "%s", who->user);
+  return 0;
+}
+
+/* A listener that other hosts can reach: anything but 127.0.0.0/8, ::1 and localhost. */
+static bool listen_is_loopback(const char *addr) {
+  char host[LM_ADDR_MAX];
+  snprintf(host, sizeof host, "%s", addr);
+  char *colon = strrchr(host, ':');
+  if (!colon) return false;
+  *colon = 0;
+  if (!strcmp(host, "localhost") || !strcmp(host, "[::1]") || !strcmp(host, "::1")) return true;
+  return !strncmp(host, "127.", 4);
+}
+
 /* ---- handlers ---- */
 
 static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
@@ -77,6 +133,13 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
   r.max_meta = c->cfg.conn.limits.max_meta;
   r.max_payload = c->cfg.conn.limits.max_payload;
   if (h->role == LMW__ROLE__ROLE_CLIENT) {
+    lm_err aerr;
+    if (check_client(c, p, h, &aerr) < 0) {
+      lm_warn("refused client %s (%s): %s", lm_conn_peer_name(p->conn), h->name, aerr.msg);
+      lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+      return;
+    }
+    r.user = p->user;
     lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
     if (!s) {
       lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
@@ -89,12 +152,38 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
              s->name[0] ? s->name : "unnamed");
   } else if (h->role == LMW__ROLE__ROLE_WORKER) {
+    if (c->have_secret) { /* the challenge: the worker proves the secret in REGISTER_WORKER */
+      lm_err aerr;
+      if (h->auth_nonce.len != LM_AUTH_NONCE_SIZE) {
+        lm_warn("refused worker %s: it did not offer to authenticate", lm_conn_peer_name(p->conn));
+        lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PERMISSION,
+                                 "this controller requires worker authentication: start the worker with "
+                                 "--secret-file (the cluster secret)");
+        return;
+      }
+      if (lm_auth_random(p->challenge, sizeof p->challenge, &aerr) < 0) {
+        lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+        return;
+      }
+      memcpy(p->nonce, h->auth_nonce.data, LM_AUTH_NONCE_SIZE);
+      p->challenged = true;
+    }
     p->role = ROLE_WORKER;
   } else {
     lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PROTOCOL, "HELLO with unknown role %d", (int)h->role);
     return;
   }
-  lm_conn_set_established(p->conn);
+  uint8_t proof[LM_AUTH_MAC_SIZE];
+  if (p->challenged) { /* and we prove it to the worker */
+    lm_auth_controller_proof(c->secret, p->nonce, p->challenge, proof);
+    r.auth_challenge.data = p->challenge;
+    r.auth_challenge.len = sizeof p->challenge;
+    r.auth_proof.data = proof;
+    r.auth_proof.len = sizeof proof;
+  }
+  if (p->role == ROLE_CLIENT) lm_conn_set_established(p->conn);
+  /* a worker's connection is established once its registration is accepted: until then the
+   * handshake deadline keeps running */
   reply(p, f, LM_MSG_HELLO_REPLY, &r.base);
 }
 
@@ -106,6 +195,10 @@ static int ensure_worker_slot(ctl *c, uint32_t id) {
   if (!q) return -1;
   memset(q + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *q);
   c->worker_peer = q;
+  uint8_t (*k)[LM_TOKEN_KEY_SIZE] = realloc(c->worker_key, cap * sizeof *k);
+  if (!k) return -1; /* worker_peer grew; worker_peer_cap did not: the next call retries */
+  memset(k + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *k);
+  c->worker_key = k;
   c->worker_peer_cap = cap;
   return 0;
 }
@@ -118,6 +211,22 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   }
   if (p->registered) {
     reply_error(p, f, LOOM_INVALID_ARGUMENT, "already registered as worker %u", p->worker_id);
+    return;
+  }
+  uint8_t key[LM_TOKEN_KEY_SIZE];
+  lm_err kerr;
+  if (c->have_secret) {
+    uint8_t want[LM_AUTH_MAC_SIZE];
+    lm_auth_worker_proof(c->secret, p->nonce, p->challenge, want);
+    if (!p->challenged || m->auth_proof.len != LM_AUTH_MAC_SIZE || !lm_auth_equal(want, m->auth_proof.data, sizeof want)) {
+      lm_warn("refused worker %s (host %s pid %u): wrong cluster secret", lm_conn_peer_name(p->conn), m->host, m->pid);
+      lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PERMISSION,
+                               "worker authentication failed: the proof does not match this cluster's secret");
+      return;
+    }
+    lm_auth_transfer_key(c->secret, p->nonce, p->challenge, key);
+  } else if (lm_auth_random(key, sizeof key, &kerr) < 0) { /* sent in the reply: no secret to derive it from */
+    lm_conn_close_with_error(p->conn, f->h.request_id, kerr.code, "%s", kerr.msg);
     return;
   }
   size_t n = m->n_devices;
@@ -165,14 +274,18 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   p->registered = true;
   p->worker_id = id;
   c->worker_peer[id] = p;
+  memcpy(c->worker_key[id], key, sizeof key);
+  lm_conn_set_established(p->conn);
   const lm_reg_worker *w = lm_registry_worker(c->reg, id);
   Lmw__RegisterWorkerReply r = LMW__REGISTER_WORKER_REPLY__INIT;
   r.worker_id = id;
   r.n_device_ids = w->ndevices;
   r.device_ids = w->device_ids;
   r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
-  r.token_key.data = c->token_key;
-  r.token_key.len = sizeof c->token_key;
+  if (!c->have_secret) { /* with a secret the worker derives the same key from the handshake */
+    r.token_key.data = c->worker_key[id];
+    r.token_key.len = LM_TOKEN_KEY_SIZE;
+  }
   reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
   p->cseq = 0; /* the worker counts what it reads from here on */
   lm_info("worker %u registered from %s: host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
@@ -326,6 +439,19 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     return;
   }
   lm_err err;
+  uint64_t claimed;
+  if (lm_dp_address_id(m->address.data, m->address.len, &claimed, &err) < 0) {
+    lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
+    return;
+  }
+  if (claimed != p->worker_id) { /* it would receive the collectives meant for another worker */
+    lm_warn("worker %u sent a data-plane address of worker %llu: dropping it", p->worker_id,
+            (unsigned long long)claimed);
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PERMISSION,
+                             "the data-plane address names worker %llu, but this is worker %u",
+                             (unsigned long long)claimed, p->worker_id);
+    return;
+  }
   if (lm_registry_set_dataplane(c->reg, p->worker_id, m->address.data, m->address.len, &err) < 0) {
     lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
     return;
@@ -367,6 +493,12 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   if (p->role == ROLE_NEW && type != LM_MSG_HELLO) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "expected HELLO first, got %s (type %u)",
                              lm_msg_name(type), type);
+    return;
+  }
+  if (p->role == ROLE_WORKER && !p->registered && p->challenged && type != LM_MSG_REGISTER_WORKER) {
+    lm_conn_close_with_error(conn, f->h.request_id, LOOM_PERMISSION,
+                             "a worker must authenticate (REGISTER_WORKER with its proof) before %s",
+                             lm_msg_name(type));
     return;
   }
   if (p->role != ROLE_NEW && type == LM_MSG_HELLO) {
@@ -590,16 +722,33 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   c->next_program = 1;
   c->next_rid = 1;
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
-  int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (!c->log || rfd < 0 || read(rfd, c->token_key, sizeof c->token_key) != (ssize_t)sizeof c->token_key) {
-    if (rfd >= 0) close(rfd);
+  if (!c->log) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && c->cfg.secret_file) {
+    rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
+    c->have_secret = rc == 0;
+  }
+  if (rc == 0 && c->cfg.tokens_file) {
+    tokens_refresh(c);
+    if (c->tokens_err < 0) rc = lm_errf(err, c->tokens_err, "%s", c->tokens_msg);
+  }
+  if (rc == 0 && !listen_is_loopback(c->cfg.listen) && !(c->cfg.secret_file && c->cfg.tokens_file) &&
+      !c->cfg.insecure)
+    rc = lm_errf(err, LOOM_PERMISSION,
+                 "refusing to listen on %s, reachable from other hosts, without authentication: pass "
+                 "--secret-file and --tokens-file (`loom up` makes both), or --insecure to accept anyone",
+                 c->cfg.listen);
+  if (rc < 0) {
     free(c->log);
+    lm_tokens_free(&c->tokens);
     uv_loop_close(&c->loop);
     lm_registry_destroy(c->reg);
     free(c);
-    return lm_errf(err, LOOM_NO_MEMORY, "cannot set up the controller (memory or /dev/urandom)");
+    return rc;
   }
-  close(rfd);
+  if (!listen_is_loopback(c->cfg.listen) && !(c->cfg.secret_file && c->cfg.tokens_file))
+    lm_warn("listening on %s without %s: anyone who can reach it %s (--insecure)", c->cfg.listen,
+            c->cfg.secret_file ? "client tokens" : "a cluster secret",
+            c->cfg.secret_file ? "can open sessions" : "can register workers");
   c->server.data = c;
   rc = lm_listen(&c->loop, &c->server, c->cfg.listen, on_connection, c->bound, sizeof c->bound, err);
   if (rc == 0) {
@@ -619,8 +768,10 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     if (tick > 250) tick = 250;
     if (tick < 10) tick = 10;
     uv_timer_start(&c->health, on_health_tick, tick, tick);
-    lm_info("listening on %s (protocol %d, heartbeat timeout %u ms)", c->bound, LM_PROTOCOL_VERSION,
-            c->cfg.heartbeat_timeout_ms);
+    lm_info("listening on %s (protocol %d, heartbeat timeout %u ms, workers %s, clients %s)", c->bound,
+            LM_PROTOCOL_VERSION, c->cfg.heartbeat_timeout_ms,
+            c->have_secret ? "prove the cluster secret" : "unauthenticated",
+            c->cfg.tokens_file ? "need a token" : "unauthenticated");
   }
   uv_run(&c->loop, UV_RUN_DEFAULT); /* until stopped; on a failed start, just finishes closes */
   if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
@@ -629,6 +780,9 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_programs_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
+  free(c->worker_key);
+  lm_tokens_free(&c->tokens);
+  lm_auth_wipe(c->secret, sizeof c->secret);
   free(c);
   return rc;
 }

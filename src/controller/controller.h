@@ -5,6 +5,7 @@
 #ifndef LM_CONTROLLER_H
 #define LM_CONTROLLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "common/err.h"
 #include "net/conn.h"
@@ -16,12 +17,16 @@ typedef struct lm_controller_config {
   uint32_t heartbeat_timeout_ms;   /* a worker silent this long is lost (default 5000) */
   uint32_t max_peers;              /* connections beyond this are refused (default 4096) */
   lm_conn_config conn;             /* limits and deadlines for every peer (lm_conn_config_default) */
+  const char *secret_file;         /* the cluster secret workers must prove they hold (NULL: none) */
+  const char *tokens_file;         /* client tokens (`loom token`); NULL: clients need none */
+  bool insecure;                   /* allow a non-loopback listener without both of the above */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);
 
 /* Runs the controller until SIGINT or SIGTERM. Returns 0 after a clean stop, or a negative
- * status with err set when it cannot start (bad address, port in use, unwritable file). */
+ * status with err set when it cannot start (bad address, port in use, unwritable file, an
+ * unreadable secret or token file, a non-loopback address without authentication). */
 int lm_controller_run(const lm_controller_config *cfg, lm_err *err);
 
 #endif

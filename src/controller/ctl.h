@@ -15,6 +15,7 @@
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
+#include "net/auth.h"
 #include "net/msg.h"
 #include "net/sock.h"
 #include "net/token.h"
@@ -32,6 +33,9 @@ typedef struct peer {
   uint32_t worker_id;        /* workers, once registered */
   uint64_t cseq;             /* workers: messages sent to it since registration */
   lm_session *session;       /* clients */
+  char user[LM_TOKEN_USER_MAX + 1]; /* clients: the user their token names ("" without tokens) */
+  bool challenged;           /* workers: HELLO_REPLY carried our challenge */
+  uint8_t nonce[LM_AUTH_NONCE_SIZE], challenge[LM_AUTH_NONCE_SIZE]; /* workers: the two halves */
   struct peer *prev, *next;  /* the controller's list of peers */
 } peer;
 
@@ -137,7 +141,14 @@ struct ctl {
   uint64_t start_ms;
   bool stopping;
   char bound[LM_ADDR_MAX];
-  uint8_t token_key[LM_TOKEN_KEY_SIZE];
+  uint8_t (*worker_key)[LM_TOKEN_KEY_SIZE]; /* [worker id] its transfer key (worker_peer_cap) */
+  /* authentication (net/auth.h) */
+  bool have_secret;
+  uint8_t secret[LM_AUTH_SECRET_SIZE];
+  lm_token_store tokens;     /* loaded from cfg.tokens_file, reloaded when the file changes */
+  struct { int64_t mtime_ns, size, ino; bool loaded; } tokens_sig;
+  int tokens_err;            /* < 0: the file could not be read (tokens_msg says why): refuse clients */
+  char tokens_msg[LM_ERR_MSG_MAX];
   /* programs */
   c_program *programs;
   uint64_t next_program;

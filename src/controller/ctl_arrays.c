@@ -142,7 +142,7 @@ static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int ki
     bool alive = lm_registry_device_healthy(c->reg, a->devs[i]) && wp;
     l->data_address = alive ? w->data_address : "";
     if (alive) {
-      lm_token_make(c->token_key, kind, p->session->id, a->id, dev->worker, dev->local_index,
+      lm_token_make(c->worker_key[dev->worker], kind, p->session->id, a->id, dev->worker, dev->local_index,
                     kind == LM_TOKEN_PUT ? (uint32_t)a->dtype : 0, kind == LM_TOKEN_PUT ? dd : NULL,
                     kind == LM_TOKEN_PUT ? (size_t)a->rank : 0, toks + (size_t)i * LM_TOKEN_SIZE);
       l->token.data = toks + (size_t)i * LM_TOKEN_SIZE;
