@@ -1,0 +1,297 @@
+"""Authentication against real daemons (docs/protocol.md "Authentication"): workers prove the
+cluster secret with an HMAC challenge (the secret never crosses the wire), clients present a
+token from `loom token create`, revocation and expiry count from the next connection, a user's
+session sees nothing of another's, the REGISTER reply hands out no key, a worker cannot publish
+another worker's data-plane address, and a controller reachable from other hosts refuses to
+start without authentication. The wire side is tests/integration/wire.py (an independent
+implementation), so these also check the documented handshake byte for byte."""
+import os
+import struct
+import subprocess
+import time
+
+import pytest
+
+import wire
+from conftest import LOOM_BIN, Auth, Cluster, devices, run_loom, wait_for
+from dist import EXAMPLES, loom_run
+
+REGISTER_WORKER_REPLY, WORKER_DATAPLANE = 5, 14
+ARRAY_CREATE, ARRAY_PLACEMENT, ARRAY_LOCATE, SHARD_PUT, SHARD_GET, ACK = 17, 18, 19, 33, 34, 13
+NOT_FOUND = -2
+
+
+@pytest.fixture
+def auth(tmp_path):
+    return Auth(tmp_path, users=("alice", "bob"))
+
+
+@pytest.fixture
+def acluster(procs, tmp_path, auth, monkeypatch):
+    """A controller with a secret and tokens, 2 workers x 4 devices; CLI calls present alice's token."""
+    monkeypatch.setenv("LOOM_TOKEN", auth.tokens["alice"])
+    c = Cluster(procs, tmp_path, auth)
+    c.start_controller("--handshake-timeout", "2000")
+    c.start_worker(4)
+    c.start_worker(4)
+    c.wait_devices(8)
+    return c
+
+
+def hello_as(addr, token=None, role=wire.ROLE_CLIENT, nonce=None):
+    """Connects and says HELLO; returns (conn, reply frame or None when the connection closed)."""
+    c = wire.Conn(addr)
+    c.send(wire.frame(wire.HELLO, wire.hello(role=role, token=token if token is not None else b"", nonce=nonce),
+                      request_id=1))
+    return c, c.recv_frame()
+
+
+def refused(addr, token=None, role=wire.ROLE_CLIENT, nonce=None):
+    """The controller answers the HELLO with ERROR and closes; returns (code, message)."""
+    c, f = hello_as(addr, token, role, nonce)
+    try:
+        assert f is not None and f[0] == wire.ERROR, f
+        fields = wire.parse_fields(f[2])
+        c.expect_closed()
+        return wire.zigzag_decode(fields[1][0]), fields[2][0].decode()
+    finally:
+        c.close()
+
+
+def worker_handshake(addr, secret, nonce=None):
+    """HELLO as a worker with a nonce; checks the controller's proof; returns (conn, nonce, challenge)."""
+    nonce = nonce or os.urandom(32)
+    c, f = hello_as(addr, role=wire.ROLE_WORKER, nonce=nonce)
+    assert f is not None and f[0] == wire.HELLO_REPLY, f
+    fields = wire.parse_fields(f[2])
+    challenge, proof = fields[11][0], fields[12][0]
+    assert len(challenge) == 32
+    assert proof == wire.controller_proof(secret, nonce, challenge), "the controller's proof does not verify"
+    return c, nonce, challenge
+
+
+def register(c, proof, host="authhost"):
+    reg = wire.register_worker(host=host, pid=os.getpid(), slice_name="auth", specs=[wire.device_spec(0)], proof=proof)
+    c.send(wire.frame(wire.REGISTER_WORKER, reg, request_id=2))
+    return c.recv_frame()
+
+
+def test_client_without_token_is_refused(acluster):
+    code, msg = refused(acluster.addr)
+    assert code == wire.PERMISSION and "requires a client token" in msg, msg
+    code, msg = refused(acluster.addr, token=b"loom_0123456789abcdef_" + b"0" * 64)
+    assert code == wire.PERMISSION and "not valid" in msg, msg
+    env = {k: v for k, v in os.environ.items() if k != "LOOM_TOKEN"}
+    r = run_loom("devices", "--controller", acluster.addr, env=env)
+    assert r.returncode != 0 and "requires a client token" in r.stderr, r.stderr
+    # a good token gets a session, and the reply names its user
+    c, f = hello_as(acluster.addr, token=acluster.auth.tokens["bob"])
+    assert f[0] == wire.HELLO_REPLY and wire.parse_fields(f[2])[13][0] == b"bob"
+    c.close()
+    assert len(devices(acluster.addr)["devices"]) == 8  # and everyone else is still served
+
+
+def test_worker_without_secret_is_refused(acluster, procs):
+    code, msg = refused(acluster.addr, role=wire.ROLE_WORKER)
+    assert code == wire.PERMISSION and "requires worker authentication" in msg, msg
+    # the real worker binary, started without --secret-file, says why and exits
+    p = procs.start(["worker", "--controller", acluster.addr, "--devices", "1"], "nosecret")
+    p.expect_clean = False
+    p.wait(timeout=30)
+    assert p.returncode != 0 and "requires worker authentication" in procs.log(p), procs.log(p)
+    # before authenticating, a worker may not ask anything
+    c, nonce, challenge = worker_handshake(acluster.addr, acluster.auth.secret)
+    c.send(wire.frame(wire.LIST_DEVICES, b"", request_id=3))
+    code, msg, _ = c.expect_error()
+    assert code == wire.PERMISSION and "authenticate" in msg, msg
+    c.close()
+    assert len(devices(acluster.addr)["devices"]) == 8
+
+
+def test_wrong_secret_is_refused(acluster, procs, tmp_path):
+    c, nonce, challenge = worker_handshake(acluster.addr, acluster.auth.secret)
+    f = register(c, wire.worker_proof(os.urandom(32), nonce, challenge))
+    assert f[0] == wire.ERROR
+    assert "worker authentication failed" in wire.parse_fields(f[2])[2][0].decode()
+    c.expect_closed()
+    c.close()
+    # a replayed proof (another connection's) does not work either: the challenge is fresh
+    c1, n1, ch1 = worker_handshake(acluster.addr, acluster.auth.secret)
+    c2, _, _ = worker_handshake(acluster.addr, acluster.auth.secret, nonce=n1)
+    f = register(c2, wire.worker_proof(acluster.auth.secret, n1, ch1))
+    assert f[0] == wire.ERROR and "authentication failed" in wire.parse_fields(f[2])[2][0].decode()
+    c1.close(), c2.close()
+    # the real worker with a wrong secret: it refuses the controller, whose proof does not verify
+    bad = tmp_path / "bad-secret"
+    fd = os.open(bad, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, (os.urandom(32).hex() + "\n").encode())
+    os.close(fd)
+    p = procs.start(["worker", "--controller", acluster.addr, "--devices", "1", "--secret-file", str(bad)], "badsecret")
+    p.expect_clean = False
+    p.wait(timeout=30)
+    assert p.returncode != 0 and "failed authentication" in procs.log(p), procs.log(p)
+    # a secret file others can read is refused outright
+    os.chmod(bad, 0o644)
+    r = run_loom("worker", "--controller", acluster.addr, "--secret-file", str(bad))
+    assert r.returncode != 0 and "chmod 600" in r.stderr, r.stderr
+    d = devices(acluster.addr)
+    assert len(d["devices"]) == 8 and all(x["healthy"] for x in d["devices"])
+
+
+def test_the_register_reply_carries_no_key(acluster):
+    c, nonce, challenge = worker_handshake(acluster.addr, acluster.auth.secret)
+    f = register(c, wire.worker_proof(acluster.auth.secret, nonce, challenge))
+    assert f[0] == REGISTER_WORKER_REPLY, f
+    assert 4 not in wire.parse_fields(f[2]), "an authenticated worker's transfer key must not travel"
+    c.close()
+
+
+def test_unauthenticated_controller_gives_each_worker_its_own_key(procs, tmp_path):
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    keys = []
+    for i in range(2):
+        conn, f = hello_as(c.addr, role=wire.ROLE_WORKER)
+        assert f[0] == wire.HELLO_REPLY and 11 not in wire.parse_fields(f[2])
+        f = register(conn, None, host=f"h{i}")
+        assert f[0] == REGISTER_WORKER_REPLY
+        keys.append(wire.parse_fields(f[2])[4][0])
+        conn.close()
+    assert len(keys[0]) == 16 and keys[0] != keys[1], "a worker's key must not open another worker's shards"
+
+
+def test_revoked_and_expired_tokens_are_refused(acluster, auth):
+    tok = auth.create("carol")
+    c, f = hello_as(acluster.addr, token=tok)
+    assert f[0] == wire.HELLO_REPLY
+    c.close()
+    tid = tok.split("_")[1]
+    listing = run_loom("token", "list", "--json", "--tokens-file", str(auth.tokens_file), check=True).stdout
+    assert tid in listing and tok not in listing and tok.split("_")[2] not in listing  # only hashes are kept
+    run_loom("token", "revoke", tid[:6], "--tokens-file", str(auth.tokens_file), check=True)
+    code, msg = refused(acluster.addr, token=tok)
+    assert code == wire.PERMISSION and "revoked" in msg and "carol" in msg, msg
+    short = auth.create("dave", "--expires", "1s")
+    time.sleep(1.2)
+    code, msg = refused(acluster.addr, token=short)
+    assert code == wire.PERMISSION and "expired" in msg, msg
+    assert len(devices(acluster.addr)["devices"]) == 8  # alice's token still works
+
+
+def session(addr, token):
+    c, f = hello_as(addr, token=token)
+    assert f[0] == wire.HELLO_REPLY, f
+    return c, wire.parse_fields(f[2])[3][0]
+
+
+def test_a_second_user_sees_none_of_the_first_users_arrays(acluster, auth):
+    a, sa = session(acluster.addr, auth.tokens["alice"])
+    b, sb = session(acluster.addr, auth.tokens["bob"])
+    assert sa != sb
+    # alice puts a 4 x f32 array on device 0
+    a.send(wire.frame(ARRAY_CREATE, wire.field_varint(1, 77) + wire.field_varint(2, 12) + wire.field_packed(3, [4]),
+                      request_id=5))
+    t, _, meta, _ = a.recv_frame()
+    assert t == ARRAY_PLACEMENT, meta
+    shard = wire.parse_fields(wire.parse_fields(meta)[2][0])
+    port, put_tok, li = shard[3][0].decode(), shard[7][0], shard.get(4, [0])[0]
+    d = wire.Conn(port)
+    d.handshake()
+    target = wire.field_varint(1, 77) + wire.field_varint(2, li) + wire.field_bytes(3, put_tok)
+    put = wire.field_varint(1, sa) + wire.field_varint(2, 12) + wire.field_packed(3, [4]) + wire.field_bytes(4, target)
+    d.send(wire.frame(SHARD_PUT, put, payload=struct.pack("<4f", 1, 2, 3, 4), request_id=6))
+    assert d.recv_frame()[0] == ACK
+    a.send(wire.frame(ARRAY_LOCATE, wire.field_varint(1, 77), request_id=7))
+    t, _, meta, _ = a.recv_frame()
+    assert t == ARRAY_PLACEMENT
+    get_tok = wire.parse_fields(wire.parse_fields(meta)[2][0])[7][0]
+    # bob's session does not know array 77
+    b.send(wire.frame(ARRAY_LOCATE, wire.field_varint(1, 77), request_id=8))
+    code, msg, _ = b.expect_error()
+    assert code == NOT_FOUND, msg
+    # and alice's get token is worthless outside her session: in bob's session, or as a made-up one in hers
+    for sess, tok in ((sb, get_tok), (sa, bytes(8)), (sa, put_tok)):
+        get = wire.field_varint(1, sess) + wire.field_varint(2, 77) + wire.field_varint(3, li) + wire.field_bytes(4, tok)
+        d.send(wire.frame(SHARD_GET, get, request_id=9))
+        code, msg, _ = d.expect_error()
+        assert code == wire.PERMISSION and "token" in msg, msg
+    # alice herself reads it back
+    get = wire.field_varint(1, sa) + wire.field_varint(2, 77) + wire.field_varint(3, li) + wire.field_bytes(4, get_tok)
+    d.send(wire.frame(SHARD_GET, get, request_id=10))
+    t, _, _, payload = d.recv_frame()
+    assert t == 35 and struct.unpack("<4f", payload) == (1, 2, 3, 4)
+    for x in (a, b, d):
+        x.close()
+
+
+def dataplane_blob(worker_id):
+    """A well-formed data-plane address blob (src/dataplane/endpoint.c) naming worker_id."""
+    ucx = os.urandom(40)
+    hdr = bytearray(56)
+    struct.pack_into("<I", hdr, 0, 0x41444d4c)
+    hdr[4] = 1
+    struct.pack_into("<QII", hdr, 8, worker_id, os.getpid(), len(ucx))
+    return bytes(hdr) + ucx
+
+
+def test_forged_dataplane_address_is_refused(acluster):
+    c, nonce, challenge = worker_handshake(acluster.addr, acluster.auth.secret)
+    f = register(c, wire.worker_proof(acluster.auth.secret, nonce, challenge))
+    assert f[0] == REGISTER_WORKER_REPLY
+    me = wire.parse_fields(f[2]).get(1, [0])[0]
+    assert me == 2
+    # worker 2 publishes worker 0's identity: it would receive the collectives meant for worker 0
+    c.send(wire.frame(WORKER_DATAPLANE, wire.field_bytes(1, dataplane_blob(0))))
+    code, msg, _ = c.expect_error()
+    assert code == wire.PERMISSION and "names worker 0" in msg, msg
+    c.expect_closed()
+    c.close()
+    log = lambda: acluster.procs.log(acluster.controller)
+    wait_for(lambda: "sent a data-plane address of worker 0" in log(), 10, what="the controller's warning")
+    # the real workers' collectives are untouched
+    r, _ = loom_run(acluster.addr, EXAMPLES / "distributed_sum.mlir", "--devices", "0-7")
+    assert r.returncode == 0 and r.stdout == "[8 8 8 8 8 8 8 8]\n", r.stderr
+
+
+def test_listen_beyond_loopback_needs_authentication(tmp_path, auth):
+    def start(*extra):
+        return subprocess.run([LOOM_BIN, "controller", "--listen", "0.0.0.0:0", *extra], capture_output=True,
+                              text=True, timeout=5, stdin=subprocess.DEVNULL)
+
+    r = start()
+    assert r.returncode != 0 and "without authentication" in r.stderr and "--insecure" in r.stderr, r.stderr
+    r = start("--secret-file", str(auth.secret_file))  # workers, but not clients
+    assert r.returncode != 0 and "without authentication" in r.stderr, r.stderr
+    for extra in (("--insecure",), tuple(auth.controller_args())):
+        addr_file = tmp_path / "a.addr"
+        p = subprocess.Popen([LOOM_BIN, "controller", "--listen", "0.0.0.0:0", "--address-file", str(addr_file), *extra],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+        try:
+            wait_for(lambda: addr_file.exists() and addr_file.read_text().strip(), 10, what="the controller to listen")
+        finally:
+            p.terminate()
+            out = p.communicate(timeout=20)[0]
+        assert p.returncode == 0, out
+        if extra == ("--insecure",):
+            assert "without a cluster secret" in out, out
+        addr_file.unlink()
+
+
+def test_loom_up_is_authenticated(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    monkeypatch.delenv("LOOM_TOKEN", raising=False)
+    r = run_loom("up", "--detach", "--workers", "1", "--devices-per-worker", "2", timeout=90)
+    assert r.returncode == 0, r.stderr
+    try:
+        for name in ("secret", "token", "tokens"):
+            assert (os.stat(state / name).st_mode & 0o777) == 0o600, name
+        addr = (state / "controller.addr").read_text().strip()
+        assert len(devices(addr)["devices"]) == 2  # the local token is found without being told
+        # another state directory (another user's view): no token, refused
+        env = dict(os.environ, LOOM_STATE_DIR=str(tmp_path / "other"))
+        r = run_loom("devices", "--controller", addr, env=env)
+        assert r.returncode != 0 and "requires a client token" in r.stderr, r.stderr
+        listing = run_loom("token", "list", check=True).stdout
+        assert "loom up" in listing
+    finally:
+        run_loom("down", timeout=60)
