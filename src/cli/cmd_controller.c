@@ -27,6 +27,9 @@ static const char g_usage[] =
     "  --tokens-file PATH          client tokens (`loom token`): clients must present one in HELLO;\n"
     "                              the file is re-read when it changes\n"
     "  --insecure                  allow a non-loopback --listen without both files\n"
+    "  --session-idle-timeout MS   close a session that sent nothing this long and has no launch\n"
+    "                              running (default 0: never)\n"
+    "  --max-sessions-per-user N   open sessions one token's user may hold (default 1024)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -35,7 +38,7 @@ int cmd_controller(int argc, char **argv) {
   const char *cmd = "controller";
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
-  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE };
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -47,6 +50,8 @@ int cmd_controller(int argc, char **argv) {
       {"secret-file", required_argument, 0, O_SECRET},
       {"tokens-file", required_argument, 0, O_TOKENS},
       {"insecure", no_argument, 0, O_INSECURE},
+      {"session-idle-timeout", required_argument, 0, O_IDLE},
+      {"max-sessions-per-user", required_argument, 0, O_MAXS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -60,6 +65,14 @@ int cmd_controller(int argc, char **argv) {
     case O_SECRET: cfg.secret_file = optarg; break;
     case O_TOKENS: cfg.tokens_file = optarg; break;
     case O_INSECURE: cfg.insecure = true; break;
+    case O_IDLE:
+      if (cli_parse_u64(cmd, "--session-idle-timeout", optarg, 0, 86400000, &v) < 0) return 2;
+      cfg.session_idle_timeout_ms = (uint32_t)v;
+      break;
+    case O_MAXS:
+      if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
+      cfg.max_sessions_per_user = (uint32_t)v;
+      break;
     case O_HBI:
       if (cli_parse_u64(cmd, "--heartbeat-interval", optarg, 10, 600000, &v) < 0) return 2;
       cfg.heartbeat_interval_ms = (uint32_t)v;

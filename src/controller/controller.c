@@ -29,6 +29,7 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->heartbeat_interval_ms = 500;
   c->heartbeat_timeout_ms = 5000;
   c->max_peers = 4096;
+  c->max_sessions_per_user = 1024;
   lm_conn_config_default(&c->conn);
 }
 
@@ -140,6 +141,18 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
       return;
     }
     r.user = p->user;
+    if (c->cfg.tokens_file && c->cfg.max_sessions_per_user) {
+      uint32_t mine = 0;
+      for (peer *q = c->peers; q; q = q->next)
+        if (q->role == ROLE_CLIENT && !strcmp(q->user, p->user)) mine++;
+      if (mine >= c->cfg.max_sessions_per_user) {
+        lm_warn("refused client %s: user %s already has %u sessions", lm_conn_peer_name(p->conn), p->user, mine);
+        lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_BUSY,
+                                 "user %s already has %u open sessions, the limit (--max-sessions-per-user)", p->user,
+                                 mine);
+        return;
+      }
+    }
     lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
     if (!s) {
       lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
@@ -490,6 +503,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   peer *p = lm_conn_user(conn);
   ctl *c = p->ctl;
   unsigned type = f->h.type;
+  p->last_ms = ctl_now_ms(c);
   if (p->role == ROLE_NEW && type != LM_MSG_HELLO) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "expected HELLO first, got %s (type %u)",
                              lm_msg_name(type), type);
@@ -646,8 +660,27 @@ static void on_connection(uv_stream_t *server, int status) {
     lm_conn_close_with_error(conn, 0, LOOM_BUSY, "too many connections (limit %u)", c->cfg.max_peers);
 }
 
+/* Closes client sessions that sent nothing for --session-idle-timeout and have no launch running. */
+static void expire_idle_sessions(ctl *c) {
+  uint32_t limit = c->cfg.session_idle_timeout_ms;
+  uint64_t now = ctl_now_ms(c);
+  if (!limit) return;
+  for (peer *p = c->peers, *next; p; p = next) {
+    next = p->next; /* closing does not free p before its close callback, but stay safe */
+    if (p->role != ROLE_CLIENT || !lm_conn_is_open(p->conn) || now - p->last_ms < limit) continue;
+    bool busy = false;
+    for (c_launch *l = c->active; l && !busy; l = l->next) busy = l->client == p;
+    if (busy) continue;
+    lm_info("session %llu (%s) idle for %u ms: closing it", (unsigned long long)p->session->id, p->session->name,
+            limit);
+    lm_conn_close_with_error(p->conn, 0, LOOM_TIMEOUT,
+                             "session closed after %u ms without a request (--session-idle-timeout)", limit);
+  }
+}
+
 static void on_health_tick(uv_timer_t *t) {
   ctl *c = t->data;
+  expire_idle_sessions(c);
   uint32_t lost[64];
   size_t n;
   do {

@@ -20,6 +20,10 @@ typedef struct lm_controller_config {
   const char *secret_file;         /* the cluster secret workers must prove they hold (NULL: none) */
   const char *tokens_file;         /* client tokens (`loom token`); NULL: clients need none */
   bool insecure;                   /* allow a non-loopback listener without both of the above */
+  uint32_t session_idle_timeout_ms;/* a session that sends nothing and has no launch running this
+                                      long is closed (0: never, the default) */
+  uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
+                                      tokens only) */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

@@ -33,6 +33,7 @@ typedef struct peer {
   uint32_t worker_id;        /* workers, once registered */
   uint64_t cseq;             /* workers: messages sent to it since registration */
   lm_session *session;       /* clients */
+  uint64_t last_ms;          /* clients: when its last frame arrived (idle sessions time out) */
   char user[LM_TOKEN_USER_MAX + 1]; /* clients: the user their token names ("" without tokens) */
   bool challenged;           /* workers: HELLO_REPLY carried our challenge */
   uint8_t nonce[LM_AUTH_NONCE_SIZE], challenge[LM_AUTH_NONCE_SIZE]; /* workers: the two halves */

@@ -295,3 +295,33 @@ def test_loom_up_is_authenticated(tmp_path, monkeypatch):
         assert "loom up" in listing
     finally:
         run_loom("down", timeout=60)
+
+
+def test_idle_and_excess_sessions(procs, tmp_path, auth, monkeypatch):
+    monkeypatch.setenv("LOOM_TOKEN", auth.tokens["alice"])
+    c = Cluster(procs, tmp_path, auth)
+    c.start_controller("--session-idle-timeout", "400", "--max-sessions-per-user", "2", "--handshake-timeout", "1000")
+    # a user's sessions are capped; another user is not affected
+    a1, _ = session(c.addr, auth.tokens["alice"])
+    a2, _ = session(c.addr, auth.tokens["alice"])
+    code, msg = refused(c.addr, token=auth.tokens["alice"])
+    assert code == -19 and "alice already has 2 open sessions" in msg, msg  # BUSY
+    b1, _ = session(c.addr, auth.tokens["bob"])
+    # an idle session is closed with the reason; one that keeps asking stays
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 1.2:
+        b1.send(wire.frame(wire.PING, wire.field_varint(1, 1), request_id=3))
+        assert b1.recv_frame()[0] == wire.PONG
+        time.sleep(0.1)
+    code, msg, _ = a1.expect_error(timeout=5)
+    assert code == wire.TIMEOUT and "--session-idle-timeout" in msg, msg
+    a1.expect_closed()
+    b1.send(wire.frame(wire.PING, wire.field_varint(1, 1), request_id=4))
+    assert b1.recv_frame()[0] == wire.PONG
+    # connections that never authenticate are closed within the handshake deadline
+    idle = [wire.Conn(c.addr) for _ in range(50)]
+    half = [hello_as(c.addr, role=wire.ROLE_WORKER, nonce=os.urandom(32))[0] for _ in range(5)]
+    for x in idle + half:
+        x.expect_closed(timeout=10)  # the deadline is 1 s
+    for x in (a1, a2, b1, *idle, *half):
+        x.close()
