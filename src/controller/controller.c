@@ -226,6 +226,12 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
     reply_error(p, f, LOOM_INVALID_ARGUMENT, "already registered as worker %u", p->worker_id);
     return;
   }
+  if (m->dataplane_address.len) { /* it would reach the other workers unchecked (on_worker_dataplane checks) */
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_INVALID_ARGUMENT,
+                             "cannot register worker: dataplane_address must be empty (the data-plane address comes "
+                             "in WORKER_DATAPLANE, once the worker knows its id)");
+    return;
+  }
   uint8_t key[LM_TOKEN_KEY_SIZE];
   lm_err kerr;
   if (c->have_secret) {
@@ -269,8 +275,7 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   uint32_t id = 0;
   if (rc == 0) {
     lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
-                           .kinds = kinds, .capacities = caps, .dataplane = m->dataplane_address.data,
-                           .dataplane_len = m->dataplane_address.len, .data_address = m->data_address};
+                           .kinds = kinds, .capacities = caps, .data_address = m->data_address};
     rc = lm_registry_add_worker(c->reg, &spec, ctl_now_ms(c), &id, &err);
   }
   if (rc == 0 && ensure_worker_slot(c, id) < 0) {

@@ -235,6 +235,14 @@ def dataplane_blob(worker_id):
 
 
 def test_forged_dataplane_address_is_refused(acluster):
+    # an address at registration (before the worker has an id) is not taken either
+    c, nonce, challenge = worker_handshake(acluster.addr, acluster.auth.secret)
+    reg = wire.register_worker(host="forger", pid=1, slice_name="auth", specs=[wire.device_spec(0)],
+                               proof=wire.worker_proof(acluster.auth.secret, nonce, challenge))
+    c.send(wire.frame(wire.REGISTER_WORKER, reg + wire.field_bytes(5, dataplane_blob(0)), request_id=2))
+    code, msg, _ = c.expect_error()
+    assert code == wire.INVALID_ARGUMENT and "dataplane_address must be empty" in msg, msg
+    c.close()
     c, nonce, challenge = worker_handshake(acluster.addr, acluster.auth.secret)
     f = register(c, wire.worker_proof(acluster.auth.secret, nonce, challenge))
     assert f[0] == REGISTER_WORKER_REPLY
