@@ -30,10 +30,22 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->heartbeat_timeout_ms = 5000;
   c->max_peers = 4096;
   c->max_sessions_per_user = 1024;
+  c->reclaim_after_ms = 60000;
   lm_conn_config_default(&c->conn);
 }
 
 uint64_t ctl_now_ms(ctl *c) { return uv_now(&c->loop); }
+
+uint32_t *ctl_hold(ctl *c, const uint32_t *devs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (devs[i] < LM_REG_MAX_DEVICES) c->dev_refs[devs[i]]++;
+  return c->dev_refs;
+}
+
+void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (devs[i] < LM_REG_MAX_DEVICES && held[devs[i]]) held[devs[i]]--;
+}
 static void worker_lost(ctl *c, uint32_t id, const char *why);
 
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
@@ -212,8 +224,29 @@ static int ensure_worker_slot(ctl *c, uint32_t id) {
   if (!k) return -1; /* worker_peer grew; worker_peer_cap did not: the next call retries */
   memset(k + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *k);
   c->worker_key = k;
+  uint64_t *la = realloc(c->lost_at, cap * sizeof *la);
+  if (!la) return -1;
+  memset(la + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *la);
+  c->lost_at = la;
   c->worker_peer_cap = cap;
   return 0;
+}
+
+/* A lost worker of ndev devices whose ids may go to a new worker: gone for --reclaim-after, no
+ * connection, and none of its device ids named by an array or program; UINT32_MAX if none. */
+static uint32_t reclaimable(ctl *c, uint32_t ndev) {
+  uint64_t now = ctl_now_ms(c);
+  uint32_t n = lm_registry_worker_count(c->reg);
+  for (uint32_t i = 0; i < n && i < c->worker_peer_cap; i++) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, i);
+    if (w->state != LM_WORKER_LOST || w->ndevices != ndev || c->worker_peer[i] || !c->lost_at[i] ||
+        now - c->lost_at[i] < c->cfg.reclaim_after_ms)
+      continue;
+    bool named = false;
+    for (uint32_t d = 0; d < w->ndevices && !named; d++) named = c->dev_refs[w->device_ids[d]] != 0;
+    if (!named) return i;
+  }
+  return UINT32_MAX;
 }
 
 static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWorker *m) {
@@ -276,7 +309,22 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   if (rc == 0) {
     lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
                            .kinds = kinds, .capacities = caps, .data_address = m->data_address};
-    rc = lm_registry_add_worker(c->reg, &spec, ctl_now_ms(c), &id, &err);
+    uint32_t old = lm_registry_has_room(c->reg, (uint32_t)n) ? UINT32_MAX : reclaimable(c, (uint32_t)n);
+    if (old != UINT32_MAX && lm_registry_reuse_worker(c->reg, old, &spec, ctl_now_ms(c), &err) == 0) {
+      lm_info("reclaimed the ids of worker %u (lost %llu ms ago) for a new worker", old,
+              (unsigned long long)(ctl_now_ms(c) - c->lost_at[old]));
+      c->lost_at[old] = 0;
+      id = old;
+    } else {
+      rc = lm_registry_add_worker(c->reg, &spec, ctl_now_ms(c), &id, &err);
+      if (rc == LOOM_BUSY) {
+        char full[LM_ERR_MSG_MAX];
+        snprintf(full, sizeof full, "%.200s", err.msg);
+        rc = lm_errf(&err, LOOM_BUSY, "%s, and no worker of %zu devices has been gone for %u ms (--reclaim-after) "
+                     "with none of its device ids still named by an array or program", full, n,
+                     c->cfg.reclaim_after_ms);
+      }
+    }
   }
   if (rc == 0 && ensure_worker_slot(c, id) < 0) {
     lm_registry_mark_lost(c->reg, id, "controller out of memory");
@@ -440,6 +488,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
 /* A worker is lost (once): its launches fail, loads in progress fail, other workers hear it. */
 static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->stopping) return;
+  if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
@@ -760,7 +809,8 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   c->next_program = 1;
   c->next_rid = 1;
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
-  if (!c->log) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  c->dev_refs = calloc(LM_REG_MAX_DEVICES, sizeof *c->dev_refs);
+  if (!c->log || !c->dev_refs) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0 && c->cfg.secret_file) {
     rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
     c->have_secret = rc == 0;
@@ -777,6 +827,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
                  c->cfg.listen);
   if (rc < 0) {
     free(c->log);
+    free(c->dev_refs);
     lm_tokens_free(&c->tokens);
     uv_loop_close(&c->loop);
     lm_registry_destroy(c->reg);
@@ -819,6 +870,8 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
   free(c->worker_key);
+  free(c->lost_at);
+  free(c->dev_refs);
   lm_tokens_free(&c->tokens);
   lm_auth_wipe(c->secret, sizeof c->secret);
   free(c);

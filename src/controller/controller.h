@@ -22,6 +22,9 @@ typedef struct lm_controller_config {
   bool insecure;                   /* allow a non-loopback listener without both of the above */
   uint32_t session_idle_timeout_ms;/* a session that sends nothing and has no launch running this
                                       long is closed (0: never, the default) */
+  uint32_t reclaim_after_ms;       /* once fresh ids run out, a worker lost this long gives its worker
+                                      id and device ids to a new worker of as many devices, if no
+                                      array or program names them (default 60000) */
   uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
                                       tokens only) */
 } lm_controller_config;

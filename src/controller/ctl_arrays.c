@@ -11,6 +11,7 @@
 void ctl_array_destroy(void *obj) {
   c_array *a = obj;
   if (!a) return;
+  if (a->held) ctl_release(a->held, a->devs, a->nheld);
   free(a->devs);
   free(a->msg);
   free(a);
@@ -197,6 +198,7 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     }
   }
   for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) lm_session_touch(p->session, lm_registry_device(c->reg, a->devs[i])->worker);
+  if (rc == 0) a->held = ctl_hold(c, a->devs, a->nheld = a->sh.ndev);
   if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, &err);
   if (rc < 0) {
     ctl_array_destroy(a);

@@ -5,6 +5,7 @@ session sees nothing of another's, the REGISTER reply hands out no key, a worker
 another worker's data-plane address, and a controller reachable from other hosts refuses to
 start without authentication. The wire side is tests/integration/wire.py (an independent
 implementation), so these also check the documented handshake byte for byte."""
+import json
 import os
 import struct
 import subprocess
@@ -332,4 +333,53 @@ def test_idle_and_excess_sessions(procs, tmp_path, auth, monkeypatch):
     for x in idle + half:
         x.expect_closed(timeout=10)  # the deadline is 1 s
     for x in (a1, a2, b1, *idle, *half):
+        x.close()
+
+
+def test_ids_of_long_gone_workers_are_reclaimed(procs, tmp_path):
+    """Fresh ids run out (64 workers x 1024 devices = the 65,536 virtual device ids); a worker
+    lost for --reclaim-after gives its ids to the next worker of as many devices, once no array
+    names them; until then the refusal names the limit."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--reclaim-after", "800", "--heartbeat-timeout", "600000", "--heartbeat-interval", "100000")
+    specs = [wire.device_spec(i) for i in range(1024)]
+
+    def join(host):
+        conn, f = hello_as(c.addr, role=wire.ROLE_WORKER)
+        assert f[0] == wire.HELLO_REPLY
+        conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(host=host, pid=1, specs=specs), request_id=2))
+        f = conn.recv_frame(timeout=30)
+        return conn, f
+
+    workers = []
+    for i in range(64):
+        conn, f = join(f"h{i}")
+        assert f[0] == REGISTER_WORKER_REPLY, f
+        workers.append(conn)
+    conn, f = join("extra")
+    assert f[0] == wire.ERROR
+    msg = wire.parse_fields(f[2])[2][0].decode()
+    assert "maximum of 65536 devices" in msg and "--reclaim-after" in msg, msg
+    conn.close()
+    # a client names worker 3's first device in an array, then worker 3 goes away
+    cl, _ = session(c.addr, None)
+    sharding = wire.field_packed(2, [3 * 1024])
+    cl.send(wire.frame(ARRAY_CREATE, wire.field_varint(1, 5) + wire.field_varint(2, 12) + wire.field_packed(3, [4]) +
+                       wire.field_bytes(4, sharding), request_id=3))
+    assert cl.recv_frame()[0] == ARRAY_PLACEMENT
+    workers[3].close()
+    time.sleep(1.0)
+    conn, f = join("held")  # past the grace period, but the array still names device 3072
+    assert f[0] == wire.ERROR and "--reclaim-after" in wire.parse_fields(f[2])[2][0].decode()
+    conn.close()
+    cl.send(wire.frame(20, wire.field_packed(1, [5]), request_id=4))  # ARRAY_DELETE
+    assert cl.recv_frame()[0] == ACK
+    conn, f = join("reborn")
+    assert f[0] == REGISTER_WORKER_REPLY, f
+    r = wire.parse_fields(f[2])
+    assert r[1][0] == 3 and wire.unpack_varints(r[2][0])[0] == 3072, "worker 3's ids, reclaimed"
+    st = json.loads(run_loom("status", "--json", "--controller", c.addr, check=True).stdout)
+    w3 = [w for w in st["workers"] if w["id"] == 3][0]
+    assert w3["host"] == "reborn" and w3["alive"], w3
+    for x in (conn, cl, *workers):
         x.close()
