@@ -242,6 +242,13 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   /* Dead peers are found by keepalive on transports without a connection to lose (shared
    * memory); the default interval is long. The environment still wins. */
   if (!getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(ucfg, "KEEPALIVE_INTERVAL", "1s");
+  /* Listen only where the worker was told to: a local cluster's data plane stays on loopback. */
+  if (c->net_devices && *c->net_devices && !getenv("UCX_NET_DEVICES") &&
+      ucp_config_modify(ucfg, "NET_DEVICES", c->net_devices) != UCS_OK) {
+    ucp_config_release(ucfg);
+    lm_errf(err, LOOM_INVALID_ARGUMENT, "data plane: UCX does not take network devices '%s'", c->net_devices);
+    goto fail;
+  }
   ucp_params_t p;
   memset(&p, 0, sizeof p);
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;

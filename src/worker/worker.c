@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include "common/log.h"
@@ -135,11 +136,37 @@ static void send_register(wk *w) {
   free(ptrs);
 }
 
+/* The network interface that holds the IP address of "IP:PORT" (its name into out), so the data
+ * plane binds where the control connection runs; false for a wildcard or an unknown address. */
+static bool interface_of(const char *addr, char *out, size_t cap) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  lm_err e;
+  if (lm_addr_resolve(addr, &ss, &sl, &e) < 0) return false;
+  struct ifaddrs *ifs;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool found = false;
+  for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != ss.ss_family) continue;
+    if (ss.ss_family == AF_INET)
+      found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ((struct sockaddr_in *)&ss)->sin_addr.s_addr &&
+              ((struct sockaddr_in *)&ss)->sin_addr.s_addr != htonl(INADDR_ANY);
+    else if (ss.ss_family == AF_INET6)
+      found = !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16) &&
+              !IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+    if (found) snprintf(out, cap, "%s", i->ifa_name);
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
 /* The data-plane endpoint needs the worker id, so it is made once registration gave one. */
 static void start_dataplane(wk *w) {
   lm_dp_config dc;
   lm_dp_config_init(&dc);
   dc.self_id = w->worker_id;
+  char ifname[64];
+  if (interface_of(w->data_addr, ifname, sizeof ifname)) dc.net_devices = ifname;
   dc.num_devices = w->cfg.devices;
   lm_err err;
   if (lm_dp_create(&dc, &w->dp, &err) < 0) {

@@ -383,3 +383,34 @@ def test_ids_of_long_gone_workers_are_reclaimed(procs, tmp_path):
     assert w3["host"] == "reborn" and w3["alive"], w3
     for x in (conn, cl, *workers):
         x.close()
+
+
+def listening_addresses(pid):
+    """The (ip, port) pairs process pid listens on over TCP/IPv4 (from /proc, no tools needed)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    out = []
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[3] == "0A" and parts[9] in inodes:  # LISTEN
+                ip_hex, port_hex = parts[1].split(":")
+                ip = ".".join(str(b) for b in reversed(bytes.fromhex(ip_hex)))
+                out.append((ip, int(port_hex, 16)))
+    return out
+
+
+def test_a_local_cluster_listens_on_loopback_only(acluster):
+    """Data port and UCX data plane of a worker whose controller is on loopback stay there too."""
+    r, _ = loom_run(acluster.addr, EXAMPLES / "distributed_sum.mlir", "--devices", "0-7")
+    assert r.returncode == 0 and r.stdout == "[8 8 8 8 8 8 8 8]\n", r.stderr  # the data plane is up and works
+    for w in acluster.workers:
+        addrs = listening_addresses(w.pid)
+        assert len(addrs) >= 2, addrs  # the data port and UCX's
+        assert all(ip.startswith("127.") for ip, _ in addrs), addrs
