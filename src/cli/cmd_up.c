@@ -272,8 +272,18 @@ static int startup(sup *s, lm_err *err) {
     if (rc < 0) break;
     const Lmw__ListDevicesReply *r = (const Lmw__ListDevicesReply *)m;
     have = 0;
-    for (size_t i = 0; i < r->n_devices; i++) have += r->devices[i]->healthy ? 1 : 0;
+    char sick[400] = "";
+    for (size_t i = 0; i < r->n_devices; i++) {
+      have += r->devices[i]->healthy ? 1 : 0;
+      if (!r->devices[i]->healthy && !sick[0] && r->devices[i]->health_reason && *r->devices[i]->health_reason)
+        snprintf(sick, sizeof sick, "worker %u's devices are unhealthy: %.300s", r->devices[i]->worker_id,
+                 r->devices[i]->health_reason);
+    }
     lm_msg_free(m);
+    if (sick[0]) {
+      rc = lm_errf(err, LOOM_WORKER_LOST, "%s (logs in %s)", sick, s->dir);
+      break;
+    }
     if (have >= want) break;
     for (size_t i = 0; i < s->nkids; i++)
       if (!s->kids[i].running) {

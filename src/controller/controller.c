@@ -454,7 +454,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
     o->n_device_ids = w->ndevices;
     o->device_ids = w->device_ids;
     o->alive = w->state == LM_WORKER_ALIVE;
-    o->reason = (char *)w->reason;
+    o->reason = (char *)(w->state == LM_WORKER_ALIVE ? w->problem : w->reason);
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
     o->uptime_ms = now >= w->registered_ms ? now - w->registered_ms : 0;
     const lm_reg_transfers *x = &w->transfers;
@@ -506,6 +506,13 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     return;
   }
   lm_err err;
+  if (!m->address.len && m->error && *m->error) { /* its data plane did not start: its devices cannot take part */
+    char why[LM_REG_REASON_MAX];
+    snprintf(why, sizeof why, "data plane did not start: %.120s", m->error);
+    lm_warn("worker %u: %s; its devices are unhealthy", p->worker_id, why);
+    lm_registry_set_problem(c->reg, p->worker_id, why, NULL);
+    return;
+  }
   uint64_t claimed;
   if (lm_dp_address_id(m->address.data, m->address.len, &claimed, &err) < 0) {
     lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);

@@ -1,5 +1,6 @@
 /* Worker registry and virtual device table: validation of registrations, dense virtual ids,
  * heartbeats and loss. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "controller/registry.h"
@@ -137,6 +138,7 @@ int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *
   w->pid = s->pid;
   w->state = LM_WORKER_ALIVE;
   w->reason[0] = 0;
+  w->problem[0] = 0;
   w->registered_ms = w->last_heartbeat_ms = now_ms;
   memset(&w->transfers, 0, sizeof w->transfers);
   for (uint32_t i = 0; i < s->ndevices; i++) {
@@ -222,11 +224,20 @@ const lm_reg_device *lm_registry_device(const lm_registry *r, uint32_t id) {
 }
 
 bool lm_registry_device_healthy(const lm_registry *r, uint32_t id) {
-  return id < r->ndevices && r->workers[r->devices[id].worker].state == LM_WORKER_ALIVE;
+  if (id >= r->ndevices) return false;
+  const lm_reg_worker *w = &r->workers[r->devices[id].worker];
+  return w->state == LM_WORKER_ALIVE && !w->problem[0];
+}
+
+int lm_registry_set_problem(lm_registry *r, uint32_t worker, const char *reason, lm_err *err) {
+  if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
+  lm_reg_worker *w = &r->workers[worker];
+  snprintf(w->problem, sizeof w->problem, "%s", reason && *reason ? reason : "unusable");
+  return 0;
 }
 
 const char *lm_registry_device_reason(const lm_registry *r, uint32_t id) {
   if (id >= r->ndevices) return "no such device";
   const lm_reg_worker *w = &r->workers[r->devices[id].worker];
-  return w->state == LM_WORKER_ALIVE ? "" : w->reason;
+  return w->state == LM_WORKER_ALIVE ? w->problem : w->reason;
 }

@@ -56,6 +56,8 @@ typedef struct lm_reg_worker {
   uint64_t registered_ms;          /* clock of the caller */
   uint64_t last_heartbeat_ms;      /* registration counts as the first heartbeat */
   lm_reg_transfers transfers;      /* as of the latest heartbeat */
+  char problem[LM_REG_REASON_MAX]; /* alive but its devices unusable (its data plane did not
+                                      start); "" when none */
 } lm_reg_worker;
 
 typedef struct lm_reg_device {
@@ -91,6 +93,9 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
 int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err);
 /* Sets (replaces) a worker's data-plane address. LOOM_NOT_FOUND / LOOM_INVALID_ARGUMENT. */
 int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err);
+/* Marks an alive worker's devices unhealthy with a reason while it stays connected (e.g. its
+ * data plane did not start). LOOM_NOT_FOUND for an unknown worker. */
+int lm_registry_set_problem(lm_registry *r, uint32_t worker, const char *reason, lm_err *err);
 /* Marks an alive worker lost (its devices turn unhealthy) with a reason; no-op if already lost.
  * Returns true when the state changed. */
 bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason);

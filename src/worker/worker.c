@@ -172,6 +172,9 @@ static void start_dataplane(wk *w) {
   if (lm_dp_create(&dc, &w->dp, &err) < 0) {
     w->dp = NULL;
     lm_error("no data plane (collectives between devices will fail): %s", err.msg);
+    Lmw__WorkerDataplane m = LMW__WORKER_DATAPLANE__INIT; /* the controller marks our devices unhealthy */
+    m.error = err.msg;
+    wk_send(w, LM_MSG_WORKER_DATAPLANE, 0, &m.base);
     return;
   }
   const void *blob;

@@ -414,3 +414,22 @@ def test_a_local_cluster_listens_on_loopback_only(acluster):
         addrs = listening_addresses(w.pid)
         assert len(addrs) >= 2, addrs  # the data port and UCX's
         assert all(ip.startswith("127.") for ip, _ in addrs), addrs
+
+
+def test_a_worker_whose_data_plane_cannot_start_is_unhealthy(procs, tmp_path):
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(2)
+    env = dict(os.environ, UCX_TLS="no_such_transport")  # UCX refuses to start
+    procs.start(["worker", "--controller", c.addr, "--devices", "2"], "nodp", env=env)
+
+    def sick():
+        d = devices(c.addr)["devices"]
+        return d if len(d) == 4 and sum(x["healthy"] for x in d) == 2 else None
+
+    d = wait_for(sick, 30, what="the second worker's devices, unhealthy")
+    bad = [x for x in d if not x["healthy"]]
+    assert all("data plane did not start" in x["health_reason"] for x in bad), bad
+    prog = EXAMPLES.parent / "tests" / "integration" / "programs" / "spin_4.mlir"
+    r = run_loom("run", str(prog), "--devices", ",".join(str(x["id"]) for x in d), "--controller", c.addr)
+    assert r.returncode != 0 and "data plane did not start" in r.stderr, r.stderr
