@@ -16,24 +16,58 @@
 #include "common/log.h"
 #include "controller/controller.h"
 #include "loom/loom.h"
+#include "net/auth.h"
 #include "worker/worker.h"
 
 typedef struct bench_cluster {
   pid_t pids[17];
   int n;
   char addr[128];
+  bool auth;                            /* a cluster secret and a client token (bench_cluster_start_auth) */
+  char secret[64], tokens[64];          /* their files, removed by bench_cluster_stop */
+  char token[LM_TOKEN_STR_LEN + 1];
 } bench_cluster;
 
 static inline void bench_cluster_stop(bench_cluster *bc) {
   for (int i = bc->n - 1; i >= 0; i--) kill(bc->pids[i], SIGTERM);
   for (int i = bc->n - 1; i >= 0; i--) waitpid(bc->pids[i], NULL, 0);
   bc->n = 0;
+  if (bc->auth) {
+    unlink(bc->secret);
+    unlink(bc->tokens);
+    char lk[80];
+    snprintf(lk, sizeof lk, "%s.lock", bc->tokens);
+    unlink(lk);
+  }
 }
 
-/* Starts the cluster and waits until all W * D devices are listed. Exits on failure. */
-static inline void bench_cluster_start(bench_cluster *bc, int workers, int devices, uint64_t device_memory) {
+/* The token to present (NULL without authentication). */
+static inline void bench_cluster_auth_options(const bench_cluster *bc, loom_connect_options *o) {
+  if (!bc->auth) return;
+  o->auth_token = bc->token;
+  o->auth_token_size = strlen(bc->token);
+}
+
+/* Starts the cluster and waits until all W * D devices are listed; with auth, the controller
+ * has a cluster secret (the workers prove it) and a token store (the clients present a token),
+ * as `loom up` sets it up. Exits on failure. */
+static inline void bench_cluster_start_auth(bench_cluster *bc, int workers, int devices, uint64_t device_memory,
+                                            bool auth) {
   memset(bc, 0, sizeof *bc);
   setenv("LOOM_LOG_LEVEL", "error", 0);
+  if (auth) {
+    lm_err e;
+    lm_token_store st = {0};
+    bc->auth = true;
+    snprintf(bc->secret, sizeof bc->secret, "/tmp/loom-bench-%d.secret", (int)getpid());
+    snprintf(bc->tokens, sizeof bc->tokens, "/tmp/loom-bench-%d.tokens", (int)getpid());
+    if (lm_auth_secret_create(bc->secret, &e) < 0 || lm_tokens_add(&st, "bench", 0, 0, "cli", bc->token, &e) < 0 ||
+        lm_tokens_save(bc->tokens, &st, &e) < 0) {
+      fprintf(stderr, "bench: cannot make credentials: %s\n", e.msg);
+      exit(1);
+    }
+    lm_tokens_free(&st);
+  }
   char addrfile[64];
   snprintf(addrfile, sizeof addrfile, "/tmp/loom-bench-%d.addr", (int)getpid());
   unlink(addrfile);
@@ -45,6 +79,7 @@ static inline void bench_cluster_start(bench_cluster *bc, int workers, int devic
     lm_controller_config_default(&cfg);
     cfg.listen = "127.0.0.1:0";
     cfg.address_file = addrfile;
+    if (bc->auth) cfg.secret_file = bc->secret, cfg.tokens_file = bc->tokens;
     lm_err e;
     _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
   }
@@ -75,6 +110,7 @@ static inline void bench_cluster_start(bench_cluster *bc, int workers, int devic
       lm_worker_config_default(&cfg);
       cfg.controller = bc->addr;
       cfg.devices = (uint32_t)devices;
+      if (bc->auth) cfg.secret_file = bc->secret;
       if (device_memory) cfg.device_memory = device_memory;
       lm_err e;
       _exit(lm_worker_run(&cfg, &e) < 0 ? 1 : 0);
@@ -84,6 +120,7 @@ static inline void bench_cluster_start(bench_cluster *bc, int workers, int devic
   loom_connect_options o;
   loom_connect_options_initialize(&o);
   o.address = bc->addr;
+  bench_cluster_auth_options(bc, &o);
   for (int t = 0; t < 1000; t++) {
     loom_client *c;
     if (loom_connect(&o, &c) == LOOM_OK) {
@@ -107,10 +144,15 @@ static inline void bench_cluster_start(bench_cluster *bc, int workers, int devic
   exit(1);
 }
 
+static inline void bench_cluster_start(bench_cluster *bc, int workers, int devices, uint64_t device_memory) {
+  bench_cluster_start_auth(bc, workers, devices, device_memory, false);
+}
+
 static inline loom_client *bench_connect(const bench_cluster *bc) {
   loom_connect_options o;
   loom_connect_options_initialize(&o);
   o.address = bc->addr;
+  bench_cluster_auth_options(bc, &o);
   o.timeout_ms = 120000;
   loom_client *c;
   if (loom_connect(&o, &c) != LOOM_OK) {

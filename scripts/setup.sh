@@ -17,6 +17,7 @@ APT_PACKAGES=(
   libuv1-dev                              # control-plane event loops
   libucx-dev ucx-utils                    # data plane
   libcjson-dev                            # JSON output
+  libssl-dev                              # OpenSSL: worker and client authentication
   libcmocka-dev                           # C unit tests
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests

@@ -66,7 +66,9 @@ typedef struct loom_connect_options {
   void *interrupt_arg;
   /* Shown by `loom status` for this session; copied during the call. Default NULL. */
   const char *client_name;
-  /* Reserved for authentication; sent to the controller, which ignores it today. */
+  /* The client token ("loom_..." from `loom token create`), sent in HELLO to a controller that
+   * requires one. NULL: $LOOM_TOKEN, else the file $LOOM_TOKEN_FILE names, else the local
+   * cluster's token (`loom up` writes it to the state directory) when connecting to that cluster. */
   const void *auth_token;
   size_t auth_token_size;
 } loom_connect_options;

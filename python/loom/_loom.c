@@ -315,13 +315,17 @@ fail:
 
 static PyObject *client_connect(PyObject *mod, PyObject *args, PyObject *kw) {
   (void)mod;
-  static char *kwlist[] = {"address", "timeout_ms", "name", NULL};
-  const char *address = NULL, *name = NULL;
+  static char *kwlist[] = {"address", "timeout_ms", "name", "token", NULL};
+  const char *address = NULL, *name = NULL, *token = NULL;
   long long timeout_ms = 30000;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zLz", kwlist, &address, &timeout_ms, &name)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zLzz", kwlist, &address, &timeout_ms, &name, &token)) return NULL;
   loom_connect_options o;
   loom_connect_options_initialize(&o);
   o.address = address;
+  if (token && *token) {
+    o.auth_token = token;
+    o.auth_token_size = strlen(token);
+  }
   o.timeout_ms = timeout_ms;
   o.client_name = name;
   o.interrupt = py_interrupt;

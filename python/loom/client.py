@@ -416,12 +416,14 @@ class Executable:
 
 class Client:
     """A session with a Loom controller. address: "HOST:PORT"; None finds it like the CLI does
-    ($LOOM_CONTROLLER, else the local cluster of `loom up`). timeout (seconds, None: forever)
+    ($LOOM_CONTROLLER, else the local cluster of `loom up`). token: the client token for a
+    controller that requires one (`loom token create`); None finds it like the CLI does
+    ($LOOM_TOKEN, $LOOM_TOKEN_FILE, else the local cluster's). timeout (seconds, None: forever)
     bounds connecting and each request. Closing it (or the process ending) frees everything the
     session owns on the cluster."""
 
-    def __init__(self, address=None, *, timeout=30.0, name=None):
-        self._c = _loom.connect(address, _timeout_ms(timeout), name or "python")
+    def __init__(self, address=None, *, timeout=30.0, name=None, token=None):
+        self._c = _loom.connect(address, _timeout_ms(timeout), name or "python", token)
         self._devices = None
         self._compiled = {}
         self._lock = threading.Lock()
@@ -511,6 +513,6 @@ class Client:
         return f"<loom.Client session {self.session} at {self.address}, {self.device_count()} devices>"
 
 
-def connect(address=None, *, timeout=30.0, name=None):
+def connect(address=None, *, timeout=30.0, name=None, token=None):
     """Connects to a Loom controller (see Client)."""
-    return Client(address, timeout=timeout, name=name)
+    return Client(address, timeout=timeout, name=name, token=token)

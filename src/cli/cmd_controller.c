@@ -22,6 +22,16 @@ static const char g_usage[] =
     "  --handshake-timeout MS      a connection must say HELLO within this (default 5000)\n"
     "  --frame-timeout MS          a started frame must arrive within this, plus 1 s per MiB (default 10000)\n"
     "  --max-payload BYTES         largest frame payload accepted (default 64M)\n"
+    "  --secret-file PATH          the cluster secret (64 hex digits, mode 0600): workers must prove\n"
+    "                              they hold it (HMAC challenge both ways) before registering\n"
+    "  --tokens-file PATH          client tokens (`loom token`): clients must present one in HELLO;\n"
+    "                              the file is re-read when it changes\n"
+    "  --insecure                  allow a non-loopback --listen without both files\n"
+    "  --session-idle-timeout MS   close a session that sent nothing this long and has no launch\n"
+    "                              running (default 0: never)\n"
+    "  --max-sessions-per-user N   open sessions one token's user may hold (default 1024)\n"
+    "  --reclaim-after MS          once fresh worker/device ids run out, reuse those of a worker lost\n"
+    "                              this long (same device count, ids no longer named; default 60000)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -30,7 +40,7 @@ int cmd_controller(int argc, char **argv) {
   const char *cmd = "controller";
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
-  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP };
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -39,6 +49,12 @@ int cmd_controller(int argc, char **argv) {
       {"handshake-timeout", required_argument, 0, O_HST},
       {"frame-timeout", required_argument, 0, O_FT},
       {"max-payload", required_argument, 0, O_MAXP},
+      {"secret-file", required_argument, 0, O_SECRET},
+      {"tokens-file", required_argument, 0, O_TOKENS},
+      {"insecure", no_argument, 0, O_INSECURE},
+      {"session-idle-timeout", required_argument, 0, O_IDLE},
+      {"max-sessions-per-user", required_argument, 0, O_MAXS},
+      {"reclaim-after", required_argument, 0, O_RECLAIM},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -49,6 +65,21 @@ int cmd_controller(int argc, char **argv) {
     switch (ch) {
     case O_LISTEN: cfg.listen = optarg; break;
     case O_ADDRFILE: cfg.address_file = optarg; break;
+    case O_SECRET: cfg.secret_file = optarg; break;
+    case O_TOKENS: cfg.tokens_file = optarg; break;
+    case O_INSECURE: cfg.insecure = true; break;
+    case O_IDLE:
+      if (cli_parse_u64(cmd, "--session-idle-timeout", optarg, 0, 86400000, &v) < 0) return 2;
+      cfg.session_idle_timeout_ms = (uint32_t)v;
+      break;
+    case O_RECLAIM:
+      if (cli_parse_u64(cmd, "--reclaim-after", optarg, 0, 86400000, &v) < 0) return 2;
+      cfg.reclaim_after_ms = (uint32_t)v;
+      break;
+    case O_MAXS:
+      if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
+      cfg.max_sessions_per_user = (uint32_t)v;
+      break;
     case O_HBI:
       if (cli_parse_u64(cmd, "--heartbeat-interval", optarg, 10, 600000, &v) < 0) return 2;
       cfg.heartbeat_interval_ms = (uint32_t)v;

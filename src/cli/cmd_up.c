@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pwd.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include "cli/util.h"
 #include "client/cconn.h"
 #include "client/locate.h"
+#include "net/auth.h"
 
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
@@ -41,7 +43,10 @@ static const char g_usage[] =
     "  --timeout SECONDS         how long to wait for the cluster to come up (default 60)\n"
     "  -h, --help                show this help\n"
     "\n"
-    "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n";
+    "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n"
+    "Authentication is on: each `loom up` makes a new cluster secret (`secret`, which the workers\n"
+    "prove they hold) and a new client token for you (`token`; clients of this cluster use it\n"
+    "without being told), both readable only by you; `loom token` makes tokens for others.\n";
 
 #define STOP_GRACE_MS 10000 /* how long each child may take to stop after SIGTERM */
 
@@ -71,6 +76,9 @@ typedef struct sup {
   char addr[LM_ADDR_MAX];
   sigset_t sigs;         /* INT, TERM, HUP, CHLD: blocked, taken with sigtimedwait */
   int stop_signal;       /* the signal that asked us to stop, 0 if none */
+  char secret[4200];     /* the cluster secret's file */
+  char tokens[4200];     /* the controller's token store */
+  char token[LM_TOKEN_STR_LEN + 1]; /* the local user's token (also in the state dir's `token`) */
 } sup;
 
 /* Foreground: stderr. Detached: stderr is up.log. */
@@ -178,6 +186,40 @@ static int fail_child(sup *s, child *c, const char *when, lm_err *err) {
   return lm_errf(err, LOOM_IO, "the %s %s %s%s%s (log: %s)", c->name, how, when, last[0] ? ": " : "", last, c->log);
 }
 
+/* Authentication for the local cluster: a fresh cluster secret, and a fresh token for the local
+ * user (replacing the one the last `loom up` made; tokens made with `loom token create` stay),
+ * all mode 0600 in the state directory. */
+static int make_credentials(sup *s, lm_err *err) {
+  snprintf(s->secret, sizeof s->secret, "%s/%s", s->dir, LM_SECRET_FILE);
+  snprintf(s->tokens, sizeof s->tokens, "%s/%s", s->dir, LM_TOKENS_FILE);
+  LM_TRY(lm_auth_secret_create(s->secret, err));
+  char user[LM_TOKEN_USER_MAX + 1];
+  struct passwd *pw = getpwuid(getuid());
+  snprintf(user, sizeof user, "%s", pw && pw->pw_name ? pw->pw_name : "");
+  if (!lm_auth_user_ok(user)) snprintf(user, sizeof user, "uid%ld", (long)getuid());
+  int lk = lm_tokens_lock(s->tokens, err);
+  if (lk < 0) return lk;
+  lm_token_store st;
+  int rc = lm_tokens_load(s->tokens, &st, err);
+  if (rc == 0) {
+    size_t k = 0;
+    for (size_t i = 0; i < st.n; i++)
+      if (strcmp(st.v[i].origin, "up") != 0) st.v[k++] = st.v[i];
+    st.n = k;
+    rc = lm_tokens_add(&st, user, (int64_t)time(NULL), 0, "up", s->token, err);
+    if (rc == 0) rc = lm_tokens_save(s->tokens, &st, err);
+    lm_tokens_free(&st);
+  }
+  close(lk);
+  if (rc == 0) {
+    char path[4200], line[LM_TOKEN_STR_LEN + 2];
+    snprintf(path, sizeof path, "%s/%s", s->dir, LM_TOKEN_FILE);
+    snprintf(line, sizeof line, "%s\n", s->token);
+    rc = lm_auth_write_private(path, line, err);
+  }
+  return rc;
+}
+
 /* Starts the controller and the workers and waits until every device has registered. */
 static int startup(sup *s, lm_err *err) {
   uint64_t deadline = lm_now_ms() + s->timeout_ms;
@@ -185,8 +227,10 @@ static int startup(sup *s, lm_err *err) {
   snprintf(addrfile, sizeof addrfile, "%s/controller.addr", s->dir);
   snprintf(listen, sizeof listen, "%s", s->listen);
   cli_remove_file(s->dir, "controller.addr");
+  LM_TRY(make_credentials(s, err));
   child *ctl = &s->kids[0];
-  char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, NULL};
+  char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
+                   "--tokens-file", s->tokens, NULL};
   LM_TRY(spawn(s, ctl, cargv, err));
   for (;;) { /* the controller writes its address once it listens */
     FILE *f = fopen(addrfile, "r");
@@ -209,13 +253,14 @@ static int startup(sup *s, lm_err *err) {
     char slice[32];
     snprintf(slice, sizeof slice, "slice-%u", (uint32_t)((uint64_t)i * s->slices / s->workers));
     char *wargv[] = {"loom", "worker", "--controller", s->addr, "--devices", num[0], "--device-memory", num[1],
-                     "--slice", slice, NULL};
+                     "--slice", slice, "--secret-file", s->secret, NULL};
     LM_TRY(spawn(s, &s->kids[1 + i], wargv, err));
   }
   /* Watch the registrations through an ordinary client session. */
   uint32_t want = s->workers * s->dpw;
   int64_t left = (int64_t)(deadline - lm_now_ms());
-  lm_cconn_options co = {.timeout_ms = left > 0 ? left : 1, .intr = stop_pending, .intr_arg = s, .name = "loom up"};
+  lm_cconn_options co = {.timeout_ms = left > 0 ? left : 1, .intr = stop_pending, .intr_arg = s, .name = "loom up",
+                         .auth_token = s->token, .auth_token_len = strlen(s->token)};
   lm_cconn *c;
   int rc = lm_cconn_open(s->addr, &co, &c, err);
   if (rc < 0) return rc;
@@ -227,8 +272,18 @@ static int startup(sup *s, lm_err *err) {
     if (rc < 0) break;
     const Lmw__ListDevicesReply *r = (const Lmw__ListDevicesReply *)m;
     have = 0;
-    for (size_t i = 0; i < r->n_devices; i++) have += r->devices[i]->healthy ? 1 : 0;
+    char sick[400] = "";
+    for (size_t i = 0; i < r->n_devices; i++) {
+      have += r->devices[i]->healthy ? 1 : 0;
+      if (!r->devices[i]->healthy && !sick[0] && r->devices[i]->health_reason && *r->devices[i]->health_reason)
+        snprintf(sick, sizeof sick, "worker %u's devices are unhealthy: %.300s", r->devices[i]->worker_id,
+                 r->devices[i]->health_reason);
+    }
     lm_msg_free(m);
+    if (sick[0]) {
+      rc = lm_errf(err, LOOM_WORKER_LOST, "%s (logs in %s)", sick, s->dir);
+      break;
+    }
     if (have >= want) break;
     for (size_t i = 0; i < s->nkids; i++)
       if (!s->kids[i].running) {

@@ -23,6 +23,8 @@ static const char g_usage[] =
     "  --connect-timeout SECONDS   keep trying to reach the controller this long (default 30)\n"
     "  --data-listen HOST:PORT     where clients put and get shards (default: this host's address\n"
     "                              toward the controller, any free port)\n"
+    "  --secret-file PATH          the cluster secret to prove to a controller that has one\n"
+    "                              (default: $LOOM_SECRET_FILE); the secret never crosses the wire\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -32,7 +34,9 @@ int cmd_worker(int argc, char **argv) {
   lm_worker_config cfg;
   lm_worker_config_default(&cfg);
   cfg.controller = getenv("LOOM_CONTROLLER");
-  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA };
+  cfg.secret_file = getenv("LOOM_SECRET_FILE");
+  if (cfg.secret_file && !*cfg.secret_file) cfg.secret_file = NULL;
+  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET };
   static const struct option opts[] = {
       {"controller", required_argument, 0, O_CTL},
       {"devices", required_argument, 0, O_DEV},
@@ -40,6 +44,7 @@ int cmd_worker(int argc, char **argv) {
       {"slice", required_argument, 0, O_SLICE},
       {"connect-timeout", required_argument, 0, O_CT},
       {"data-listen", required_argument, 0, O_DATA},
+      {"secret-file", required_argument, 0, O_SECRET},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -67,6 +72,7 @@ int cmd_worker(int argc, char **argv) {
       cfg.connect_timeout_ms = (uint32_t)(v * 1000);
       break;
     case O_DATA: cfg.data_listen = optarg; break;
+    case O_SECRET: cfg.secret_file = optarg; break;
     }
   }
   if (ch < 0) return o.exit;

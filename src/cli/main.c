@@ -16,6 +16,7 @@ static const command g_commands[] = {
     {"worker", cmd_worker, "run a worker daemon with CPU devices"},
     {"devices", cmd_devices, "list the cluster's devices (the unified view)"},
     {"status", cmd_status, "show the cluster's workers, slices and totals"},
+    {"token", cmd_token, "make, list and revoke client tokens (who may connect to the controller)"},
     {"array", cmd_array, "put a .npy file on the devices as a sharded array, get it back, delete it"},
     {"run", cmd_run, "compile a StableHLO program and run it on the cluster"},
     {"interpret", cmd_interpret, "run StableHLO files on this machine, without a cluster"},

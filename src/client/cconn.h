@@ -21,7 +21,7 @@ typedef struct lm_cconn_options {
   lm_interrupt_fn intr;        /* optional, polled while waiting */
   void *intr_arg;
   const char *name;            /* the client's name, shown by `loom status` (may be NULL) */
-  const void *auth_token;      /* reserved: sent in HELLO, ignored by today's controller */
+  const void *auth_token;      /* the client token, sent in HELLO (lm_locate_token finds it) */
   size_t auth_token_len;
   lm_frame_limits limits;      /* what this side accepts; zeros = defaults */
   /* local transfers (a worker's data port; docs/protocol.md "Local transfers"): */

@@ -67,7 +67,12 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   int xfer_mode;
   int rc = lm_xfer_mode_from_env(&xfer_mode, &err);
   if (rc == 0) rc = lm_locate_controller(o.address, addr, sizeof addr, &err);
+  char token[256];
+  int tn = 0;
+  if (rc == 0 && (!o.auth_token || !o.auth_token_size)) /* $LOOM_TOKEN, $LOOM_TOKEN_FILE, the local cluster's */
+    rc = tn = lm_locate_token(addr, token, sizeof token, &err);
   if (rc < 0) return fail(NULL, &err);
+  rc = 0;
   loom_client *c = calloc(1, sizeof *c);
   if (!c) return failf(NULL, LOOM_NO_MEMORY, "out of host memory");
   pthread_mutex_init(&c->mu, NULL);
@@ -79,6 +84,7 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   c->xfer_mode = xfer_mode;
   lm_cconn_options co = {.timeout_ms = o.timeout_ms, .intr = o.interrupt, .intr_arg = o.interrupt_arg,
                          .name = o.client_name, .auth_token = o.auth_token, .auth_token_len = o.auth_token_size};
+  if (tn > 0) co.auth_token = token, co.auth_token_len = (size_t)tn;
   rc = lm_cconn_open(addr, &co, &c->conn, &err);
   if (rc == 0) {
     rc = loom_refresh_devices(c);

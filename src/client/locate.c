@@ -97,3 +97,37 @@ int lm_locate_controller(const char *explicit_addr, char *out, size_t cap, lm_er
                    dir);
   return 0;
 }
+
+/* The first line of path into out (without the newline); length, or -1 if it cannot be read. */
+static int first_line(const char *path, char *out, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  bool ok = fgets(out, (int)cap, f) != NULL;
+  fclose(f);
+  if (!ok) out[0] = 0;
+  out[strcspn(out, "\r\n")] = 0;
+  return (int)strlen(out);
+}
+
+int lm_locate_token(const char *addr, char *out, size_t cap, lm_err *err) {
+  out[0] = 0;
+  const char *s = getenv("LOOM_TOKEN");
+  if (s && *s) {
+    if ((size_t)snprintf(out, cap, "%s", s) >= cap) return lm_errf(err, LOOM_INVALID_ARGUMENT, "LOOM_TOKEN is too long");
+    return (int)strlen(out);
+  }
+  s = getenv("LOOM_TOKEN_FILE");
+  if (s && *s) {
+    int n = first_line(s, out, cap);
+    if (n < 0) return lm_errf(err, LOOM_IO, "cannot read LOOM_TOKEN_FILE %s: %s", s, strerror(errno));
+    return n;
+  }
+  char dir[4096], recorded[LM_ADDR_MAX], path[4200];
+  lm_err e2;
+  if (lm_state_dir(dir, sizeof dir, &e2) < 0 || lm_state_get(dir, "address", recorded, sizeof recorded, &e2) < 0 ||
+      strcmp(recorded, addr) != 0)
+    return 0;
+  snprintf(path, sizeof path, "%s/%s", dir, LM_TOKEN_FILE);
+  int n = first_line(path, out, cap);
+  return n < 0 ? 0 : n;
+}

@@ -27,4 +27,14 @@ bool lm_proc_alive(long pid, uint64_t start);
  * Fails with LOOM_NOT_FOUND saying what was tried, or naming a stale local cluster. */
 int lm_locate_controller(const char *explicit_addr, char *out, size_t cap, lm_err *err);
 
+#define LM_TOKEN_FILE "token"   /* in the state directory: `loom up`'s token for the local user */
+#define LM_SECRET_FILE "secret" /* in the state directory: the local cluster's secret */
+#define LM_TOKENS_FILE "tokens" /* in the state directory: the controller's hashed token store */
+
+/* The client token to present to the controller at addr: $LOOM_TOKEN, else the first line of
+ * $LOOM_TOKEN_FILE, else the state directory's `token` file when addr is the local cluster's
+ * recorded address (a token is never offered to another controller by default). Returns its
+ * length (0: none found; out is then ""), or < 0 with err set (an unreadable $LOOM_TOKEN_FILE). */
+int lm_locate_token(const char *addr, char *out, size_t cap, lm_err *err);
+
 #endif

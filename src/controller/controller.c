@@ -16,6 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "dataplane/dataplane.h"
 #include "common/log.h"
 #include "controller/ctl.h"
 
@@ -26,10 +29,23 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->heartbeat_interval_ms = 500;
   c->heartbeat_timeout_ms = 5000;
   c->max_peers = 4096;
+  c->max_sessions_per_user = 1024;
+  c->reclaim_after_ms = 60000;
   lm_conn_config_default(&c->conn);
 }
 
 uint64_t ctl_now_ms(ctl *c) { return uv_now(&c->loop); }
+
+uint32_t *ctl_hold(ctl *c, const uint32_t *devs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (devs[i] < LM_REG_MAX_DEVICES) c->dev_refs[devs[i]]++;
+  return c->dev_refs;
+}
+
+void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (devs[i] < LM_REG_MAX_DEVICES && held[devs[i]]) held[devs[i]]--;
+}
 static void worker_lost(ctl *c, uint32_t id, const char *why);
 
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
@@ -61,6 +77,59 @@ void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap) {
   else snprintf(buf, cap, "worker %u", worker);
 }
 
+/* ---- authentication ---- */
+
+/* Reloads the token file when it changed (a stat per client HELLO; `loom token create|revoke`
+ * take effect for the next connection). A file that cannot be read refuses every client. */
+static void tokens_refresh(ctl *c) {
+  struct stat st;
+  int64_t mt = 0, sz = -1, ino = 0;
+  if (stat(c->cfg.tokens_file, &st) == 0) {
+    mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    sz = (int64_t)st.st_size;
+    ino = (int64_t)st.st_ino;
+  }
+  if (c->tokens_sig.loaded && c->tokens_sig.mtime_ns == mt && c->tokens_sig.size == sz && c->tokens_sig.ino == ino)
+    return;
+  lm_token_store fresh;
+  lm_err err;
+  if (lm_tokens_load(c->cfg.tokens_file, &fresh, &err) < 0) {
+    if (c->tokens_err == 0) lm_error("cannot load client tokens: %s; refusing clients until it is fixed", err.msg);
+    c->tokens_err = err.code;
+    snprintf(c->tokens_msg, sizeof c->tokens_msg, "the controller cannot read its token file: %.900s", err.msg);
+    lm_tokens_free(&c->tokens);
+  } else {
+    lm_tokens_free(&c->tokens);
+    c->tokens = fresh;
+    c->tokens_err = 0;
+    lm_debug("loaded %zu client tokens from %s", fresh.n, c->cfg.tokens_file);
+  }
+  c->tokens_sig.mtime_ns = mt, c->tokens_sig.size = sz, c->tokens_sig.ino = ino;
+  c->tokens_sig.loaded = true;
+}
+
+/* 0 when the client's token is good (its user copied to p->user), else LOOM_PERMISSION in err. */
+static int check_client(ctl *c, peer *p, const Lmw__Hello *h, lm_err *err) {
+  if (!c->cfg.tokens_file) return 0;
+  tokens_refresh(c);
+  if (c->tokens_err < 0) return lm_errf(err, LOOM_PERMISSION, "%s", c->tokens_msg);
+  const lm_token_entry *who;
+  LM_TRY(lm_tokens_check(&c->tokens, h->auth_token.data, h->auth_token.len, (int64_t)time(NULL), &who, err));
+  snprintf(p->user, sizeof p->user, "%s", who->user);
+  return 0;
+}
+
+/* A listener that other hosts can reach: anything but 127.0.0.0/8, ::1 and localhost. */
+static bool listen_is_loopback(const char *addr) {
+  char host[LM_ADDR_MAX];
+  snprintf(host, sizeof host, "%s", addr);
+  char *colon = strrchr(host, ':');
+  if (!colon) return false;
+  *colon = 0;
+  if (!strcmp(host, "localhost") || !strcmp(host, "[::1]") || !strcmp(host, "::1")) return true;
+  return !strncmp(host, "127.", 4);
+}
+
 /* ---- handlers ---- */
 
 static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
@@ -77,6 +146,25 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
   r.max_meta = c->cfg.conn.limits.max_meta;
   r.max_payload = c->cfg.conn.limits.max_payload;
   if (h->role == LMW__ROLE__ROLE_CLIENT) {
+    lm_err aerr;
+    if (check_client(c, p, h, &aerr) < 0) {
+      lm_warn("refused client %s (%s): %s", lm_conn_peer_name(p->conn), h->name, aerr.msg);
+      lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+      return;
+    }
+    r.user = p->user;
+    if (c->cfg.tokens_file && c->cfg.max_sessions_per_user) {
+      uint32_t mine = 0;
+      for (peer *q = c->peers; q; q = q->next)
+        if (q->role == ROLE_CLIENT && !strcmp(q->user, p->user)) mine++;
+      if (mine >= c->cfg.max_sessions_per_user) {
+        lm_warn("refused client %s: user %s already has %u sessions", lm_conn_peer_name(p->conn), p->user, mine);
+        lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_BUSY,
+                                 "user %s already has %u open sessions, the limit (--max-sessions-per-user)", p->user,
+                                 mine);
+        return;
+      }
+    }
     lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
     if (!s) {
       lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
@@ -89,12 +177,38 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
              s->name[0] ? s->name : "unnamed");
   } else if (h->role == LMW__ROLE__ROLE_WORKER) {
+    if (c->have_secret) { /* the challenge: the worker proves the secret in REGISTER_WORKER */
+      lm_err aerr;
+      if (h->auth_nonce.len != LM_AUTH_NONCE_SIZE) {
+        lm_warn("refused worker %s: it did not offer to authenticate", lm_conn_peer_name(p->conn));
+        lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PERMISSION,
+                                 "this controller requires worker authentication: start the worker with "
+                                 "--secret-file (the cluster secret)");
+        return;
+      }
+      if (lm_auth_random(p->challenge, sizeof p->challenge, &aerr) < 0) {
+        lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+        return;
+      }
+      memcpy(p->nonce, h->auth_nonce.data, LM_AUTH_NONCE_SIZE);
+      p->challenged = true;
+    }
     p->role = ROLE_WORKER;
   } else {
     lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PROTOCOL, "HELLO with unknown role %d", (int)h->role);
     return;
   }
-  lm_conn_set_established(p->conn);
+  uint8_t proof[LM_AUTH_MAC_SIZE];
+  if (p->challenged) { /* and we prove it to the worker */
+    lm_auth_controller_proof(c->secret, p->nonce, p->challenge, proof);
+    r.auth_challenge.data = p->challenge;
+    r.auth_challenge.len = sizeof p->challenge;
+    r.auth_proof.data = proof;
+    r.auth_proof.len = sizeof proof;
+  }
+  if (p->role == ROLE_CLIENT) lm_conn_set_established(p->conn);
+  /* a worker's connection is established once its registration is accepted: until then the
+   * handshake deadline keeps running */
   reply(p, f, LM_MSG_HELLO_REPLY, &r.base);
 }
 
@@ -106,8 +220,33 @@ static int ensure_worker_slot(ctl *c, uint32_t id) {
   if (!q) return -1;
   memset(q + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *q);
   c->worker_peer = q;
+  uint8_t (*k)[LM_TOKEN_KEY_SIZE] = realloc(c->worker_key, cap * sizeof *k);
+  if (!k) return -1; /* worker_peer grew; worker_peer_cap did not: the next call retries */
+  memset(k + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *k);
+  c->worker_key = k;
+  uint64_t *la = realloc(c->lost_at, cap * sizeof *la);
+  if (!la) return -1;
+  memset(la + c->worker_peer_cap, 0, (cap - c->worker_peer_cap) * sizeof *la);
+  c->lost_at = la;
   c->worker_peer_cap = cap;
   return 0;
+}
+
+/* A lost worker of ndev devices whose ids may go to a new worker: gone for --reclaim-after, no
+ * connection, and none of its device ids named by an array or program; UINT32_MAX if none. */
+static uint32_t reclaimable(ctl *c, uint32_t ndev) {
+  uint64_t now = ctl_now_ms(c);
+  uint32_t n = lm_registry_worker_count(c->reg);
+  for (uint32_t i = 0; i < n && i < c->worker_peer_cap; i++) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, i);
+    if (w->state != LM_WORKER_LOST || w->ndevices != ndev || c->worker_peer[i] || !c->lost_at[i] ||
+        now - c->lost_at[i] < c->cfg.reclaim_after_ms)
+      continue;
+    bool named = false;
+    for (uint32_t d = 0; d < w->ndevices && !named; d++) named = c->dev_refs[w->device_ids[d]] != 0;
+    if (!named) return i;
+  }
+  return UINT32_MAX;
 }
 
 static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWorker *m) {
@@ -118,6 +257,28 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   }
   if (p->registered) {
     reply_error(p, f, LOOM_INVALID_ARGUMENT, "already registered as worker %u", p->worker_id);
+    return;
+  }
+  if (m->dataplane_address.len) { /* it would reach the other workers unchecked (on_worker_dataplane checks) */
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_INVALID_ARGUMENT,
+                             "cannot register worker: dataplane_address must be empty (the data-plane address comes "
+                             "in WORKER_DATAPLANE, once the worker knows its id)");
+    return;
+  }
+  uint8_t key[LM_TOKEN_KEY_SIZE];
+  lm_err kerr;
+  if (c->have_secret) {
+    uint8_t want[LM_AUTH_MAC_SIZE];
+    lm_auth_worker_proof(c->secret, p->nonce, p->challenge, want);
+    if (!p->challenged || m->auth_proof.len != LM_AUTH_MAC_SIZE || !lm_auth_equal(want, m->auth_proof.data, sizeof want)) {
+      lm_warn("refused worker %s (host %s pid %u): wrong cluster secret", lm_conn_peer_name(p->conn), m->host, m->pid);
+      lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PERMISSION,
+                               "worker authentication failed: the proof does not match this cluster's secret");
+      return;
+    }
+    lm_auth_transfer_key(c->secret, p->nonce, p->challenge, key);
+  } else if (lm_auth_random(key, sizeof key, &kerr) < 0) { /* sent in the reply: no secret to derive it from */
+    lm_conn_close_with_error(p->conn, f->h.request_id, kerr.code, "%s", kerr.msg);
     return;
   }
   size_t n = m->n_devices;
@@ -147,9 +308,23 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   uint32_t id = 0;
   if (rc == 0) {
     lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
-                           .kinds = kinds, .capacities = caps, .dataplane = m->dataplane_address.data,
-                           .dataplane_len = m->dataplane_address.len, .data_address = m->data_address};
-    rc = lm_registry_add_worker(c->reg, &spec, ctl_now_ms(c), &id, &err);
+                           .kinds = kinds, .capacities = caps, .data_address = m->data_address};
+    uint32_t old = lm_registry_has_room(c->reg, (uint32_t)n) ? UINT32_MAX : reclaimable(c, (uint32_t)n);
+    if (old != UINT32_MAX && lm_registry_reuse_worker(c->reg, old, &spec, ctl_now_ms(c), &err) == 0) {
+      lm_info("reclaimed the ids of worker %u (lost %llu ms ago) for a new worker", old,
+              (unsigned long long)(ctl_now_ms(c) - c->lost_at[old]));
+      c->lost_at[old] = 0;
+      id = old;
+    } else {
+      rc = lm_registry_add_worker(c->reg, &spec, ctl_now_ms(c), &id, &err);
+      if (rc == LOOM_BUSY) {
+        char full[LM_ERR_MSG_MAX];
+        snprintf(full, sizeof full, "%.200s", err.msg);
+        rc = lm_errf(&err, LOOM_BUSY, "%s, and no worker of %zu devices has been gone for %u ms (--reclaim-after) "
+                     "with none of its device ids still named by an array or program", full, n,
+                     c->cfg.reclaim_after_ms);
+      }
+    }
   }
   if (rc == 0 && ensure_worker_slot(c, id) < 0) {
     lm_registry_mark_lost(c->reg, id, "controller out of memory");
@@ -165,14 +340,18 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   p->registered = true;
   p->worker_id = id;
   c->worker_peer[id] = p;
+  memcpy(c->worker_key[id], key, sizeof key);
+  lm_conn_set_established(p->conn);
   const lm_reg_worker *w = lm_registry_worker(c->reg, id);
   Lmw__RegisterWorkerReply r = LMW__REGISTER_WORKER_REPLY__INIT;
   r.worker_id = id;
   r.n_device_ids = w->ndevices;
   r.device_ids = w->device_ids;
   r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
-  r.token_key.data = c->token_key;
-  r.token_key.len = sizeof c->token_key;
+  if (!c->have_secret) { /* with a secret the worker derives the same key from the handshake */
+    r.token_key.data = c->worker_key[id];
+    r.token_key.len = LM_TOKEN_KEY_SIZE;
+  }
   reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
   p->cseq = 0; /* the worker counts what it reads from here on */
   lm_info("worker %u registered from %s: host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
@@ -275,7 +454,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
     o->n_device_ids = w->ndevices;
     o->device_ids = w->device_ids;
     o->alive = w->state == LM_WORKER_ALIVE;
-    o->reason = (char *)w->reason;
+    o->reason = (char *)(w->state == LM_WORKER_ALIVE ? w->problem : w->reason);
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
     o->uptime_ms = now >= w->registered_ms ? now - w->registered_ms : 0;
     const lm_reg_transfers *x = &w->transfers;
@@ -309,6 +488,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
 /* A worker is lost (once): its launches fail, loads in progress fail, other workers hear it. */
 static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->stopping) return;
+  if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
@@ -326,6 +506,26 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     return;
   }
   lm_err err;
+  if (!m->address.len && m->error && *m->error) { /* its data plane did not start: its devices cannot take part */
+    char why[LM_REG_REASON_MAX];
+    snprintf(why, sizeof why, "data plane did not start: %.120s", m->error);
+    lm_warn("worker %u: %s; its devices are unhealthy", p->worker_id, why);
+    lm_registry_set_problem(c->reg, p->worker_id, why, NULL);
+    return;
+  }
+  uint64_t claimed;
+  if (lm_dp_address_id(m->address.data, m->address.len, &claimed, &err) < 0) {
+    lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
+    return;
+  }
+  if (claimed != p->worker_id) { /* it would receive the collectives meant for another worker */
+    lm_warn("worker %u sent a data-plane address of worker %llu: dropping it", p->worker_id,
+            (unsigned long long)claimed);
+    lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_PERMISSION,
+                             "the data-plane address names worker %llu, but this is worker %u",
+                             (unsigned long long)claimed, p->worker_id);
+    return;
+  }
   if (lm_registry_set_dataplane(c->reg, p->worker_id, m->address.data, m->address.len, &err) < 0) {
     lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
     return;
@@ -364,9 +564,16 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   peer *p = lm_conn_user(conn);
   ctl *c = p->ctl;
   unsigned type = f->h.type;
+  p->last_ms = ctl_now_ms(c);
   if (p->role == ROLE_NEW && type != LM_MSG_HELLO) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "expected HELLO first, got %s (type %u)",
                              lm_msg_name(type), type);
+    return;
+  }
+  if (p->role == ROLE_WORKER && !p->registered && p->challenged && type != LM_MSG_REGISTER_WORKER) {
+    lm_conn_close_with_error(conn, f->h.request_id, LOOM_PERMISSION,
+                             "a worker must authenticate (REGISTER_WORKER with its proof) before %s",
+                             lm_msg_name(type));
     return;
   }
   if (p->role != ROLE_NEW && type == LM_MSG_HELLO) {
@@ -514,8 +721,27 @@ static void on_connection(uv_stream_t *server, int status) {
     lm_conn_close_with_error(conn, 0, LOOM_BUSY, "too many connections (limit %u)", c->cfg.max_peers);
 }
 
+/* Closes client sessions that sent nothing for --session-idle-timeout and have no launch running. */
+static void expire_idle_sessions(ctl *c) {
+  uint32_t limit = c->cfg.session_idle_timeout_ms;
+  uint64_t now = ctl_now_ms(c);
+  if (!limit) return;
+  for (peer *p = c->peers, *next; p; p = next) {
+    next = p->next; /* closing does not free p before its close callback, but stay safe */
+    if (p->role != ROLE_CLIENT || !lm_conn_is_open(p->conn) || now - p->last_ms < limit) continue;
+    bool busy = false;
+    for (c_launch *l = c->active; l && !busy; l = l->next) busy = l->client == p;
+    if (busy) continue;
+    lm_info("session %llu (%s) idle for %u ms: closing it", (unsigned long long)p->session->id, p->session->name,
+            limit);
+    lm_conn_close_with_error(p->conn, 0, LOOM_TIMEOUT,
+                             "session closed after %u ms without a request (--session-idle-timeout)", limit);
+  }
+}
+
 static void on_health_tick(uv_timer_t *t) {
   ctl *c = t->data;
+  expire_idle_sessions(c);
   uint32_t lost[64];
   size_t n;
   do {
@@ -590,16 +816,35 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   c->next_program = 1;
   c->next_rid = 1;
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
-  int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (!c->log || rfd < 0 || read(rfd, c->token_key, sizeof c->token_key) != (ssize_t)sizeof c->token_key) {
-    if (rfd >= 0) close(rfd);
+  c->dev_refs = calloc(LM_REG_MAX_DEVICES, sizeof *c->dev_refs);
+  if (!c->log || !c->dev_refs) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && c->cfg.secret_file) {
+    rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
+    c->have_secret = rc == 0;
+  }
+  if (rc == 0 && c->cfg.tokens_file) {
+    tokens_refresh(c);
+    if (c->tokens_err < 0) rc = lm_errf(err, c->tokens_err, "%s", c->tokens_msg);
+  }
+  if (rc == 0 && !listen_is_loopback(c->cfg.listen) && !(c->cfg.secret_file && c->cfg.tokens_file) &&
+      !c->cfg.insecure)
+    rc = lm_errf(err, LOOM_PERMISSION,
+                 "refusing to listen on %s, reachable from other hosts, without authentication: pass "
+                 "--secret-file and --tokens-file (`loom up` makes both), or --insecure to accept anyone",
+                 c->cfg.listen);
+  if (rc < 0) {
     free(c->log);
+    free(c->dev_refs);
+    lm_tokens_free(&c->tokens);
     uv_loop_close(&c->loop);
     lm_registry_destroy(c->reg);
     free(c);
-    return lm_errf(err, LOOM_NO_MEMORY, "cannot set up the controller (memory or /dev/urandom)");
+    return rc;
   }
-  close(rfd);
+  if (!listen_is_loopback(c->cfg.listen) && !(c->cfg.secret_file && c->cfg.tokens_file))
+    lm_warn("listening on %s without %s: anyone who can reach it %s (--insecure)", c->cfg.listen,
+            c->cfg.secret_file ? "client tokens" : "a cluster secret",
+            c->cfg.secret_file ? "can open sessions" : "can register workers");
   c->server.data = c;
   rc = lm_listen(&c->loop, &c->server, c->cfg.listen, on_connection, c->bound, sizeof c->bound, err);
   if (rc == 0) {
@@ -619,8 +864,10 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     if (tick > 250) tick = 250;
     if (tick < 10) tick = 10;
     uv_timer_start(&c->health, on_health_tick, tick, tick);
-    lm_info("listening on %s (protocol %d, heartbeat timeout %u ms)", c->bound, LM_PROTOCOL_VERSION,
-            c->cfg.heartbeat_timeout_ms);
+    lm_info("listening on %s (protocol %d, heartbeat timeout %u ms, workers %s, clients %s)", c->bound,
+            LM_PROTOCOL_VERSION, c->cfg.heartbeat_timeout_ms,
+            c->have_secret ? "prove the cluster secret" : "unauthenticated",
+            c->cfg.tokens_file ? "need a token" : "unauthenticated");
   }
   uv_run(&c->loop, UV_RUN_DEFAULT); /* until stopped; on a failed start, just finishes closes */
   if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
@@ -629,6 +876,11 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_programs_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
+  free(c->worker_key);
+  free(c->lost_at);
+  free(c->dev_refs);
+  lm_tokens_free(&c->tokens);
+  lm_auth_wipe(c->secret, sizeof c->secret);
   free(c);
   return rc;
 }

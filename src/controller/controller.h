@@ -5,6 +5,7 @@
 #ifndef LM_CONTROLLER_H
 #define LM_CONTROLLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "common/err.h"
 #include "net/conn.h"
@@ -16,12 +17,23 @@ typedef struct lm_controller_config {
   uint32_t heartbeat_timeout_ms;   /* a worker silent this long is lost (default 5000) */
   uint32_t max_peers;              /* connections beyond this are refused (default 4096) */
   lm_conn_config conn;             /* limits and deadlines for every peer (lm_conn_config_default) */
+  const char *secret_file;         /* the cluster secret workers must prove they hold (NULL: none) */
+  const char *tokens_file;         /* client tokens (`loom token`); NULL: clients need none */
+  bool insecure;                   /* allow a non-loopback listener without both of the above */
+  uint32_t session_idle_timeout_ms;/* a session that sends nothing and has no launch running this
+                                      long is closed (0: never, the default) */
+  uint32_t reclaim_after_ms;       /* once fresh ids run out, a worker lost this long gives its worker
+                                      id and device ids to a new worker of as many devices, if no
+                                      array or program names them (default 60000) */
+  uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
+                                      tokens only) */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);
 
 /* Runs the controller until SIGINT or SIGTERM. Returns 0 after a clean stop, or a negative
- * status with err set when it cannot start (bad address, port in use, unwritable file). */
+ * status with err set when it cannot start (bad address, port in use, unwritable file, an
+ * unreadable secret or token file, a non-loopback address without authentication). */
 int lm_controller_run(const lm_controller_config *cfg, lm_err *err);
 
 #endif

@@ -15,6 +15,7 @@
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
+#include "net/auth.h"
 #include "net/msg.h"
 #include "net/sock.h"
 #include "net/token.h"
@@ -32,6 +33,10 @@ typedef struct peer {
   uint32_t worker_id;        /* workers, once registered */
   uint64_t cseq;             /* workers: messages sent to it since registration */
   lm_session *session;       /* clients */
+  uint64_t last_ms;          /* clients: when its last frame arrived (idle sessions time out) */
+  char user[LM_TOKEN_USER_MAX + 1]; /* clients: the user their token names ("" without tokens) */
+  bool challenged;           /* workers: HELLO_REPLY carried our challenge */
+  uint8_t nonce[LM_AUTH_NONCE_SIZE], challenge[LM_AUTH_NONCE_SIZE]; /* workers: the two halves */
   struct peer *prev, *next;  /* the controller's list of peers */
 } peer;
 
@@ -52,6 +57,8 @@ typedef struct c_array {
   int code;                  /* A_FAILED: why */
   char *msg;
   uint64_t producer;         /* the launch that computes it (0: put) */
+  uint32_t *held;            /* the controller's dev_refs while devs hold its devices (ctl_hold) */
+  uint32_t nheld;
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2 };
@@ -81,6 +88,7 @@ typedef struct c_program {
   struct c_load { uint32_t worker; uint64_t rid; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0: answered */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
+  uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */
   c_waiter *waiters;
   uint64_t idle_since;       /* when refs dropped to 0 */
   struct c_program *next;
@@ -137,7 +145,16 @@ struct ctl {
   uint64_t start_ms;
   bool stopping;
   char bound[LM_ADDR_MAX];
-  uint8_t token_key[LM_TOKEN_KEY_SIZE];
+  uint8_t (*worker_key)[LM_TOKEN_KEY_SIZE]; /* [worker id] its transfer key (worker_peer_cap) */
+  uint64_t *lost_at;         /* [worker id] when it was lost (0: alive or never) (worker_peer_cap) */
+  uint32_t *dev_refs;        /* [LM_REG_MAX_DEVICES] arrays and programs naming each virtual device */
+  /* authentication (net/auth.h) */
+  bool have_secret;
+  uint8_t secret[LM_AUTH_SECRET_SIZE];
+  lm_token_store tokens;     /* loaded from cfg.tokens_file, reloaded when the file changes */
+  struct { int64_t mtime_ns, size, ino; bool loaded; } tokens_sig;
+  int tokens_err;            /* < 0: the file could not be read (tokens_msg says why): refuse clients */
+  char tokens_msg[LM_ERR_MSG_MAX];
   /* programs */
   c_program *programs;
   uint64_t next_program;
@@ -152,6 +169,10 @@ struct ctl {
 };
 
 uint64_t ctl_now_ms(ctl *c);
+/* Counts devs[0..n) as named (held) by an array or program, so their ids are not reclaimed;
+ * returns the table to keep in its `held` field, for ctl_release. */
+uint32_t *ctl_hold(ctl *c, const uint32_t *devs, uint32_t n);
+void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n);
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m);
 #define ctl_reply_error(p, rid, code, ...) lm_conn_send_errorf((p)->conn, rid, code, __VA_ARGS__)
 /* Sends to a live, registered worker (counting its cseq); a worker that is gone is skipped (0:

@@ -11,6 +11,7 @@
 void ctl_array_destroy(void *obj) {
   c_array *a = obj;
   if (!a) return;
+  if (a->held) ctl_release(a->held, a->devs, a->nheld);
   free(a->devs);
   free(a->msg);
   free(a);
@@ -142,7 +143,7 @@ static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int ki
     bool alive = lm_registry_device_healthy(c->reg, a->devs[i]) && wp;
     l->data_address = alive ? w->data_address : "";
     if (alive) {
-      lm_token_make(c->token_key, kind, p->session->id, a->id, dev->worker, dev->local_index,
+      lm_token_make(c->worker_key[dev->worker], kind, p->session->id, a->id, dev->worker, dev->local_index,
                     kind == LM_TOKEN_PUT ? (uint32_t)a->dtype : 0, kind == LM_TOKEN_PUT ? dd : NULL,
                     kind == LM_TOKEN_PUT ? (size_t)a->rank : 0, toks + (size_t)i * LM_TOKEN_SIZE);
       l->token.data = toks + (size_t)i * LM_TOKEN_SIZE;
@@ -197,6 +198,7 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     }
   }
   for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) lm_session_touch(p->session, lm_registry_device(c->reg, a->devs[i])->worker);
+  if (rc == 0) a->held = ctl_hold(c, a->devs, a->nheld = a->sh.ndev);
   if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, &err);
   if (rc < 0) {
     ctl_array_destroy(a);

@@ -380,6 +380,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     a->devs = devs;
     a->state = A_PENDING;
     a->producer = l->seq;
+    a->held = ctl_hold(c, devs, a->nheld = info->nproc);
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);

@@ -23,6 +23,7 @@ typedef struct waiter_ext {
 
 static void program_free(c_program *p) {
   if (!p) return;
+  if (p->held) ctl_release(p->held, p->devices, p->ndev);
   c_waiter *w = p->waiters;
   while (w) {
     c_waiter *n = w->next;
@@ -229,6 +230,16 @@ void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why) {
           program_fail(c, p, LOOM_WORKER_LOST, msg);
           break;
         }
+    } else if (p->state == P_READY && p->refs == 0) { /* cached, unused, and never runnable again as loaded:
+                                                        drop it, so its devices' ids can be reclaimed */
+      load_req *lr = loads_of(p);
+      for (uint32_t i = 0; i < p->nloads; i++)
+        if (lr[i].worker == worker) {
+          unlink_program(c, p);
+          unload_everywhere(c, p);
+          program_free(p);
+          break;
+        }
     }
     p = n;
   }
@@ -352,6 +363,7 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   for (uint32_t i = 0; i < n; i++) prog->devices[i] = m->n_devices ? m->devices[i] : i;
   for (uint32_t pos = 0; pos < n; pos++) prog->proc_pos[info->mesh_procs[pos]] = pos;
   rc = ctl_check_devices(c, prog->devices, n, "the device list", &err);
+  if (rc == 0) prog->held = ctl_hold(c, prog->devices, n);
   if (rc < 0) {
     ctl_reply_error(p, rid, rc, "cannot compile %s: %s", name, err.msg);
     program_free(prog);

@@ -1,5 +1,6 @@
 /* Worker registry and virtual device table: validation of registrations, dense virtual ids,
  * heartbeats and loss. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "controller/registry.h"
@@ -110,6 +111,44 @@ int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *s, uint64_t now
   return 0;
 }
 
+bool lm_registry_has_room(const lm_registry *r, uint32_t ndevices) {
+  return r->nworkers < LM_REG_MAX_WORKERS && (uint64_t)r->ndevices + ndevices <= LM_REG_MAX_DEVICES;
+}
+
+int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *s, uint64_t now_ms, lm_err *err) {
+  if (id >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", id);
+  lm_reg_worker *w = &r->workers[id];
+  if (w->state != LM_WORKER_LOST || w->ndevices != s->ndevices)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u's slot cannot be reused", id);
+  if (!s->host || !s->slice || !lm_msg_name_ok(s->host, LM_REG_NAME_MAX) || !lm_msg_name_ok(s->slice, LM_REG_NAME_MAX))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "host and slice names must be 1-%d printable characters", LM_REG_NAME_MAX);
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    if (!s->kinds[i] || strcmp(s->kinds[i], "cpu") != 0)
+      return lm_errf(err, LOOM_UNSUPPORTED, "device %u: only kind 'cpu' is supported", i);
+    if (s->capacities[i] == 0) return lm_errf(err, LOOM_INVALID_ARGUMENT, "device %u: memory capacity is 0", i);
+  }
+  char *host = strdup(s->host), *slice = strdup(s->slice), *da = strdup(s->data_address ? s->data_address : "");
+  if (!host || !slice || !da) {
+    free(host), free(slice), free(da);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory registering a worker");
+  }
+  free(w->host), free(w->slice), free(w->data_address), free(w->dataplane);
+  w->host = host, w->slice = slice, w->data_address = da;
+  w->dataplane = NULL, w->dataplane_len = 0;
+  w->pid = s->pid;
+  w->state = LM_WORKER_ALIVE;
+  w->reason[0] = 0;
+  w->problem[0] = 0;
+  w->registered_ms = w->last_heartbeat_ms = now_ms;
+  memset(&w->transfers, 0, sizeof w->transfers);
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    lm_reg_device *d = &r->devices[w->device_ids[i]];
+    d->memory_capacity = s->capacities[i];
+    d->memory_used = 0;
+  }
+  return 0;
+}
+
 int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
                           const uint64_t *used, size_t nused, lm_err *err) {
   if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
@@ -185,11 +224,20 @@ const lm_reg_device *lm_registry_device(const lm_registry *r, uint32_t id) {
 }
 
 bool lm_registry_device_healthy(const lm_registry *r, uint32_t id) {
-  return id < r->ndevices && r->workers[r->devices[id].worker].state == LM_WORKER_ALIVE;
+  if (id >= r->ndevices) return false;
+  const lm_reg_worker *w = &r->workers[r->devices[id].worker];
+  return w->state == LM_WORKER_ALIVE && !w->problem[0];
+}
+
+int lm_registry_set_problem(lm_registry *r, uint32_t worker, const char *reason, lm_err *err) {
+  if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
+  lm_reg_worker *w = &r->workers[worker];
+  snprintf(w->problem, sizeof w->problem, "%s", reason && *reason ? reason : "unusable");
+  return 0;
 }
 
 const char *lm_registry_device_reason(const lm_registry *r, uint32_t id) {
   if (id >= r->ndevices) return "no such device";
   const lm_reg_worker *w = &r->workers[r->devices[id].worker];
-  return w->state == LM_WORKER_ALIVE ? "" : w->reason;
+  return w->state == LM_WORKER_ALIVE ? w->problem : w->reason;
 }

@@ -1,6 +1,7 @@
 /* The controller's worker registry and device table (DESIGN.md §3). Workers register their
- * devices; each device gets a virtual id, dense and stable and never reused, assigned in
- * registration order; the physical identity (worker id, local index) is kept beside it so the
+ * devices; each device gets a virtual id, dense and stable, assigned in registration order, and
+ * reused only when the controller hands a long-lost worker's slot to a new worker
+ * (lm_registry_reuse_worker, once fresh ids run out); the physical identity (worker id, local index) is kept beside it so the
  * virtual -> physical map can change later (hot swap) without clients noticing. A device is
  * healthy while its worker is alive. Pure data structure: no sockets, no clock of its own. */
 #ifndef LM_CONTROLLER_REGISTRY_H
@@ -41,7 +42,7 @@ typedef struct lm_reg_transfers {
 } lm_reg_transfers;
 
 typedef struct lm_reg_worker {
-  uint32_t id;                     /* dense, in registration order, never reused */
+  uint32_t id;                     /* dense, in registration order (a reused slot keeps its id) */
   char *host;
   uint32_t pid;
   char *slice;
@@ -55,6 +56,8 @@ typedef struct lm_reg_worker {
   uint64_t registered_ms;          /* clock of the caller */
   uint64_t last_heartbeat_ms;      /* registration counts as the first heartbeat */
   lm_reg_transfers transfers;      /* as of the latest heartbeat */
+  char problem[LM_REG_REASON_MAX]; /* alive but its devices unusable (its data plane did not
+                                      start); "" when none */
 } lm_reg_worker;
 
 typedef struct lm_reg_device {
@@ -76,6 +79,12 @@ void lm_registry_destroy(lm_registry *r); /* NULL is a no-op */
  * LOOM_UNSUPPORTED naming the problem, and change nothing. */
 int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *spec, uint64_t now_ms, uint32_t *out_id,
                            lm_err *err);
+/* True when a worker with ndevices devices can still get fresh ids (below both maximums). */
+bool lm_registry_has_room(const lm_registry *r, uint32_t ndevices);
+/* Gives a lost worker's slot (its worker id and its block of virtual device ids) to a new worker
+ * with as many devices, at now_ms: the caller has checked nothing names those ids any more.
+ * LOOM_INVALID_ARGUMENT for a bad spec or a slot that is alive or of another size. */
+int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *spec, uint64_t now_ms, lm_err *err);
 /* Records a heartbeat of an alive worker; used (may be NULL) gives memory_used per local index
  * for the first nused devices. LOOM_NOT_FOUND for an unknown or lost worker. */
 int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
@@ -84,6 +93,9 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
 int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err);
 /* Sets (replaces) a worker's data-plane address. LOOM_NOT_FOUND / LOOM_INVALID_ARGUMENT. */
 int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err);
+/* Marks an alive worker's devices unhealthy with a reason while it stays connected (e.g. its
+ * data plane did not start). LOOM_NOT_FOUND for an unknown worker. */
+int lm_registry_set_problem(lm_registry *r, uint32_t worker, const char *reason, lm_err *err);
 /* Marks an alive worker lost (its devices turn unhealthy) with a reason; no-op if already lost.
  * Returns true when the state changed. */
 bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason);

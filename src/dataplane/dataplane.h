@@ -30,6 +30,9 @@ typedef struct lm_dp_config {
                                look at the flag every quarter of it); 0 = 200 */
   int32_t progress_thread;  /* 1 (default): a background thread serves peers (one-sided gets,
                                connection setup) while no device thread is in the data plane */
+  const char *net_devices;  /* UCX network devices to use, e.g. "lo" or "eth0" (UCX_NET_DEVICES
+                               syntax; shared memory is unaffected); NULL: UCX's choice. The
+                               environment's UCX_NET_DEVICES wins */
 } lm_dp_config;
 
 void lm_dp_config_init(lm_dp_config *c);

@@ -96,6 +96,9 @@ typedef struct dp_peer {
   ucp_ep_h ep;                /* NULL until first use */
   bool failed;
   char why[320];              /* why it failed */
+  bool retry;                 /* failed because a connect failed (not lost): tried again at retry_at_ns */
+  int64_t retry_at_ns;
+  uint32_t connect_failures;  /* in a row: the backoff doubles from 100 ms to 5 s */
   uint64_t generation;        /* bumped by lm_dp_peer_add replacing it */
 } dp_peer;
 

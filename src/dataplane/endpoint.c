@@ -242,6 +242,13 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   /* Dead peers are found by keepalive on transports without a connection to lose (shared
    * memory); the default interval is long. The environment still wins. */
   if (!getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(ucfg, "KEEPALIVE_INTERVAL", "1s");
+  /* Listen only where the worker was told to: a local cluster's data plane stays on loopback. */
+  if (c->net_devices && *c->net_devices && !getenv("UCX_NET_DEVICES") &&
+      ucp_config_modify(ucfg, "NET_DEVICES", c->net_devices) != UCS_OK) {
+    ucp_config_release(ucfg);
+    lm_errf(err, LOOM_INVALID_ARGUMENT, "data plane: UCX does not take network devices '%s'", c->net_devices);
+    goto fail;
+  }
   ucp_params_t p;
   memset(&p, 0, sizeof p);
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -421,8 +428,27 @@ static void dp_fail_posted_locked(lm_dp *dp, int (*match)(const dp_req *, const 
 
 static int dp_match_src(const dp_req *r, const void *arg) { return r->link.key.src == *(const uint64_t *)arg; }
 
+/* A peer whose connect failed is usable again once its backoff has passed (the next use connects). */
+static void dp_peer_retry_locked(dp_peer *p) {
+  if (p->failed && p->retry && dp_now_ns() >= p->retry_at_ns) {
+    p->failed = false;
+    p->retry = false;
+    p->why[0] = 0;
+  }
+}
+
 void dp_peer_fail_locked(lm_dp *dp, dp_peer *p, const char *fmt, ...) {
-  if (p->failed) return;
+  if (p->failed) { /* already failed; a real loss ends any retrying of a failed connect */
+    if (p->retry) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(p->why, sizeof p->why, fmt, ap);
+      va_end(ap);
+      p->retry = false;
+    }
+    return;
+  }
+  p->retry = false;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(p->why, sizeof p->why, fmt, ap);
@@ -450,7 +476,8 @@ static void dp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
 }
 
 int dp_peer_ep_locked(lm_dp *dp, dp_peer *p, ucp_ep_h *out, lm_err *err) {
-  if (p->failed) return lm_errf(err, LOOM_WORKER_LOST, "%s", p->why);
+  dp_peer_retry_locked(p);
+  if (p->failed) return lm_errf(err, p->retry ? LOOM_CONNECT : LOOM_WORKER_LOST, "%s", p->why);
   if (!p->ep) {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof ep);
@@ -468,9 +495,18 @@ int dp_peer_ep_locked(lm_dp *dp, dp_peer *p, ucp_ep_h *out, lm_err *err) {
     ucs_status_t st = ucp_ep_create(dp->w, &ep, &p->ep);
     if (st != UCS_OK) {
       p->ep = NULL;
-      dp_peer_fail_locked(dp, p, "worker %" PRIu64 ": cannot connect (%s)", p->id, ucs_status_string(st));
+      /* perhaps passing (out of descriptors): calls with it fail now, a later use tries again */
+      uint32_t k = p->connect_failures < 6 ? p->connect_failures : 6;
+      int64_t backoff_ms = 100ll << k;
+      if (backoff_ms > 5000) backoff_ms = 5000;
+      dp_peer_fail_locked(dp, p, "worker %" PRIu64 ": cannot connect (%s); trying again after %lld ms", p->id,
+                          ucs_status_string(st), (long long)backoff_ms);
+      p->retry = true;
+      p->retry_at_ns = dp_now_ns() + backoff_ms * 1000000ll;
+      p->connect_failures++;
       return lm_errf(err, LOOM_CONNECT, "%s", p->why);
     }
+    p->connect_failures = 0;
   }
   *out = p->ep;
   return 0;
@@ -522,6 +558,8 @@ int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, l
   p->start_time = dp_get64(b + 24);
   p->same_host = same;
   p->failed = false;
+  p->retry = false;
+  p->connect_failures = 0;
   p->why[0] = 0;
   pthread_mutex_unlock(&dp->mu);
   return 0;
@@ -542,6 +580,7 @@ int lm_dp_peer_status(lm_dp *dp, uint64_t peer_id, lm_err *err) {
   pthread_mutex_lock(&dp->mu);
   dp_peer *p = dp_peer_find_locked(dp, peer_id);
   int rc = 0;
+  if (p) dp_peer_retry_locked(p);
   if (!p) rc = lm_errf(err, LOOM_NOT_FOUND, "data plane: worker %" PRIu64 " is not a known peer", peer_id);
   else if (p->failed) rc = lm_errf(err, LOOM_WORKER_LOST, "%s", p->why);
   pthread_mutex_unlock(&dp->mu);
@@ -756,6 +795,7 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
   r->len = len;
   r->sig = sig;
   r->link.key = (dp_key){.src = p->id, .tag = tag, .key2 = key2, .slot = slot, .kind = kind};
+  dp_peer_retry_locked(p);
   /* what arrived before the peer failed is still good */
   dp_unexp *u = (dp_unexp *)dp_map_find(&dp->unexp, &r->link.key);
   if (u && !(p->failed && u->mode == DP_UX_RNDV)) {

@@ -23,6 +23,7 @@
 #include "hlo/spmd.h"
 #include "net/conn.h"
 #include "net/sock.h"
+#include "net/auth.h"
 #include "net/token.h"
 #include "worker/worker.h"
 
@@ -204,6 +205,10 @@ struct wk {
   uint32_t worker_id, heartbeat_ms;
   uint64_t heartbeat_seq;
   uint8_t token_key[LM_TOKEN_KEY_SIZE];
+  bool have_secret;            /* cfg.secret_file was read: the controller is challenged too */
+  uint8_t secret[LM_AUTH_SECRET_SIZE];
+  uint8_t nonce[LM_AUTH_NONCE_SIZE];     /* this connection's half of the challenge */
+  uint8_t auth_proof[LM_AUTH_MAC_SIZE];  /* our answer, sent in REGISTER_WORKER */
   uint64_t cseq;               /* controller messages processed since registration */
   lm_dp *dp;                   /* data-plane endpoint (NULL if it could not be created) */
   wk_store store;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include "common/log.h"
@@ -126,9 +127,37 @@ static void send_register(wk *w) {
   m.n_devices = n;
   m.devices = ptrs;
   m.data_address = w->data_addr;
+  if (w->have_secret) {
+    m.auth_proof.data = w->auth_proof;
+    m.auth_proof.len = sizeof w->auth_proof;
+  }
   wk_send(w, LM_MSG_REGISTER_WORKER, RID_REGISTER, &m.base);
   free(specs);
   free(ptrs);
+}
+
+/* The network interface that holds the IP address of "IP:PORT" (its name into out), so the data
+ * plane binds where the control connection runs; false for a wildcard or an unknown address. */
+static bool interface_of(const char *addr, char *out, size_t cap) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  lm_err e;
+  if (lm_addr_resolve(addr, &ss, &sl, &e) < 0) return false;
+  struct ifaddrs *ifs;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool found = false;
+  for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != ss.ss_family) continue;
+    if (ss.ss_family == AF_INET)
+      found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ((struct sockaddr_in *)&ss)->sin_addr.s_addr &&
+              ((struct sockaddr_in *)&ss)->sin_addr.s_addr != htonl(INADDR_ANY);
+    else if (ss.ss_family == AF_INET6)
+      found = !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16) &&
+              !IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+    if (found) snprintf(out, cap, "%s", i->ifa_name);
+  }
+  freeifaddrs(ifs);
+  return found;
 }
 
 /* The data-plane endpoint needs the worker id, so it is made once registration gave one. */
@@ -136,11 +165,16 @@ static void start_dataplane(wk *w) {
   lm_dp_config dc;
   lm_dp_config_init(&dc);
   dc.self_id = w->worker_id;
+  char ifname[64];
+  if (interface_of(w->data_addr, ifname, sizeof ifname)) dc.net_devices = ifname;
   dc.num_devices = w->cfg.devices;
   lm_err err;
   if (lm_dp_create(&dc, &w->dp, &err) < 0) {
     w->dp = NULL;
     lm_error("no data plane (collectives between devices will fail): %s", err.msg);
+    Lmw__WorkerDataplane m = LMW__WORKER_DATAPLANE__INIT; /* the controller marks our devices unhealthy */
+    m.error = err.msg;
+    wk_send(w, LM_MSG_WORKER_DATAPLANE, 0, &m.base);
     return;
   }
   const void *blob;
@@ -168,12 +202,18 @@ static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
     finish(w, LOOM_PROTOCOL, "the controller assigned %zu ids to %u devices", r->n_device_ids, w->cfg.devices);
     return;
   }
-  if (r->token_key.len != LM_TOKEN_KEY_SIZE) {
+  if (w->have_secret) { /* derived in on_hello_reply; a key sent in clear is not taken */
+    if (r->token_key.len) {
+      finish(w, LOOM_PROTOCOL, "the controller sent a transfer key in clear although both sides hold the secret");
+      return;
+    }
+  } else if (r->token_key.len != LM_TOKEN_KEY_SIZE) {
     finish(w, LOOM_PROTOCOL, "the controller sent a %zu-byte token key (expected %d)", r->token_key.len,
            LM_TOKEN_KEY_SIZE);
     return;
+  } else {
+    memcpy(w->token_key, r->token_key.data, LM_TOKEN_KEY_SIZE);
   }
-  memcpy(w->token_key, r->token_key.data, LM_TOKEN_KEY_SIZE);
   w->registered = true;
   w->worker_id = r->worker_id;
   w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
@@ -184,6 +224,30 @@ static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
           (unsigned long long)w->cfg.device_memory, w->cfg.slice, w->data_addr);
   start_dataplane(w);
   uv_timer_start(&w->timer, on_heartbeat_tick, w->heartbeat_ms, w->heartbeat_ms);
+}
+
+/* The controller's HELLO_REPLY: with a secret, check its proof, answer its challenge, derive
+ * the transfer key; then register. */
+static void on_hello_reply(wk *w, const Lmw__HelloReply *r) {
+  if (w->have_secret) {
+    if (r->auth_challenge.len != LM_AUTH_NONCE_SIZE || r->auth_proof.len != LM_AUTH_MAC_SIZE) {
+      finish(w, LOOM_PERMISSION,
+             "the controller %s did not authenticate itself (it has no cluster secret); refusing to join it",
+             w->cfg.controller);
+      return;
+    }
+    uint8_t want[LM_AUTH_MAC_SIZE];
+    lm_auth_controller_proof(w->secret, w->nonce, r->auth_challenge.data, want);
+    if (!lm_auth_equal(want, r->auth_proof.data, sizeof want)) {
+      finish(w, LOOM_PERMISSION,
+             "the controller %s failed authentication: it does not hold this worker's cluster secret",
+             w->cfg.controller);
+      return;
+    }
+    lm_auth_worker_proof(w->secret, w->nonce, r->auth_challenge.data, w->auth_proof);
+    lm_auth_transfer_key(w->secret, w->nonce, r->auth_challenge.data, w->token_key);
+  }
+  send_register(w);
 }
 
 static void on_frame(lm_conn *c, lm_frame *f) {
@@ -207,7 +271,7 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   }
   unsigned type = f->h.type;
   if (!w->registered) {
-    if (type == LM_MSG_HELLO_REPLY && f->h.request_id == RID_HELLO) send_register(w);
+    if (type == LM_MSG_HELLO_REPLY && f->h.request_id == RID_HELLO) on_hello_reply(w, (Lmw__HelloReply *)m);
     else if (type == LM_MSG_REGISTER_WORKER_REPLY && f->h.request_id == RID_REGISTER)
       on_registered(w, (Lmw__RegisterWorkerReply *)m);
     else lm_warn("ignoring unexpected %s from the controller before registering", lm_msg_name(type));
@@ -250,6 +314,15 @@ static void on_connect(lm_conn *c) {
   h.software = "loom " LOOM_VERSION_STRING;
   h.host = w->host;
   h.pid = (uint32_t)getpid();
+  if (w->have_secret) {
+    lm_err err;
+    if (lm_auth_random(w->nonce, sizeof w->nonce, &err) < 0) {
+      finish(w, err.code, "%s", err.msg);
+      return;
+    }
+    h.auth_nonce.data = w->nonce;
+    h.auth_nonce.len = sizeof w->nonce;
+  }
   wk_send(w, LM_MSG_HELLO, RID_HELLO, &h.base);
 }
 
@@ -317,7 +390,12 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   if (!w) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   w->cfg = *cfg;
   socklen_t sl;
-  int rc = lm_addr_resolve(cfg->controller, &w->addr, &sl, err);
+  int rc = 0;
+  if (cfg->secret_file) {
+    rc = lm_auth_secret_read(cfg->secret_file, w->secret, err);
+    w->have_secret = rc == 0;
+  }
+  if (rc == 0) rc = lm_addr_resolve(cfg->controller, &w->addr, &sl, err);
   if (rc < 0) {
     free(w);
     return rc;
@@ -367,6 +445,7 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   wk_store_destroy(&w->store);
   for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);
   free(w->devs);
+  lm_auth_wipe(w->secret, sizeof w->secret);
   free(w);
   return rc;
 }

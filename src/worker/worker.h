@@ -19,6 +19,7 @@ typedef struct lm_worker_config {
   uint32_t connect_timeout_ms;   /* keep retrying the first connection this long (default 30000) */
   const char *data_listen;       /* "HOST:PORT" of the data port; NULL: this host's address toward
                                     the controller, any free port */
+  const char *secret_file;       /* the cluster secret to prove to the controller (NULL: none) */
 } lm_worker_config;
 
 void lm_worker_config_default(lm_worker_config *c);

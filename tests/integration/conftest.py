@@ -105,15 +105,39 @@ def procs(tmp_path):
     assert not problems, "\n".join(problems)
 
 
-class Cluster:
-    """A controller and its workers, started by hand as `loom controller` / `loom worker`."""
+class Auth:
+    """A cluster secret and a token store in tmp_path/auth, with a token per user in self.tokens."""
 
-    def __init__(self, procs, tmp_path):
-        self.procs, self.tmp = procs, tmp_path
+    def __init__(self, tmp_path, users=("alice",)):
+        d = tmp_path / "auth"
+        d.mkdir(mode=0o700, exist_ok=True)
+        self.secret_file, self.tokens_file = d / "secret", d / "tokens"
+        fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, (os.urandom(32).hex() + "\n").encode())
+        os.close(fd)
+        self.secret = bytes.fromhex(self.secret_file.read_text().strip())
+        self.tokens = {u: self.create(u) for u in users}
+
+    def create(self, user, *extra):
+        r = run_loom("token", "create", "--user", user, "--tokens-file", str(self.tokens_file), *extra, check=True)
+        return r.stdout.strip()
+
+    def controller_args(self):
+        return ["--secret-file", str(self.secret_file), "--tokens-file", str(self.tokens_file)]
+
+
+class Cluster:
+    """A controller and its workers, started by hand as `loom controller` / `loom worker`; with
+    auth (an Auth), the controller needs the secret from workers and a token from clients."""
+
+    def __init__(self, procs, tmp_path, auth=None):
+        self.procs, self.tmp, self.auth = procs, tmp_path, auth
         self.controller, self.addr, self.workers = None, None, []
 
     def start_controller(self, *extra):
         addr_file = self.tmp / "controller.addr"
+        if self.auth:
+            extra = (*self.auth.controller_args(), *extra)
         self.controller = self.procs.start(
             ["controller", "--listen", "127.0.0.1:0", "--address-file", str(addr_file), *extra], "controller")
 
@@ -127,6 +151,8 @@ class Cluster:
 
     def start_worker(self, devices=4, slice_name=None, memory=None, extra=()):
         args = ["worker", "--controller", self.addr, "--devices", str(devices), *extra]
+        if self.auth:
+            args += ["--secret-file", str(self.auth.secret_file)]
         if slice_name:
             args += ["--slice", slice_name]
         if memory:
@@ -147,9 +173,9 @@ class Cluster:
         return wait_for(ok, timeout, interval=0.1, what=f"{n} devices ({want_healthy} healthy)")
 
 
-def tight_cluster(procs, tmp_path, devices_per_worker=4):
+def tight_cluster(procs, tmp_path, devices_per_worker=4, auth=None):
     """2 workers behind a controller with short deadlines (for the hostile-input tests)."""
-    c = Cluster(procs, tmp_path)
+    c = Cluster(procs, tmp_path, auth)
     c.start_controller("--frame-timeout", "500", "--handshake-timeout", "1500")
     c.start_worker(devices_per_worker)
     c.start_worker(devices_per_worker)

@@ -3,7 +3,9 @@ hostile client of a worker's data port send messages built from src/proto/wire.p
 field values (huge ids and dimensions, unknown dtypes, deep repeats, wrong wire types), some of
 them then mangled byte by byte, under every message type. Afterwards the controller and the
 workers still serve a real program, and they stop cleanly on SIGTERM (the procs fixture checks
-the exit status and, in a sanitizer build, the sanitizer's reports).
+the exit status and, in a sanitizer build, the sanitizer's reports). The cluster has
+authentication on (a cluster secret and client tokens): the hostile peers authenticate first,
+so the fuzzing reaches past the handshake.
 
 The seed is fixed, so a failure replays. LOOM_WIRE_FUZZ_FRAMES (default 1500 per kind of peer)
 and LOOM_WIRE_FUZZ_SEED make longer or different runs, e.g. against the sanitizer build:
@@ -16,11 +18,12 @@ import re
 import select
 import socket
 import struct
+from functools import partial
 
 import pytest
 
 import wire
-from conftest import SOURCE_DIR, devices, run_loom, tight_cluster
+from conftest import SOURCE_DIR, Auth, devices, run_loom, tight_cluster
 
 FRAMES = int(os.environ.get("LOOM_WIRE_FUZZ_FRAMES", "1500"))
 SEED = int(os.environ.get("LOOM_WIRE_FUZZ_SEED", "20261202"))
@@ -187,13 +190,18 @@ def client_hello(conn):
     assert t == wire.HELLO_REPLY
 
 
-def worker_hello(conn):
-    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
-    assert conn.recv_frame()[0] == wire.HELLO_REPLY
+def worker_hello(conn, secret):
+    nonce = os.urandom(32)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER, nonce=nonce), request_id=1))
+    t, _, meta, _ = conn.recv_frame()
+    assert t == wire.HELLO_REPLY
+    challenge = wire.parse_fields(meta)[11][0]
     reg = wire.register_worker(host="fuzzhost", pid=os.getpid(), slice_name="fuzz",
-                               specs=[wire.device_spec(0, capacity=1 << 20)])
+                               specs=[wire.device_spec(0, capacity=1 << 20)],
+                               proof=wire.worker_proof(secret, nonce, challenge))
     conn.send(wire.frame(wire.REGISTER_WORKER, reg, request_id=2))
-    conn.recv_frame()
+    f = conn.recv_frame()
+    assert f and f[0] == wire.REGISTER_WORKER_REPLY, f  # authenticated: the fuzzing starts past the handshake
 
 
 def data_address(addr):
@@ -210,8 +218,10 @@ def data_address(addr):
 
 
 @pytest.fixture
-def small_cluster(procs, tmp_path):
-    return tight_cluster(procs, tmp_path, 2)
+def small_cluster(procs, tmp_path, monkeypatch):
+    auth = Auth(tmp_path)
+    monkeypatch.setenv("LOOM_TOKEN", auth.tokens["alice"])  # every client here presents it
+    return tight_cluster(procs, tmp_path, 2, auth)
 
 
 @pytest.mark.parametrize("kind", ["client", "worker", "data_port"])
@@ -224,7 +234,7 @@ def test_random_frames(small_cluster, kind):
         peers = [Peer(c.addr, client_hello) for _ in range(3)]
         types, payload = CLIENT_TYPES, True
     elif kind == "worker":
-        peers = [Peer(c.addr, worker_hello)]
+        peers = [Peer(c.addr, partial(worker_hello, secret=c.auth.secret))]
         types, payload = WORKER_TYPES, False
     else:
         daddr = data_address(c.addr)

@@ -1,5 +1,8 @@
 """Loom's wire format written independently in Python (docs/protocol.md), for tests that talk to a
 real controller byte by byte: well-formed frames, and every kind of malformed one."""
+import hashlib
+import hmac
+import os
 import socket
 import struct
 import time
@@ -53,18 +56,50 @@ def unpack_varints(data):
     return out
 
 
-def hello(version=PROTOCOL_VERSION, role=ROLE_CLIENT, name="wire test"):
-    return field_varint(1, version) + field_varint(2, role) + field_bytes(7, name)
+def hello(version=PROTOCOL_VERSION, role=ROLE_CLIENT, name="wire test", token=None, nonce=None):
+    """HELLO's metadata; token: a client token (field 3), else $LOOM_TOKEN for clients (the
+    authenticated test clusters set it); nonce: a worker's half of the challenge (field 11)."""
+    if token is None and role == ROLE_CLIENT:
+        token = os.environ.get("LOOM_TOKEN", "")
+    m = field_varint(1, version) + field_varint(2, role) + field_bytes(7, name)
+    if token:
+        m += field_bytes(3, token)
+    if nonce:
+        m += field_bytes(11, nonce)
+    return m
+
+
+# Worker authentication (docs/protocol.md "Authentication"): HMAC-SHA256 under the cluster secret.
+def auth_mac(secret, label, a, b):
+    return hmac.new(secret, label + a + b, hashlib.sha256).digest()
+
+
+def controller_proof(secret, nonce, challenge):
+    return auth_mac(secret, b"loom-controller", nonce, challenge)
+
+
+def worker_proof(secret, nonce, challenge):
+    return auth_mac(secret, b"loom-worker", challenge, nonce)
+
+
+def transfer_key(secret, nonce, challenge):
+    return auth_mac(secret, b"loom-transfer", challenge, nonce)[:16]
+
+
+def read_secret(path):
+    return bytes.fromhex(open(path).read().strip())
 
 
 def device_spec(index, kind="cpu", capacity=1 << 20):
     return field_varint(1, index) + field_bytes(2, kind) + field_varint(3, capacity)
 
 
-def register_worker(host="testhost", pid=1, slice_name="s", specs=()):
+def register_worker(host="testhost", pid=1, slice_name="s", specs=(), proof=None):
     m = field_bytes(1, host) + field_varint(2, pid) + field_bytes(3, slice_name)
     for s in specs:
         m += field_bytes(4, s)
+    if proof:
+        m += field_bytes(7, proof)
     return m
 
 

@@ -82,6 +82,21 @@ def test_connect_errors(cluster, tmp_path, monkeypatch):
         loom.connect()
 
 
+def test_connect_with_a_token(cluster, tmp_path, monkeypatch):
+    """The `loom up` cluster requires a token: found in the state directory, or given as token=."""
+    token = (cluster.state / "token").read_text().strip()
+    addr = (cluster.state / "controller.addr").read_text().strip()
+    monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path / "elsewhere"))  # no local token to find
+    with pytest.raises(loom.LoomError, match="requires a client token") as e:
+        loom.connect(addr, timeout=10)
+    assert e.value.status == -20
+    with pytest.raises(loom.LoomError, match="not valid"):
+        loom.connect(addr, timeout=10, token="loom_0123456789abcdef_" + "0" * 64)
+    c = loom.connect(addr, timeout=10, token=token)
+    assert c.device_count() == cluster.num_devices
+    c.close()
+
+
 def test_error_classes():
     seen = set()
     for code, cls in loom.errors.ERRORS.items():

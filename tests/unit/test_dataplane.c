@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <cmocka.h>
 #include "common/half.h"
+#include <fcntl.h>
+#include <sys/resource.h>
 #include "dataplane_harness.h"
 #include "dataplane/dp_internal.h" /* wire constants, for the malformed-message test */
 
@@ -656,6 +658,42 @@ static int p2p_body(h_worker *w) {
   return fails;
 }
 
+/* ---- a failed connect is tried again after a backoff (a worker briefly out of descriptors) ---- */
+
+static int reconnect_body(h_worker *w) {
+  lm_err e;
+  uint64_t peer = H_ID(1 - w->proc);
+  int fails = 0;
+  uint8_t x = 7;
+  if (w->proc == 0) {
+    int lowest = 0; /* the lowest free descriptor: with the limit there, no new one can be made */
+    while (fcntl(lowest, F_GETFD) != -1) lowest++;
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    low = old;
+    low.rlim_cur = (rlim_t)lowest;
+    setrlimit(RLIMIT_NOFILE, &low);
+    int rc = lm_dp_send(w->dp, peer, 1, &x, 1, NULL, &e);
+    setrlimit(RLIMIT_NOFILE, &old);
+    H_CHECK(rc == LOOM_CONNECT && strstr(e.msg, "cannot connect"), "out of descriptors: rc %d: %s", rc, e.msg);
+    rc = lm_dp_send(w->dp, peer, 1, &x, 1, NULL, &e); /* within the backoff: refused at once, saying when */
+    H_CHECK(rc == LOOM_CONNECT && strstr(e.msg, "trying again after 100 ms"), "rc %d: %s", rc, e.msg);
+    usleep(200000);
+    rc = lm_dp_send(w->dp, peer, 2, &x, 1, NULL, &e); /* descriptors are back: it connects */
+    H_CHECK(rc == 0, "after the backoff: rc %d: %s", rc, e.msg);
+  } else {
+    uint8_t y = 0;
+    int rc = lm_dp_recv(w->dp, peer, 2, &y, 1, NULL, &e);
+    H_CHECK(rc == 0 && y == 7, "rc %d: %s", rc, e.msg);
+  }
+  return fails;
+}
+
+static void test_reconnect_after_failed_connect(void **state) {
+  h_opts o = {.nproc = 2, .ndev = 1, .body = reconnect_body, .tls = "tcp", .peer_errors = 1};
+  assert_int_equal(h_run(&o), 0);
+}
+
 static void test_p2p(void **state) {
   h_opts o = {.nproc = 2, .ndev = 1, .body = p2p_body};
   assert_int_equal(h_run(&o), 0);
@@ -992,6 +1030,7 @@ int main(void) {
       cmocka_unit_test(test_in_flight),         cmocka_unit_test(test_slow_member),
       cmocka_unit_test(test_determinism),
       cmocka_unit_test(test_p2p),               cmocka_unit_test(test_p2p_tcp),
+      cmocka_unit_test(test_reconnect_after_failed_connect),
       cmocka_unit_test(test_killed_peer),       cmocka_unit_test(test_killed_peer_tcp),
       cmocka_unit_test(test_timeout_and_mismatch), cmocka_unit_test(test_malformed_messages),
       cmocka_unit_test(test_abandoned_transfer_local), cmocka_unit_test(test_abandoned_transfer_tcp),

@@ -184,11 +184,39 @@ static void test_session_handles(void **state) {
   lm_session_destroy(NULL);
 }
 
+/* A lost worker's slot (worker id and device ids) goes to a new worker of as many devices. */
+static void test_reuse_slot(void **state) {
+  lm_registry *r = lm_registry_create();
+  uint32_t a, b;
+  lm_worker_spec s = spec("h1", "s0", 4);
+  assert_int_equal(lm_registry_add_worker(r, &s, 1000, &a, NULL), 0);
+  s = spec("h2", "s0", 2);
+  assert_int_equal(lm_registry_add_worker(r, &s, 1000, &b, NULL), 0);
+  assert_true(lm_registry_has_room(r, 4));
+  lm_err e;
+  s = spec("h3", "s9", 4);
+  assert_int_equal(lm_registry_reuse_worker(r, a, &s, 2000, &e), LOOM_INVALID_ARGUMENT); /* alive */
+  assert_true(lm_registry_mark_lost(r, a, "gone"));
+  s = spec("h3", "s9", 3);
+  assert_int_equal(lm_registry_reuse_worker(r, a, &s, 2000, &e), LOOM_INVALID_ARGUMENT); /* other size */
+  s = spec("h3", "s9", 4);
+  assert_int_equal(lm_registry_reuse_worker(r, a, &s, 2000, &e), 0);
+  const lm_reg_worker *w = lm_registry_worker(r, a);
+  assert_string_equal(w->host, "h3");
+  assert_string_equal(w->slice, "s9");
+  assert_int_equal(w->state, LM_WORKER_ALIVE);
+  assert_int_equal(w->device_ids[0], 0);
+  assert_int_equal(lm_registry_device_count(r), 6);
+  for (uint32_t i = 0; i < 4; i++) assert_true(lm_registry_device_healthy(r, i));
+  assert_int_equal(lm_registry_heartbeat(r, a, 2500, NULL, NULL, 0, &e), 0);
+  lm_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense_ids),           cmocka_unit_test(test_validation),
       cmocka_unit_test(test_heartbeat_and_expiry), cmocka_unit_test(test_expire_in_batches),
-      cmocka_unit_test(test_session_handles),
+      cmocka_unit_test(test_session_handles),      cmocka_unit_test(test_reuse_slot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
