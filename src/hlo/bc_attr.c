@@ -922,15 +922,42 @@ int bc_value_type(lm_bc *bc, uint64_t idx, const lm_type **out) {
 
 /* Finds the innermost file:line:col of a location entry (name, call-site and fused locations
  * wrap others); reads the entry directly, without caching it as an attribute. */
+static bool loc_read(lm_bc *bc, uint64_t idx, lm_loc *out, int depth);
+
+/* loc_read, memoized per entry: a location is resolved once however many ops and other
+ * locations name it (fused and call-site locations form a DAG that a walk would explore
+ * exponentially), and one that names itself resolves to none. */
 static bool loc_rec(lm_bc *bc, uint64_t idx, lm_loc *out, int depth) {
   if (idx >= bc->nattrs || depth > 32) return false;
+  if (!bc->loc_state) {
+    bc->loc_state = calloc(bc->nattrs, 1);
+    bc->locs = calloc(bc->nattrs, sizeof *bc->locs);
+    if (!bc->loc_state || !bc->locs) {
+      free(bc->loc_state), free(bc->locs);
+      bc->loc_state = NULL, bc->locs = NULL;
+      return loc_read(bc, idx, out, depth); /* out of memory: unmemoized, still bounded by depth */
+    }
+  }
+  switch (bc->loc_state[idx]) {
+    case 2: *out = bc->locs[idx]; return true;
+    case 1: case 3: return false;
+    default: break;
+  }
+  bc->loc_state[idx] = 1;
+  lm_loc l = {0};
+  bool ok = loc_read(bc, idx, &l, depth);
+  bc->loc_state[idx] = ok ? 2 : 3;
+  if (ok) *out = bc->locs[idx] = l;
+  return ok;
+}
+
+static bool loc_read(lm_bc *bc, uint64_t idx, lm_loc *out, int depth) {
   const bc_entry *e = &bc->attrs[idx];
   if (!e->custom || bc->dialects[e->dialect].kind != BC_D_BUILTIN) return false;
   bc_cur c = {e->data, e->data + e->size};
   uint64_t code, a, b;
-  lm_err saved = *bc->err;
   bool ok = false;
-  if (bc_varint(bc, &c, &code) < 0) goto out;
+  if (bc_varint(bc, &c, &code) < 0) return false;
   switch (code) {
     case B_LOC_FILE: {
       uint64_t fi, line, col;
@@ -968,12 +995,13 @@ static bool loc_rec(lm_bc *bc, uint64_t idx, lm_loc *out, int depth) {
     }
     default: break;
   }
-out:
-  *bc->err = saved; /* a location that does not read is no error */
   return ok;
 }
 
 void bc_loc(lm_bc *bc, uint64_t idx, lm_loc *out) {
+  lm_err scratch, *real = bc->err; /* a location that does not read is no error: its message goes here */
+  bc->err = &scratch;
   memset(out, 0, sizeof *out);
   if (!loc_rec(bc, idx, out, 0)) out->file = NULL;
+  bc->err = real;
 }

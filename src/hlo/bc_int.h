@@ -77,6 +77,8 @@ typedef struct lm_bc {
   const uint8_t *data, *end;
   const char *file;
   lm_err *err;
+  struct lm_loc *locs;   /* [nattrs] resolved locations (bc_loc), malloc'd on first use */
+  uint8_t *loc_state;    /* [nattrs] 0 unresolved, 1 being resolved, 2 resolved, 3 none */
   lm_module *m;
   size_t max_const, max_total;
   uint64_t version;                 /* bytecode format version */

@@ -1103,6 +1103,8 @@ int lm_read_bytecode(const uint8_t *data, size_t len, const lm_parse_opts *opts,
   bc->file = lm_arena_strndup(&m->arena, fname, strlen(fname));
   int rc = bc->file ? read_all(bc) : lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   free(bc->vals);
+  free(bc->locs);
+  free(bc->loc_state);
   free(bc->vtypes);
   if (rc == 0 && !(opts && opts->no_verify)) rc = lm_module_verify(m, err);
   if (rc < 0) {
