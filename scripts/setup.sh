@@ -17,11 +17,14 @@ APT_PACKAGES=(
   libuv1-dev                              # control-plane event loops
   libucx-dev ucx-utils                    # data plane
   libcjson-dev                            # JSON output
+  libnghttp2-dev                          # HTTP/2 for the IFRT proxy's gRPC server
   libcmocka-dev                           # C unit tests
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests
 )
-PY_PACKAGES=(numpy pytest jax)
+# module=pip spec: the spec is installed when the module is missing or has another version.
+# jax/jaxlib and pathwaysutils are pinned: the IFRT proxy speaks jaxlib 0.10.2's protocol range.
+PY_PACKAGES=(numpy=numpy pytest=pytest jax=jax==0.10.2 jaxlib=jaxlib==0.10.2 pathwaysutils=pathwaysutils==0.1.13)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }
@@ -39,8 +42,14 @@ fi
 
 PY=${PYTHON:-python3}
 pymissing=()
-for p in "${PY_PACKAGES[@]}"; do
-  "$PY" -c "import $p" 2>/dev/null || pymissing+=("$p")
+for e in "${PY_PACKAGES[@]}"; do
+  mod=${e%%=*} spec=${e#*=}
+  if [[ $spec == *==* ]]; then
+    "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('${spec%%==*}') != '${spec#*==}')" 2>/dev/null ||
+      pymissing+=("$spec")
+  else
+    "$PY" -c "import $mod" 2>/dev/null || pymissing+=("$spec")
+  fi
 done
 if ((${#pymissing[@]})); then
   echo "setup: pip installing ${pymissing[*]}"
