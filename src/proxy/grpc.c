@@ -34,6 +34,8 @@
 #define PX_MAX_HOST_BUFFER ((size_t)1 << 36) /* one stored host buffer: 64 GiB */
 #define PX_CHUNK ((size_t)1 << 20)           /* HostBufferLookup answers in 1 MiB messages */
 #define PX_SERVICE "/xla.ifrt.proxy.GrpcIfrtService/"
+#define SESSION_MD "ifrt-proxy-grpc-ifrt-session-metadata-bin"
+#define STORE_MD "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
 
 enum { K_UNKNOWN, K_VERSION, K_SESSION, K_STORE, K_LOOKUP, K_DELETE, K_READ_DISK };
 
@@ -519,8 +521,8 @@ static int header_cb(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
                : IS("HostBufferReadFromDisk") ? K_READ_DISK : K_UNKNOWN;
 #undef IS
     }
-  } else if ((nlen == 41 && !memcmp(name, "ifrt-proxy-grpc-ifrt-session-metadata-bin", 41)) ||
-             (nlen == 45 && !memcmp(name, "ifrt-proxy-grpc-host-buffer-store-metadata-bin", 45))) {
+  } else if ((nlen == sizeof SESSION_MD - 1 && !memcmp(name, SESSION_MD, nlen)) ||
+             (nlen == sizeof STORE_MD - 1 && !memcmp(name, STORE_MD, nlen))) {
     free(st->md);
     st->md = b64decode(value, vlen, &st->md_len);
   }

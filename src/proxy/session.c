@@ -337,8 +337,9 @@ static Xla__Ifrt__ShardingProto *sharding_proto(px_session *s, const loom_shardi
 /* Parses an IFRT ShardingProto for an array of rank `rank` into a loom_sharding whose devices
  * live in devs[] (room for 4096). */
 static int sharding_from_proto(px_session *s, const Xla__Ifrt__ShardingProto *sp, int32_t rank, loom_sharding *sh,
-                               int32_t *devs, int32_t cap) {
+                               int32_t *devs, int32_t cap, int32_t *list_out, int32_t *nlist_out) {
   loom_sharding_initialize(sh);
+  *nlist_out = 0;
   if (!sp || !sp->serialized_sharding || !sp->serialized_sharding->type_name)
     return fail(s, PX_INVALID_ARGUMENT, "the array has no sharding");
   const Xla__Ifrt__Serialized *ser = sp->serialized_sharding;
@@ -347,7 +348,8 @@ static int sharding_from_proto(px_session *s, const Xla__Ifrt__ShardingProto *sp
     Xla__Ifrt__SingleDeviceShardingProto *p =
         xla__ifrt__single_device_sharding_proto__unpack(NULL, ser->data.len, ser->data.data);
     if (!p) return fail(s, PX_INVALID_ARGUMENT, "a SingleDeviceSharding that does not parse");
-    devs[0] = p->device_id;
+    devs[0] = list_out[0] = p->device_id;
+    *nlist_out = 1;
     xla__ifrt__single_device_sharding_proto__free_unpacked(p, NULL);
     sh->num_devices = 1;
     sh->devices = devs;
@@ -365,6 +367,8 @@ static int sharding_from_proto(px_session *s, const Xla__Ifrt__ShardingProto *sp
     rc = fail(s, PX_INVALID_ARGUMENT, "an HloSharding with %d devices", nlist);
     goto out;
   }
+  memcpy(list_out, list, sizeof(int32_t) * (size_t)nlist);
+  *nlist_out = nlist;
   int type = o->has_type ? o->type : XLA__OP_SHARDING__TYPE__REPLICATED;
   if (type == XLA__OP_SHARDING__TYPE__REPLICATED) {
     memcpy(devs, list, sizeof(int32_t) * (size_t)nlist);
@@ -988,54 +992,74 @@ static int do_copy_to_host(px_session *s, const Xla__Ifrt__Proxy__CopyToHostBuff
   return 0;
 }
 
-static int do_make_array(px_session *s, const Xla__Ifrt__Proxy__MakeArrayFromHostBufferRequest *q, Resp *r) {
-  parray tmp = {.shard = -1};
-  if (!q->dtype || !q->shape) return fail(s, PX_INVALID_ARGUMENT, "MakeArrayFromHostBuffer without dtype or shape");
-  tmp.dtype = dtype_from_ifrt(q->dtype->has_kind ? q->dtype->kind : 0);
-  if (tmp.dtype == LOOM_DTYPE_INVALID)
-    return fail(s, PX_UNIMPLEMENTED, "MakeArrayFromHostBuffer: dtype kind %d is not supported by Loom",
-                q->dtype->has_kind ? (int)q->dtype->kind : 0);
-  if (q->shape->n_dims > LOOM_MAX_RANK)
-    return fail(s, PX_UNIMPLEMENTED, "MakeArrayFromHostBuffer: rank %zu (Loom's limit is %d)", q->shape->n_dims,
-                LOOM_MAX_RANK);
-  tmp.rank = (int32_t)q->shape->n_dims;
-  size_t want = dtype_size(tmp.dtype);
-  for (int32_t i = 0; i < tmp.rank; i++) {
-    tmp.dims[i] = q->shape->dims[i];
-    if (tmp.dims[i] < 0 || lm_mul_size(want, (size_t)tmp.dims[i], &want) < 0)
-      return fail(s, PX_INVALID_ARGUMENT, "MakeArrayFromHostBuffer: a bad shape");
+/* Reads an array type (dtype + shape) into t; *bytes = its dense size. */
+static int parse_type(px_session *s, const Xla__Ifrt__DTypeProto *dt, const Xla__Ifrt__ShapeProto *shp, parray *t,
+                      size_t *bytes, const char *what) {
+  memset(t, 0, sizeof *t);
+  t->shard = -1;
+  if (!dt || !shp) return fail(s, PX_INVALID_ARGUMENT, "%s without dtype or shape", what);
+  t->dtype = dtype_from_ifrt(dt->has_kind ? dt->kind : 0);
+  if (t->dtype == LOOM_DTYPE_INVALID)
+    return fail(s, PX_UNIMPLEMENTED, "%s: dtype kind %d is not supported by Loom", what, dt->has_kind ? (int)dt->kind : 0);
+  if (shp->n_dims > LOOM_MAX_RANK)
+    return fail(s, PX_UNIMPLEMENTED, "%s: rank %zu (Loom's limit is %d)", what, shp->n_dims, LOOM_MAX_RANK);
+  t->rank = (int32_t)shp->n_dims;
+  size_t n = dtype_size(t->dtype);
+  for (int32_t i = 0; i < t->rank; i++) {
+    t->dims[i] = shp->dims[i];
+    if (t->dims[i] < 0 || lm_mul_size(n, (size_t)t->dims[i], &n) < 0)
+      return fail(s, PX_INVALID_ARGUMENT, "%s: a bad shape", what);
   }
-  if (!dense_strides(&tmp, q->byte_strides))
-    return fail(s, PX_UNIMPLEMENTED,
-                "MakeArrayFromHostBuffer: non-row-major byte_strides are not supported by the Loom proxy");
-  int32_t *dv = malloc(sizeof(int32_t) * 4096);
-  if (!dv) return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
-  loom_sharding sh;
-  int rc = sharding_from_proto(s, q->sharding, tmp.rank, &sh, dv, 4096);
-  uint8_t *data = NULL;
-  size_t len = 0;
-  if (!rc && px_hb_take(s->id, q->host_buffer_handle, s->opts->host_buffer_wait_ms, &data, &len) < 0)
-    rc = fail(s, PX_DEADLINE_EXCEEDED, "MakeArrayFromHostBuffer: host buffer %" PRIu64 " did not arrive within %lld ms",
-              q->host_buffer_handle, (long long)s->opts->host_buffer_wait_ms);
-  if (!rc && len != want)
-    rc = fail(s, PX_INVALID_ARGUMENT, "MakeArrayFromHostBuffer: host buffer %" PRIu64 " holds %zu bytes, the array %zu",
-              q->host_buffer_handle, len, want);
-  loom_array *arr = NULL;
-  if (!rc) {
-    loom_put_args pa;
-    loom_put_args_initialize(&pa);
-    pa.dtype = tmp.dtype;
-    pa.rank = tmp.rank;
-    pa.dims = tmp.dims;
-    pa.sharding = &sh;
-    pa.data = data;
-    pa.data_size = len;
-    int st = loom_array_put(s->client, &pa, &arr);
-    if (st != LOOM_OK) rc = loom_fail(s, st, "MakeArrayFromHostBuffer");
+  *bytes = n;
+  return 0;
+}
+
+/* The dense row-major bytes of a host buffer laid out with byte strides bs (NULL: dense).
+ * A strided buffer holds the minimal byte span of the view. *out is data itself when it is
+ * dense already, else a new buffer the caller frees. */
+static int densify(px_session *s, const parray *t, const Xla__Ifrt__Proto__ByteStrides *bs, uint8_t *data, size_t len,
+                   uint8_t **out, const char *what) {
+  size_t bytes = array_bytes(t), es = dtype_size(t->dtype);
+  if (dense_strides(t, bs)) {
+    if (len != bytes)
+      return fail(s, PX_INVALID_ARGUMENT, "%s: the host buffer holds %zu bytes, the array %zu", what, len, bytes);
+    *out = data;
+    return 0;
   }
-  free(data);
-  free(dv);
-  if (rc) return rc;
+  if ((int32_t)bs->n_strides != t->rank)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu byte strides for rank %d", what, bs->n_strides, t->rank);
+  size_t span = es;
+  for (int32_t i = 0; i < t->rank; i++) {
+    if (bs->strides[i] < 0) return fail(s, PX_UNIMPLEMENTED, "%s: negative byte strides", what);
+    if (t->dims[i] == 0) span = 0;
+  }
+  if (span) {
+    for (int32_t i = 0; i < t->rank; i++) {
+      size_t m;
+      if (lm_mul_size((size_t)(t->dims[i] - 1), (size_t)bs->strides[i], &m) < 0 || lm_add_size(span, m, &span) < 0)
+        return fail(s, PX_INVALID_ARGUMENT, "%s: byte strides overflow", what);
+    }
+  }
+  if (len < span)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: the host buffer holds %zu bytes; its strides need %zu", what, len, span);
+  uint8_t *d = malloc(bytes ? bytes : 1);
+  if (!d) return fail(s, PX_RESOURCE_EXHAUSTED, "%s: cannot allocate %zu bytes", what, bytes);
+  int64_t idx[LOOM_MAX_RANK] = {0};
+  for (size_t o = 0; o < bytes; o += es) {
+    size_t src = 0;
+    for (int32_t i = 0; i < t->rank; i++) src += (size_t)idx[i] * (size_t)bs->strides[i];
+    memcpy(d + o, data + src, es);
+    for (int32_t i = t->rank - 1; i >= 0; i--) {
+      if (++idx[i] < t->dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  *out = d;
+  return 0;
+}
+
+/* Registers a new Loom array under handle h (or a new server handle if h == 0). */
+static int add_new_array(px_session *s, const parray *t, loom_array *arr, uint64_t *h) {
   parray *a = calloc(1, sizeof *a);
   base *b = calloc(1, sizeof *b);
   if (!a || !b) {
@@ -1044,18 +1068,149 @@ static int do_make_array(px_session *s, const Xla__Ifrt__Proxy__MakeArrayFromHos
     loom_array_release(arr);
     return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
-  *a = tmp;
+  *a = *t;
+  a->shard = -1;
   b->refs = 1;
   b->arr = arr;
   a->b = b;
-  uint64_t h = q->has_array_handle && q->array_handle ? q->array_handle : new_handle(s);
-  if ((rc = array_add(s, h, a)) != 0) return rc;
+  if (!*h) *h = new_handle(s);
+  return array_add(s, *h, a);
+}
+
+static int do_make_array(px_session *s, const Xla__Ifrt__Proxy__MakeArrayFromHostBufferRequest *q, Resp *r) {
+  const char *what = "MakeArrayFromHostBuffer";
+  parray t;
+  size_t want;
+  int rc = parse_type(s, q->dtype, q->shape, &t, &want, what);
+  if (rc) return rc;
+  int32_t *dv = malloc(sizeof(int32_t) * 8192), nlist;
+  if (!dv) return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  loom_sharding sh;
+  rc = sharding_from_proto(s, q->sharding, t.rank, &sh, dv, 4096, dv + 4096, &nlist);
+  uint8_t *data = NULL, *dense = NULL;
+  size_t len = 0;
+  if (!rc && px_hb_take(s->id, q->host_buffer_handle, s->opts->host_buffer_wait_ms, &data, &len) < 0)
+    rc = fail(s, PX_DEADLINE_EXCEEDED, "%s: host buffer %" PRIu64 " did not arrive within %lld ms", what,
+              q->host_buffer_handle, (long long)s->opts->host_buffer_wait_ms);
+  if (!rc) rc = densify(s, &t, q->byte_strides, data, len, &dense, what);
+  loom_array *arr = NULL;
+  if (!rc) {
+    loom_put_args pa;
+    loom_put_args_initialize(&pa);
+    pa.dtype = t.dtype;
+    pa.rank = t.rank;
+    pa.dims = t.dims;
+    pa.sharding = &sh;
+    pa.data = dense;
+    pa.data_size = want;
+    int st = loom_array_put(s->client, &pa, &arr);
+    if (st != LOOM_OK) rc = loom_fail(s, st, what);
+  }
+  if (dense != data) free(dense);
+  free(data);
+  free(dv);
+  if (rc) return rc;
+  uint64_t h = q->has_array_handle ? q->array_handle : 0;
+  if ((rc = add_new_array(s, &t, arr, &h)) != 0) return rc;
   Xla__Ifrt__Proxy__MakeArrayFromHostBufferResponse *o = NEW(Xla__Ifrt__Proxy__MakeArrayFromHostBufferResponse,
                                                              XLA__IFRT__PROXY__MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE__INIT);
   o->has_array_handle = 1;
   o->array_handle = h;
   r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE;
   r->make_array_from_host_buffer_response = o;
+  return 0;
+}
+
+/* One array of MakeArraysFromHostBufferShards: host buffer j goes to the shards whose indices
+ * (positions in the sharding's device list) addressable_shard_indices[j] names. */
+static int make_one_from_shards(px_session *s,
+                                const Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsRequest__MakeArraysFromHostBufferShardsSpec *sp,
+                                uint64_t *h) {
+  const char *what = "MakeArraysFromHostBufferShards";
+  if (!sp->array_spec) return fail(s, PX_INVALID_ARGUMENT, "%s: a spec without array_spec", what);
+  if (sp->n_host_buffers != sp->n_addressable_shard_indices)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu host buffers for %zu shard index lists", what, sp->n_host_buffers,
+                sp->n_addressable_shard_indices);
+  parray t;
+  size_t want;
+  int rc = parse_type(s, sp->array_spec->dtype, sp->array_spec->shape, &t, &want, what);
+  if (rc) return rc;
+  int32_t *dv = malloc(sizeof(int32_t) * 8192), nlist = 0;
+  const void **shard = calloc(4096, sizeof *shard);
+  uint8_t **bufs = calloc(sp->n_host_buffers + 1, sizeof *bufs), **raw = calloc(sp->n_host_buffers + 1, sizeof *raw);
+  loom_sharding sh;
+  loom_sharding_initialize(&sh);
+  if (!dv || !shard || !bufs || !raw) rc = fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  if (!rc) rc = sharding_from_proto(s, sp->array_spec->sharding, t.rank, &sh, dv, 4096, dv + 4096, &nlist);
+  for (size_t j = 0; j < sp->n_host_buffers && !rc; j++) {
+    const Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsRequest__HostBuffer *hb = sp->host_buffers[j];
+    parray st;
+    size_t sbytes, len = 0;
+    rc = parse_type(s, hb->dtype ? hb->dtype : sp->array_spec->dtype, hb->shape, &st, &sbytes, what);
+    if (rc) break;
+    if (px_hb_take(s->id, hb->host_buffer_handle, s->opts->host_buffer_wait_ms, &raw[j], &len) < 0) {
+      rc = fail(s, PX_DEADLINE_EXCEEDED, "%s: host buffer %" PRIu64 " did not arrive within %lld ms", what,
+                hb->host_buffer_handle, (long long)s->opts->host_buffer_wait_ms);
+      break;
+    }
+    if ((rc = densify(s, &st, hb->byte_strides, raw[j], len, &bufs[j], what)) != 0) break;
+    const Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsRequest__ShardIndices *ix = sp->addressable_shard_indices[j];
+    for (size_t k = 0; k < ix->n_indices && !rc; k++) {
+      int64_t i = ix->indices[k];
+      if (i < 0 || i >= nlist) {
+        rc = fail(s, PX_INVALID_ARGUMENT, "%s: shard index %" PRId64 " of %d devices", what, i, nlist);
+        break;
+      }
+      int32_t slot = 0; /* the Loom shard held by that device */
+      while (slot < sh.num_devices && sh.devices[slot] != dv[4096 + i]) slot++;
+      if (slot == sh.num_devices) rc = fail(s, PX_INTERNAL, "%s: device %d is not in the sharding", what, dv[4096 + i]);
+      else shard[slot] = bufs[j];
+    }
+  }
+  for (int32_t k = 0; k < sh.num_devices && !rc; k++)
+    if (!shard[k]) rc = fail(s, PX_UNIMPLEMENTED, "%s: no data for shard %d (every shard must be given)", what, k);
+  loom_array *arr = NULL;
+  if (!rc) {
+    loom_put_args pa;
+    loom_put_args_initialize(&pa);
+    pa.dtype = t.dtype;
+    pa.rank = t.rank;
+    pa.dims = t.dims;
+    pa.sharding = &sh;
+    pa.shard_data = shard;
+    int st = loom_array_put(s->client, &pa, &arr);
+    if (st != LOOM_OK) rc = loom_fail(s, st, what);
+  }
+  for (size_t j = 0; bufs && raw && j < sp->n_host_buffers; j++) {
+    if (bufs[j] != raw[j]) free(bufs[j]);
+    free(raw[j]);
+  }
+  free(bufs);
+  free(raw);
+  free(shard);
+  free(dv);
+  if (rc) return rc;
+  return add_new_array(s, &t, arr, h);
+}
+
+static int do_make_arrays_shards(px_session *s, const Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsRequest *q,
+                                 Resp *r) {
+  if (q->n_array_handles && q->n_array_handles != q->n_specs)
+    return fail(s, PX_INVALID_ARGUMENT, "MakeArraysFromHostBufferShards: %zu handles for %zu arrays", q->n_array_handles,
+                q->n_specs);
+  Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsResponse *o =
+      NEW(Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsResponse,
+          XLA__IFRT__PROXY__MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE__INIT);
+  o->n_array_handles = q->n_specs;
+  o->array_handles = ARR(uint64_t, q->n_specs);
+  for (size_t i = 0; i < q->n_specs; i++) {
+    uint64_t h = q->n_array_handles ? q->array_handles[i] : 0;
+    int rc = make_one_from_shards(s, q->specs[i], &h);
+    if (rc) return rc;
+    o->array_handles[i] = h;
+  }
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE;
+  r->make_arrays_from_host_buffer_shards_response = o;
   return 0;
 }
 
@@ -1083,6 +1238,8 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     return do_copy_to_host(s, q->copy_to_host_buffer_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST:
     return do_make_array(s, q->make_array_from_host_buffer_request, r);
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST:
+    return do_make_arrays_shards(s, q->make_arrays_from_host_buffer_shards_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_CHECK_FUTURE_REQUEST: {
     uint64_t h = q->check_future_request->future_handle;
     pfuture *f = pm_del(&s->futures, h);
