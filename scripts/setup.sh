@@ -24,7 +24,8 @@ APT_PACKAGES=(
 )
 # module=pip spec: the spec is installed when the module is missing or has another version.
 # jax/jaxlib and pathwaysutils are pinned: the IFRT proxy speaks jaxlib 0.10.2's protocol range.
-PY_PACKAGES=(numpy=numpy pytest=pytest jax=jax==0.10.2 jaxlib=jaxlib==0.10.2 pathwaysutils=pathwaysutils==0.1.13)
+PY_PACKAGES=(numpy=numpy pytest=pytest jax=jax==0.10.2 jaxlib=jaxlib==0.10.2 pathwaysutils=pathwaysutils==0.1.13
+             grpc=grpcio)  # grpcio: the IFRT proxy tests talk gRPC to it directly
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }

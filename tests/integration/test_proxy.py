@@ -1,0 +1,234 @@
+"""The IFRT proxy (`loom proxy`, started by `loom up --proxy-port`): unmodified JAX programs with
+JAX_PLATFORMS=proxy and pathwaysutils run on a real local cluster (a controller, 2 workers x 4
+devices, the proxy: separate processes over real sockets); the captured seed session replayed
+message by message through a gRPC client (golden answers); bad input that must not kill it.
+
+Needs jax/jaxlib 0.10.2, pathwaysutils 0.1.13 and grpcio (scripts/setup.sh installs them)."""
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from loomtest import SOURCE_DIR, run_loom, time_limit
+
+grpc = pytest.importorskip("grpc")
+pytest.importorskip("pathwaysutils")
+from google.protobuf import empty_pb2  # noqa: E402  (jax's dependency; a generic wire decoder below)
+from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
+
+CAPTURE = SOURCE_DIR / "tests" / "data" / "ifrt-proxy" / "seed"
+SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
+JAX_TIMEOUT = 240
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("proxy-state")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(state)
+    port = free_port()
+    r = run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "4", "--proxy-port", str(port),
+                 env=env, timeout=120, check=True)
+    try:
+        yield {"env": env, "port": port, "out": r.stdout, "state": state}
+    finally:
+        run_loom("down", env=env, timeout=60)
+
+
+def run_jax(cluster, script, timeout=JAX_TIMEOUT):
+    env = dict(cluster["env"])
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{cluster['port']}",
+               IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def fields(data):
+    """(number, wire type, value) of each field of a serialized message (google.protobuf's decoder)."""
+    m = empty_pb2.Empty()
+    m.ParseFromString(data)
+    return [(f.field_number, f.wire_type, f.data) for f in UnknownFieldSet(m)]
+
+
+def field(data, num):
+    return next((v for n, _, v in fields(data) if n == num), None)
+
+
+def test_up_prints_the_environment(cluster):
+    out = cluster["out"]
+    assert f"IFRT proxy: 127.0.0.1:{cluster['port']}" in out
+    assert "export JAX_PLATFORMS=proxy" in out
+    assert f"export JAX_BACKEND_TARGET=grpc://127.0.0.1:{cluster['port']}" in out
+    assert "export IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true" in out
+
+
+def test_seed_howto(cluster):
+    """The seed how-to, unchanged, prints the distributed sum of 8 devices."""
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Available devices: 8" in r.stdout
+    assert "LoomDevice(id=7, worker=1, slice=slice-0)" in r.stdout
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout
+
+
+def test_everyday_jax(cluster):
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "more_jax.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "pmap psum: [28.0, 28.0, 28.0, 28.0, 28.0, 28.0, 28.0, 28.0]" in out
+    assert "put and get back: True" in out
+    assert "shard_map psum: [[2016.0]]" in out
+    assert "donated: [2.0, 2.0, 2.0, 2.0]" in out
+    assert "jit sin matches numpy: True" in out
+    assert "grad: [0.0, 2.0, 4.0]" in out
+    assert "scalar: 7.0" in out
+
+
+def test_unpartitioned_jit_is_a_clear_error(cluster, tmp_path):
+    """jit over NamedSharding arrives unpartitioned: Loom says so instead of computing wrongly."""
+    script = tmp_path / "jit_named.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ('x', 'y'))\n"
+        "a = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P('x', 'y')))\n"
+        "try:\n    jax.jit(lambda a: a @ a)(a)\nexcept Exception as e:\n    print('raised:', e)\n"
+        "print('after:', float(np.asarray(jax.jit(lambda v: v + 1)(np.float32(1)))))\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "raised: UNIMPLEMENTED" in r.stdout and "automatic SPMD partitioning" in r.stdout
+    assert "after: 2.0" in r.stdout  # the session goes on
+
+
+def channel(cluster):
+    return grpc.insecure_channel(f"127.0.0.1:{cluster['port']}")
+
+
+def version_request(lo, hi):
+    # GrpcGetVersionRequest{min_version{protocol_version: lo}, max_version{protocol_version: hi, serdes: 3}}
+    return bytes([0x0a, 2, 0x08, lo, 0x12, 4, 0x08, hi, 0x10, 3])
+
+
+def test_get_version(cluster):
+    with channel(cluster) as ch:
+        call = ch.unary_unary(SERVICE + "GetVersion")
+        # version {protocol_version: 25, ifrt_serdes_version_number: 3}
+        assert call(version_request(16, 25), timeout=10) == b"\x0a\x04\x08\x19\x10\x03"
+        assert call(version_request(16, 20), timeout=10) == b"\x0a\x04\x08\x14\x10\x03"
+        with pytest.raises(grpc.RpcError) as e:
+            call(version_request(26, 30), timeout=10)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "16..25" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary(SERVICE + "NoSuchMethod")(b"", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED and "NoSuchMethod" in e.value.details()
+
+
+def captured_requests():
+    with tarfile.open(CAPTURE / "raw_messages.tar.gz") as t:
+        files = {Path(m.name).name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+    ops = sorted(n for n in files if n.endswith(".req.pb"))
+    return [(files[n], files[n.replace(".req.pb", ".resp.pb")]) for n in ops]
+
+
+def session_metadata():
+    # GrpcIfrtSessionMetadata{version{protocol_version: 25, ifrt_serdes_version_number: 3}, initialization_data{}}
+    return [("ifrt-proxy-grpc-ifrt-session-metadata-bin", b"\x0a\x04\x08\x19\x10\x03\x12\x00")]
+
+
+def test_replay_seed_capture(cluster):
+    """The seed's captured IfrtRequests, replayed in order, get the captured kinds of answers (same
+    op ids, same response member, same server handles) and the right host buffers."""
+    pairs = captured_requests()
+    assert len(pairs) == 32
+    done = threading.Event()
+
+    def requests():  # the stream stays open until the lookups are done (host buffers die with it)
+        yield from (q for q, _ in pairs)
+        done.wait(30)
+
+    with time_limit(60), channel(cluster) as ch:
+        it = ch.stream_stream(SERVICE + "IfrtSession")(requests(), metadata=session_metadata(), timeout=60)
+        got = [next(it) for _ in pairs]
+        session_id = None
+        for (q, want), resp in zip(pairs, got):
+            md = field(resp, 1)
+            assert field(md, 1) == field(field(q, 1), 1)  # op_id echoed
+            status = field(md, 2)
+            kind = [n for n, _, _ in fields(q) if n != 1][0]
+            if kind == 27:  # get_default_layout: UNIMPLEMENTED, the client falls back to defaults
+                assert field(status, 1) == 12
+                continue
+            assert status is None, fields(status)
+            assert [n for n, _, _ in fields(resp) if n != 1] == [kind]  # the member matching the request
+            if kind == 2:
+                session_id = field(field(resp, 2), 8)
+            if kind == 13:  # compile: the same executable handle as the capture
+                assert field(field(resp, 13), 1) == field(field(want, 13), 1)
+            if kind == 15:  # execute: the same output handle
+                assert field(field(field(resp, 15), 2), 4) == field(field(field(want, 15), 2), 4)
+        assert session_id
+        # The 8 shards the client copied to host buffers 10, 12, ..., 24: each holds int32 8.
+        lookup = ch.unary_stream(SERVICE + "HostBufferLookup")
+        for h in range(10, 25, 2):
+            req = b"\x09" + session_id.to_bytes(8, "little") + b"\x11" + h.to_bytes(8, "little")
+            chunks = list(lookup(req, timeout=10))
+            assert b"".join(field(c, 1) or b"" for c in chunks) == (8).to_bytes(4, "little")
+        done.set()
+        assert list(it) == []
+
+
+def test_bad_input_keeps_the_proxy_serving(cluster):
+    port = cluster["port"]
+    # not HTTP/2 at all; then a valid preface followed by a garbage frame; then a truncated one
+    for junk in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64,
+                 b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(10)
+            while s.recv(4096):  # the proxy answers (GOAWAY) and closes
+                pass
+    with time_limit(60), channel(cluster) as ch:
+        stream = ch.stream_stream(SERVICE + "IfrtSession")
+        # a message that is not an IfrtRequest, one with an unknown request, then a real Init
+        init = b"\x0a\x09\x09" + (7).to_bytes(8, "little") + b"\x12\x00"
+        unknown = b"\x0a\x09\x09" + (8).to_bytes(8, "little") + b"\xe2\x01\x00"  # field 28: cost analysis
+        got = list(stream(iter([b"\xff\xff\xff", unknown, init]), metadata=session_metadata(), timeout=30))
+        assert len(got) == 3
+        assert field(field(field(got[0], 1), 2), 1) == 3  # INVALID_ARGUMENT
+        st = field(field(got[1], 1), 2)
+        assert field(st, 1) == 12 and b"loaded_executable_cost_analysis_request" in field(st, 2)
+        assert field(field(got[2], 1), 1) == 7 and field(got[2], 2) is not None
+        # a lookup of a buffer that never comes: a bounded wait, then NOT_FOUND (the session is gone)
+        with pytest.raises(grpc.RpcError) as e:
+            list(ch.unary_stream(SERVICE + "HostBufferLookup")(b"\x09" + b"\x63" * 8 + b"\x11" + b"\x01" * 8,
+                                                                timeout=5))
+        assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DEADLINE_EXCEEDED)
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout, r.stdout + r.stderr
+
+
+def test_proxy_port_in_use_is_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = run_loom("up", "--detach", "--workers", "1", "--devices-per-worker", "1", "--proxy-port", str(port),
+                     env=env, timeout=120)
+    run_loom("down", env=env, timeout=60)
+    assert r.returncode != 0
+    assert f"the IFRT proxy could not start on port {port}" in r.stderr
