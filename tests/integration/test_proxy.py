@@ -95,6 +95,20 @@ def test_everyday_jax(cluster):
     assert "scalar: 7.0" in out
 
 
+def test_two_clients_at_once(cluster):
+    """Two JAX processes on one proxy: two sessions, each its own Loom session."""
+    env = dict(cluster["env"])
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{cluster['port']}",
+               IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    scripts = [SOURCE_DIR / "examples" / "proxy" / n for n in ("tpu_workload.py", "more_jax.py")]
+    procs = [subprocess.Popen([sys.executable, str(p)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, stdin=subprocess.DEVNULL) for p in scripts]
+    outs = [p.communicate(timeout=JAX_TIMEOUT)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in outs[0]
+    assert "shard_map psum: [[2016.0]]" in outs[1]
+
+
 def test_unpartitioned_jit_is_a_clear_error(cluster, tmp_path):
     """jit over NamedSharding arrives unpartitioned: Loom says so instead of computing wrongly."""
     script = tmp_path / "jit_named.py"
