@@ -151,6 +151,8 @@ struct px_session {
   pmap arrays, execs, futures;
   uint64_t next_handle;
   lm_arena ar;                 /* the response being built */
+  parray **trash;              /* destructed arrays, freed once the answer is sent (the client */
+  size_t ntrash, trash_cap;    /* batches destructs at exit and should not wait for the frees) */
   char err[2048];              /* the current request's error message */
 };
 
@@ -1276,7 +1278,21 @@ static int handle(px_session *s, const Req *q, Resp *r) {
   }
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_DESTRUCT_ARRAY_REQUEST: {
     const Xla__Ifrt__Proxy__DestructArrayRequest *d = q->destruct_array_request;
-    for (size_t i = 0; i < d->n_array_handle; i++) parray_free(pm_del(&s->arrays, d->array_handle[i]));
+    for (size_t i = 0; i < d->n_array_handle; i++) {
+      parray *a = pm_del(&s->arrays, d->array_handle[i]);
+      if (!a) continue;
+      if (s->ntrash == s->trash_cap) {
+        size_t cap = s->trash_cap ? s->trash_cap * 2 : 64;
+        parray **t = realloc(s->trash, cap * sizeof *t);
+        if (!t) {
+          parray_free(a);
+          continue;
+        }
+        s->trash = t;
+        s->trash_cap = cap;
+      }
+      s->trash[s->ntrash++] = a;
+    }
     r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_DESTRUCT_ARRAY_RESPONSE;
     r->destruct_array_response = NEW(Xla__Ifrt__Proxy__DestructArrayResponse, XLA__IFRT__PROXY__DESTRUCT_ARRAY_RESPONSE__INIT);
     return 0;
@@ -1389,6 +1405,8 @@ static void answer(px_session *s, const uint8_t *msg, size_t len) {
     px_stream_send(s->st, buf, n);
     free(buf);
   }
+  for (size_t i = 0; i < s->ntrash; i++) parray_free(s->trash[i]);
+  s->ntrash = 0;
   lm_arena_free(&s->ar);
   if (q) xla__ifrt__proxy__ifrt_request__free_unpacked(q, NULL);
 }
@@ -1406,6 +1424,8 @@ static void session_free(px_session *s) {
     }
   free(s->arrays.keys), free(s->arrays.vals), free(s->execs.keys), free(s->execs.vals);
   free(s->futures.keys), free(s->futures.vals);
+  for (size_t i = 0; i < s->ntrash; i++) parray_free(s->trash[i]);
+  free(s->trash);
   loom_disconnect(s->client);
   px_hb_drop_session(s->id);
   for (qitem *it = s->head; it;) {
