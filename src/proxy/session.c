@@ -158,6 +158,9 @@ struct px_session {
 
 static uint64_t new_handle(px_session *s) { return s->next_handle++; }
 
+/* A copy of str in the response's arena. */
+static char *astr(px_session *s, const char *str) { return lm_arena_strndup(&s->ar, str, strlen(str)); }
+
 static void base_unref(base *b) {
   if (!b || --b->refs > 0) return;
   loom_array_release(b->arr);
@@ -597,7 +600,7 @@ static int do_init(px_session *s, Resp *r) {
   o->has_session_id = 1;
   o->session_id = s->id;
   o->platform_name = "cpu"; /* JAX lowers with its CPU rules: Loom's devices run StableHLO on CPUs */
-  o->platform_version = lm_arena_strndup(&s->ar, "loom " LOOM_VERSION_STRING, 64);
+  o->platform_version = astr(s, "loom " LOOM_VERSION_STRING);
   o->has_platform_id = 1;
   o->has_process_index = 1;
   o->runtime_type = "loom";
@@ -622,15 +625,15 @@ static int do_init(px_session *s, Resp *r) {
     dv->id = dv->local_device_id = dv->default_memory_id = i;
     dv->local_hardware_id = d.local_index;
     dv->platform_name = "cpu";
-    dv->device_kind = lm_arena_strndup(&s->ar, d.kind, 64);
+    dv->device_kind = astr(s, d.kind);
     dv->n_memory_ids = 1;
     dv->memory_ids = ARR(int32_t, 1);
     dv->memory_ids[0] = i;
     char buf[512];
     snprintf(buf, sizeof buf, "loom:%d", i);
-    dv->debug_string = lm_arena_strndup(&s->ar, buf, sizeof buf);
+    dv->debug_string = astr(s, buf);
     snprintf(buf, sizeof buf, "LoomDevice(id=%d, worker=%d, slice=%s)", i, d.worker_id, d.slice);
-    dv->to_string = lm_arena_strndup(&s->ar, buf, sizeof buf);
+    dv->to_string = astr(s, buf);
     Xla__Ifrt__AttributeMapProto *am = NEW(Xla__Ifrt__AttributeMapProto, XLA__IFRT__ATTRIBUTE_MAP_PROTO__INIT);
     am->n_attributes = 4;
     am->attributes = ARR(Xla__Ifrt__AttributeMapProto__AttributesEntry *, 4);
@@ -647,7 +650,7 @@ static int do_init(px_session *s, Resp *r) {
         v->int64_value = ivals[k];
       } else {
         v->value_case = XLA__IFRT__ATTRIBUTE_MAP_PROTO__VALUE__VALUE_STRING_VALUE;
-        char *h = lm_arena_strndup(&s->ar, d.worker_host, 256);
+        char *h = astr(s, d.worker_host);
         v->string_value.data = (uint8_t *)h;
         v->string_value.len = strlen(h);
       }
@@ -666,9 +669,9 @@ static int do_init(px_session *s, Resp *r) {
     m->device_ids = ARR(int32_t, 1);
     m->device_ids[0] = i;
     snprintf(buf, sizeof buf, "device:%d", i);
-    m->debug_string = lm_arena_strndup(&s->ar, buf, sizeof buf);
+    m->debug_string = astr(s, buf);
     snprintf(buf, sizeof buf, "LoomMemory(device=%d)", i);
-    m->to_string = lm_arena_strndup(&s->ar, buf, sizeof buf);
+    m->to_string = astr(s, buf);
     o->memories[i] = m;
     o->addressable_device_ids[i] = o->primary_device_ids[i] = i;
   }
@@ -746,7 +749,7 @@ static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, 
       NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
   o->has_loaded_executable_handle = 1;
   o->loaded_executable_handle = h;
-  o->name = lm_arena_strndup(&s->ar, name, sizeof name);
+  o->name = astr(s, name);
   o->has_num_devices = 1;
   o->num_devices = info.num_devices;
   o->n_device_ids = o->n_addressable_device_ids = (size_t)info.num_devices;
@@ -754,7 +757,7 @@ static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, 
   char fp[32];
   snprintf(fp, sizeof fp, "%016" PRIx64, info.fingerprint);
   o->fingerprint_case = XLA__IFRT__PROXY__COMPILE_RESPONSE__FINGERPRINT_FINGERPRINT_VALUE;
-  o->fingerprint_value.data = (uint8_t *)lm_arena_strndup(&s->ar, fp, sizeof fp);
+  o->fingerprint_value.data = (uint8_t *)astr(s, fp);
   o->fingerprint_value.len = strlen(fp);
   o->has_ready_future_handle = 1;
   o->ready_future_handle = fh;
@@ -773,7 +776,7 @@ static Tensorflow__StatusProto *status_proto(px_session *s, int code, const char
   Tensorflow__StatusProto *p = NEW(Tensorflow__StatusProto, TENSORFLOW__STATUS_PROTO__INIT);
   p->has_code = 1;
   p->code = (Tensorflow__Error__Code)code;
-  p->message = lm_arena_strndup(&s->ar, msg, strlen(msg));
+  p->message = astr(s, msg);
   return p;
 }
 
