@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from pathlib import Path
@@ -153,10 +152,9 @@ def test_get_version(cluster):
 
 
 def captured_requests():
-    with tarfile.open(CAPTURE / "raw_messages.tar.gz") as t:
-        files = {Path(m.name).name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
-    ops = sorted(n for n in files if n.endswith(".req.pb"))
-    return [(files[n], files[n.replace(".req.pb", ".resp.pb")]) for n in ops]
+    raw = CAPTURE / "raw"
+    ops = sorted(p.name for p in raw.glob("*.req.pb"))
+    return [((raw / n).read_bytes(), (raw / n.replace(".req.pb", ".resp.pb")).read_bytes()) for n in ops]
 
 
 def session_metadata():
