@@ -118,6 +118,8 @@ typedef struct parray {
   int32_t rank;
   int64_t dims[LOOM_MAX_RANK];
   bool deleted;
+  int32_t *ilist;              /* the IFRT device list the client knows it by (its sharding's */
+  int32_t nilist;              /* devices, in that sharding's order): CopyArrays maps by position */
 } parray;
 
 typedef struct pexec {
@@ -170,7 +172,14 @@ static void base_unref(base *b) {
 static void parray_free(parray *a) {
   if (!a) return;
   base_unref(a->b);
+  free(a->ilist);
   free(a);
+}
+
+static int32_t *dup_ids(const int32_t *p, int32_t n) {
+  int32_t *d = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (d && n > 0) memcpy(d, p, sizeof(int32_t) * (size_t)n);
+  return d;
 }
 
 static void pexec_free(pexec *e) {
@@ -504,6 +513,13 @@ static parray *array_view(px_session *s, parray *a, int32_t i, int *rc) {
   }
   *v = *a;
   v->b->refs++;
+  v->nilist = 1;
+  v->ilist = dup_ids(a->ilist, 1);
+  if (!v->ilist) {
+    parray_free(v);
+    *rc = fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
   if (a->shard < 0) {
     loom_shard_desc d = {.struct_size = sizeof d};
     if (loom_array_shard_info(a->b->arr, i, &d) != LOOM_OK) {
@@ -514,6 +530,7 @@ static parray *array_view(px_session *s, parray *a, int32_t i, int *rc) {
     v->shard = i;
     v->rank = d.rank;
     memcpy(v->dims, d.dims, sizeof v->dims);
+    v->ilist[0] = d.device;
   }
   return v;
 }
@@ -895,6 +912,10 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
     a->dtype = loom_array_dtype(out[i]);
     a->rank = loom_array_rank(out[i]);
     memcpy(a->dims, loom_array_dims(out[i]), sizeof(int64_t) * (size_t)a->rank);
+    loom_sharding osh = {.struct_size = sizeof osh};
+    loom_array_sharding(out[i], &osh);
+    a->nilist = osh.num_devices <= 1 ? 1 : e->num_devices;
+    a->ilist = dup_ids(osh.num_devices <= 1 ? osh.devices : e->devices, a->nilist);
     uint64_t h = q->n_result_array_handle ? q->result_array_handle[i] : new_handle(s);
     if ((rc = array_add(s, h, a)) != 0) {
       for (int32_t j = i + 1; j < e->num_outputs; j++) loom_array_release(out[j]);
@@ -1064,17 +1085,22 @@ static int densify(px_session *s, const parray *t, const Xla__Ifrt__Proto__ByteS
 }
 
 /* Registers a new Loom array under handle h (or a new server handle if h == 0). */
-static int add_new_array(px_session *s, const parray *t, loom_array *arr, uint64_t *h) {
+static int add_new_array(px_session *s, const parray *t, loom_array *arr, uint64_t *h, const int32_t *list,
+                         int32_t nlist) {
   parray *a = calloc(1, sizeof *a);
   base *b = calloc(1, sizeof *b);
-  if (!a || !b) {
+  int32_t *il = dup_ids(list, nlist);
+  if (!a || !b || !il) {
     free(a);
     free(b);
+    free(il);
     loom_array_release(arr);
     return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
   *a = *t;
   a->shard = -1;
+  a->ilist = il;
+  a->nilist = nlist;
   b->refs = 1;
   b->arr = arr;
   a->b = b;
@@ -1113,10 +1139,10 @@ static int do_make_array(px_session *s, const Xla__Ifrt__Proxy__MakeArrayFromHos
   }
   if (dense != data) free(dense);
   free(data);
+  uint64_t h = q->has_array_handle ? q->array_handle : 0;
+  if (!rc) rc = add_new_array(s, &t, arr, &h, dv + 4096, nlist);
   free(dv);
   if (rc) return rc;
-  uint64_t h = q->has_array_handle ? q->array_handle : 0;
-  if ((rc = add_new_array(s, &t, arr, &h)) != 0) return rc;
   Xla__Ifrt__Proxy__MakeArrayFromHostBufferResponse *o = NEW(Xla__Ifrt__Proxy__MakeArrayFromHostBufferResponse,
                                                              XLA__IFRT__PROXY__MAKE_ARRAY_FROM_HOST_BUFFER_RESPONSE__INIT);
   o->has_array_handle = 1;
@@ -1193,9 +1219,9 @@ static int make_one_from_shards(px_session *s,
   free(bufs);
   free(raw);
   free(shard);
+  if (!rc) rc = add_new_array(s, &t, arr, h, dv + 4096, nlist);
   free(dv);
-  if (rc) return rc;
-  return add_new_array(s, &t, arr, h);
+  return rc;
 }
 
 static int do_make_arrays_shards(px_session *s, const Xla__Ifrt__Proxy__MakeArraysFromHostBufferShardsRequest *q,
@@ -1216,6 +1242,169 @@ static int do_make_arrays_shards(px_session *s, const Xla__Ifrt__Proxy__MakeArra
   }
   r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE;
   r->make_arrays_from_host_buffer_shards_response = o;
+  return 0;
+}
+
+/* The array's bytes (row-major), fetched from its devices into a new buffer. */
+static uint8_t *fetch(px_session *s, parray *a, size_t *n, int *rc) {
+  *n = array_bytes(a);
+  uint8_t *buf = malloc(*n ? *n : 1);
+  if (!buf) {
+    *rc = fail(s, PX_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes", *n);
+    return NULL;
+  }
+  int st = a->shard < 0 ? loom_array_get(a->b->arr, buf, *n) : loom_array_get_shard(a->b->arr, a->shard, buf, *n);
+  if (st != LOOM_OK) {
+    free(buf);
+    *rc = loom_fail(s, st, "reading an array");
+    return NULL;
+  }
+  return buf;
+}
+
+/* CopyArrays: each array onto other devices (device_ids[i] takes the place of the array's i-th
+ * device). The data passes through the proxy (get, then put). */
+static int do_copy_arrays(px_session *s, const Xla__Ifrt__Proxy__CopyArraysRequest *q, Resp *r) {
+  if (q->memory_kind && q->memory_kind[0] && strcmp(q->memory_kind, "device"))
+    return fail(s, PX_UNIMPLEMENTED, "CopyArrays: memory kind \"%s\" (Loom devices have one, \"device\")",
+                q->memory_kind);
+  if (q->n_result_handles && q->n_result_handles != q->n_array_handles)
+    return fail(s, PX_INVALID_ARGUMENT, "CopyArrays: %zu result handles for %zu arrays", q->n_result_handles,
+                q->n_array_handles);
+  Xla__Ifrt__Proxy__CopyArraysResponse *o = NEW(Xla__Ifrt__Proxy__CopyArraysResponse, XLA__IFRT__PROXY__COPY_ARRAYS_RESPONSE__INIT);
+  o->n_array_handles = q->n_array_handles;
+  o->array_handles = ARR(uint64_t, q->n_array_handles);
+  int32_t nd = (int32_t)q->n_device_ids;
+  for (size_t i = 0; i < q->n_array_handles; i++) {
+    int rc = 0;
+    parray *a = array_get(s, q->array_handles[i], &rc);
+    if (!a) return rc;
+    if (nd != a->nilist)
+      return fail(s, PX_INVALID_ARGUMENT, "CopyArrays: %d devices for an array on %d", nd, a->nilist);
+    int32_t *newdevs = malloc(sizeof(int32_t) * 4096);
+    if (!newdevs) return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+    loom_sharding sh = {.struct_size = sizeof sh};
+    if (a->shard >= 0) {
+      loom_sharding_single(&sh, q->device_ids);
+    } else {
+      loom_array_sharding(a->b->arr, &sh);
+      for (int32_t k = 0; k < sh.num_devices && !rc; k++) {
+        int32_t j = 0;
+        while (j < a->nilist && a->ilist[j] != sh.devices[k]) j++;
+        if (j == a->nilist) rc = fail(s, PX_INTERNAL, "CopyArrays: device %d is not in the array's list", sh.devices[k]);
+        else newdevs[k] = q->device_ids[j];
+      }
+      sh.devices = newdevs;
+    }
+    size_t n = 0;
+    uint8_t *buf = rc ? NULL : fetch(s, a, &n, &rc);
+    loom_array *arr = NULL;
+    if (!rc) {
+      loom_put_args pa;
+      loom_put_args_initialize(&pa);
+      pa.dtype = a->dtype;
+      pa.rank = a->rank;
+      pa.dims = a->dims;
+      pa.sharding = &sh;
+      pa.data = buf;
+      pa.data_size = n;
+      int st = loom_array_put(s->client, &pa, &arr);
+      if (st != LOOM_OK) rc = loom_fail(s, st, "CopyArrays");
+    }
+    free(buf);
+    free(newdevs);
+    if (rc) return rc;
+    uint64_t h = q->n_result_handles ? q->result_handles[i] : 0;
+    parray t = *a;
+    t.b = NULL;
+    t.ilist = NULL;
+    t.deleted = false;
+    if ((rc = add_new_array(s, &t, arr, &h, q->device_ids, nd)) != 0) return rc;
+    o->array_handles[i] = h;
+  }
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COPY_ARRAYS_RESPONSE;
+  r->copy_arrays_response = o;
+  return 0;
+}
+
+/* AssembleArrayFromSingleDeviceArrays: one array from a shard per device of the sharding. The
+ * shards pass through the proxy (get, then put). */
+static int do_assemble(px_session *s, const Xla__Ifrt__Proxy__AssembleArrayFromSingleDeviceArraysRequest *q,
+                       Resp *r) {
+  const char *what = "AssembleArrayFromSingleDeviceArrays";
+  size_t na = q->n_single_device_array_handles;
+  if (na == 0) return fail(s, PX_INVALID_ARGUMENT, "%s with no arrays", what);
+  int rc = 0;
+  parray *first = array_get(s, q->single_device_array_handles[0], &rc);
+  if (!first) return rc;
+  parray t;
+  size_t want;
+  Xla__Ifrt__DTypeProto dt = XLA__IFRT__DTYPE_PROTO__INIT;
+  dt.has_kind = 1;
+  dt.kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(first->dtype);
+  if ((rc = parse_type(s, q->dtype ? q->dtype : &dt, q->shape, &t, &want, what)) != 0) return rc;
+  int32_t *dv = malloc(sizeof(int32_t) * 8192), nlist = 0;
+  const void **shard = calloc(4096, sizeof *shard);
+  uint8_t **bufs = calloc(na, sizeof *bufs);
+  loom_sharding sh;
+  loom_sharding_initialize(&sh);
+  if (!dv || !shard || !bufs) rc = fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  if (!rc) rc = sharding_from_proto(s, q->sharding, t.rank, &sh, dv, 4096, dv + 4096, &nlist);
+  for (int32_t k = 0; k < sh.num_devices && !rc; k++) {
+    size_t i = 0;
+    parray *a = NULL;
+    for (; i < na && !rc; i++) {
+      a = array_get(s, q->single_device_array_handles[i], &rc);
+      if (a && array_device(a) == sh.devices[k]) break;
+    }
+    if (rc) break;
+    if (i == na) {
+      rc = fail(s, PX_UNIMPLEMENTED, "%s: no array on device %d (every shard must be given)", what, sh.devices[k]);
+      break;
+    }
+    /* the shard's shape: each dimension divided by the mesh axes that split it */
+    int64_t sd[LOOM_MAX_RANK];
+    for (int32_t d = 0; d < t.rank; d++) {
+      int64_t parts = 1;
+      for (int j = 0; j < LOOM_MAX_MESH_AXES && sh.dim_axes[d][j] >= 0; j++) parts *= sh.mesh_shape[sh.dim_axes[d][j]];
+      sd[d] = t.dims[d] / parts;
+    }
+    if (a->dtype != t.dtype || a->rank != t.rank || memcmp(a->dims, sd, sizeof(int64_t) * (size_t)t.rank)) {
+      rc = fail(s, PX_INVALID_ARGUMENT, "%s: array %zu does not have the shard's dtype and shape", what, i);
+      break;
+    }
+    if (!bufs[i]) {
+      size_t n;
+      bufs[i] = fetch(s, a, &n, &rc);
+    }
+    shard[k] = bufs[i];
+  }
+  loom_array *arr = NULL;
+  if (!rc) {
+    loom_put_args pa;
+    loom_put_args_initialize(&pa);
+    pa.dtype = t.dtype;
+    pa.rank = t.rank;
+    pa.dims = t.dims;
+    pa.sharding = &sh;
+    pa.shard_data = shard;
+    int st = loom_array_put(s->client, &pa, &arr);
+    if (st != LOOM_OK) rc = loom_fail(s, st, what);
+  }
+  for (size_t i = 0; bufs && i < na; i++) free(bufs[i]);
+  free(bufs);
+  free(shard);
+  uint64_t h = q->has_result_handle ? q->result_handle : 0;
+  if (!rc) rc = add_new_array(s, &t, arr, &h, dv + 4096, nlist);
+  free(dv);
+  if (rc) return rc;
+  Xla__Ifrt__Proxy__AssembleArrayFromSingleDeviceArraysResponse *o =
+      NEW(Xla__Ifrt__Proxy__AssembleArrayFromSingleDeviceArraysResponse,
+          XLA__IFRT__PROXY__ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_RESPONSE__INIT);
+  o->has_array_handle = 1;
+  o->array_handle = h;
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_RESPONSE;
+  r->assemble_array_from_single_device_arrays_response = o;
   return 0;
 }
 
@@ -1243,6 +1432,9 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     return do_copy_to_host(s, q->copy_to_host_buffer_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST:
     return do_make_array(s, q->make_array_from_host_buffer_request, r);
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_COPY_ARRAYS_REQUEST: return do_copy_arrays(s, q->copy_arrays_request, r);
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST:
+    return do_assemble(s, q->assemble_array_from_single_device_arrays_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST:
     return do_make_arrays_shards(s, q->make_arrays_from_host_buffer_shards_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_CHECK_FUTURE_REQUEST: {

@@ -95,6 +95,8 @@ def test_everyday_jax(cluster):
     assert "jit sin matches numpy: True" in out
     assert "grad: [0.0, 2.0, 4.0]" in out
     assert "scalar: 7.0" in out
+    assert "moved: [1, 2, 3, 4] [5]" in out  # CopyArrays
+    assert "pmap output: [ 0.  2.  4.  6.  8. 10. 12. 14.]" in out  # AssembleArrayFromSingleDeviceArrays
 
 
 def test_two_clients_at_once(cluster):
