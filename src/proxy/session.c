@@ -1408,6 +1408,38 @@ static int do_assemble(px_session *s, const Xla__Ifrt__Proxy__AssembleArrayFromS
   return 0;
 }
 
+/* GetDefaultDeviceAssignment: devices 0.. in order, replica-major (replica r, partition p ->
+ * device r * num_partitions + p). */
+static int do_default_assignment(px_session *s, const Xla__Ifrt__Proxy__GetDefaultDeviceAssignmentRequest *q,
+                                 Resp *r) {
+  int32_t n = 0;
+  loom_device_count(s->client, &n);
+  uint64_t nr = q->has_num_replicas ? q->num_replicas : 1, np = q->has_num_partitions ? q->num_partitions : 1;
+  if (nr < 1 || np < 1 || nr > (uint64_t)n || np > (uint64_t)n || nr * np > (uint64_t)n)
+    return fail(s, PX_INVALID_ARGUMENT, "GetDefaultDeviceAssignment: %llu replicas x %llu partitions on %d devices",
+                (unsigned long long)nr, (unsigned long long)np, n);
+  Xla__DeviceAssignmentProto *da = NEW(Xla__DeviceAssignmentProto, XLA__DEVICE_ASSIGNMENT_PROTO__INIT);
+  da->has_replica_count = da->has_computation_count = 1;
+  da->replica_count = (int32_t)nr;
+  da->computation_count = (int32_t)np;
+  da->n_computation_devices = (size_t)np;
+  da->computation_devices = ARR(Xla__DeviceAssignmentProto__ComputationDevice *, np);
+  for (uint64_t p = 0; p < np; p++) {
+    Xla__DeviceAssignmentProto__ComputationDevice *cd =
+        NEW(Xla__DeviceAssignmentProto__ComputationDevice, XLA__DEVICE_ASSIGNMENT_PROTO__COMPUTATION_DEVICE__INIT);
+    cd->n_replica_device_ids = (size_t)nr;
+    cd->replica_device_ids = ARR(int64_t, nr);
+    for (uint64_t rr = 0; rr < nr; rr++) cd->replica_device_ids[rr] = (int64_t)(rr * np + p);
+    da->computation_devices[p] = cd;
+  }
+  Xla__Ifrt__Proxy__GetDefaultDeviceAssignmentResponse *o = NEW(Xla__Ifrt__Proxy__GetDefaultDeviceAssignmentResponse,
+                                                                XLA__IFRT__PROXY__GET_DEFAULT_DEVICE_ASSIGNMENT_RESPONSE__INIT);
+  o->device_assignment = da;
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_DEVICE_ASSIGNMENT_RESPONSE;
+  r->get_default_device_assignment_response = o;
+  return 0;
+}
+
 /* The request's oneof field name ("compile_request"), for messages. */
 static const char *request_name(const Req *q) {
   const ProtobufCFieldDescriptor *f =
@@ -1432,6 +1464,8 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     return do_copy_to_host(s, q->copy_to_host_buffer_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST:
     return do_make_array(s, q->make_array_from_host_buffer_request, r);
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_GET_DEFAULT_DEVICE_ASSIGNMENT_REQUEST:
+    return do_default_assignment(s, q->get_default_device_assignment_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_COPY_ARRAYS_REQUEST: return do_copy_arrays(s, q->copy_arrays_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST:
     return do_assemble(s, q->assemble_array_from_single_device_arrays_request, r);

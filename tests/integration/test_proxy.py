@@ -305,3 +305,44 @@ def test_mutated_messages(cluster, tmp_path):
         rc = proc.wait(timeout=30)
         log.close()
     assert rc == 0, (tmp_path / "proxy.log").read_text()[-4000:]
+
+
+def test_slices_for_pathwaysutils_elastic(tmp_path):
+    """slice_index groups the devices by slice, as pathwaysutils' elastic helpers read it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path)
+    port = free_port()
+    run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "2", "--slices", "2", "--proxy-port",
+             str(port), env=env, timeout=120, check=True)
+    try:
+        script = tmp_path / "elastic.py"
+        script.write_text(
+            "import pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+            "from pathwaysutils.elastic import elastic\n"
+            "print('slice_index:', [d.slice_index for d in jax.devices()])\n"
+            "print('slice_to_devices:', {k: len(v) for k, v in elastic.get_slice_to_devices(jax.devices()).items()})\n"
+            "print('active:', sorted(elastic.get_active_slice_indices()))\n"
+            "print('backend:', jax.devices()[0].client.runtime_type)\n")
+        r = run_jax({"env": env, "port": port}, script)
+    finally:
+        d = run_loom("down", env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "slice_index: [0, 0, 1, 1]" in r.stdout
+    assert "slice_to_devices: {0: 2, 1: 2}" in r.stdout
+    assert "active: [0, 1]" in r.stdout
+    assert "backend: proxy/loom" in r.stdout
+    assert d.returncode == 0, d.stderr
+
+
+def test_default_device_assignment(cluster):
+    md = b"\x0a\x09\x09" + (1).to_bytes(8, "little")
+    def req(nr, np_):  # field 19 {num_replicas, num_partitions} (fixed64s)
+        return md + b"\x9a\x01\x12\x09" + nr.to_bytes(8, "little") + b"\x11" + np_.to_bytes(8, "little")
+    ok, bad = req(2, 4), req(3, 4)  # bad: 12 devices on an 8-device cluster
+    with time_limit(60), channel(cluster) as ch:
+        got = list(ch.stream_stream(SERVICE + "IfrtSession")(iter([ok, bad]), metadata=session_metadata(), timeout=30))
+    da = field(field(got[0], 19), 1)
+    assert field(da, 1) == 2 and field(da, 2) == 4
+    comps = [v for n, _, v in fields(da) if n == 3]
+    assert [field(c, 1) for c in comps] == [b"\x00\x04", b"\x01\x05", b"\x02\x06", b"\x03\x07"]  # packed ids
+    assert field(field(field(got[1], 1), 2), 1) == 3  # INVALID_ARGUMENT
