@@ -1473,13 +1473,9 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     return do_make_arrays_shards(s, q->make_arrays_from_host_buffer_shards_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_CHECK_FUTURE_REQUEST: {
     uint64_t h = q->check_future_request->future_handle;
-    pfuture *f = pm_del(&s->futures, h);
+    pfuture *f = pm_get(&s->futures, h); /* kept: a future may be checked again (freed with the session) */
     if (!f) return fail(s, PX_NOT_FOUND, "future handle %" PRIu64 " is not known in session %" PRIu64, h, s->id);
-    int code = f->code;
-    if (code) fail(s, code, "%s", f->msg ? f->msg : "failed");
-    free(f->msg);
-    free(f);
-    if (code) return code;
+    if (f->code) return fail(s, f->code, "%s", f->msg ? f->msg : "failed");
     r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_CHECK_FUTURE_RESPONSE;
     r->check_future_response = NEW(Xla__Ifrt__Proxy__CheckFutureResponse, XLA__IFRT__PROXY__CHECK_FUTURE_RESPONSE__INIT);
     return 0;
@@ -1492,13 +1488,9 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     return 0;
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_REQUEST: {
     uint64_t h = q->loaded_executable_fetch_execute_result_request->result_status_handle;
-    pfuture *f = pm_del(&s->futures, h);
+    pfuture *f = pm_get(&s->futures, h);
     if (!f) return fail(s, PX_NOT_FOUND, "execute status handle %" PRIu64 " is not known", h);
-    int code = f->code;
-    if (code) fail(s, code, "%s", f->msg ? f->msg : "failed");
-    free(f->msg);
-    free(f);
-    if (code) return code;
+    if (f->code) return fail(s, f->code, "%s", f->msg ? f->msg : "failed");
     r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_RESPONSE;
     r->loaded_executable_fetch_execute_result_response =
         NEW(Xla__Ifrt__Proxy__LoadedExecutableFetchExecuteResultResponse,
