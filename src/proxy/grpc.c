@@ -345,6 +345,8 @@ static bool try_lookup(px_stream *st) {
   } while (off < len);
   free(data);
   px_stream_finish(st, PX_OK, NULL);
+  lm_log(LM_LOG_DEBUG, "proxy: HostBufferLookup session %llu handle %llu: %zu bytes queued",
+         (unsigned long long)st->hb_session, (unsigned long long)st->hb_handle, len);
   return true;
 }
 
@@ -473,18 +475,37 @@ static void on_request_end(px_stream *st) {
 
 /* ---- nghttp2 callbacks (I/O thread) ---- */
 
-static ssize_t send_cb(nghttp2_session *h2, const uint8_t *data, size_t len, int flags, void *ud) {
-  (void)h2;
-  (void)flags;
-  px_conn *c = ud;
+static int send_all(int fd, const uint8_t *data, size_t len) {
   size_t off = 0;
   while (off < len) {
-    ssize_t w = send(c->fd, data + off, len - off, MSG_NOSIGNAL);
+    ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (w <= 0) return -1;
     off += (size_t)w;
   }
-  return (ssize_t)len;
+  return 0;
+}
+
+/* Sends what nghttp2 has queued, gathered into writes of up to 1 MiB (DATA frames are 16 KiB
+ * unless the peer allows more: one send per frame would cost a system call each). */
+static int flush(px_conn *c, uint8_t *obuf, size_t cap) {
+  size_t n = 0;
+  for (;;) {
+    const uint8_t *data;
+    ssize_t k = nghttp2_session_mem_send(c->h2, &data);
+    if (k < 0) return -1;
+    if (k == 0 || n + (size_t)k > cap) {
+      if (n && send_all(c->fd, obuf, n) < 0) return -1;
+      n = 0;
+      if (k == 0) return 0;
+    }
+    if ((size_t)k > cap) {
+      if (send_all(c->fd, data, (size_t)k) < 0) return -1;
+    } else {
+      memcpy(obuf + n, data, (size_t)k);
+      n += (size_t)k;
+    }
+  }
 }
 
 static int begin_headers_cb(nghttp2_session *h2, const nghttp2_frame *f, void *ud) {
@@ -590,6 +611,9 @@ static int data_cb(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
 }
 
 static void unlink_stream(px_conn *c, px_stream *st) {
+  if (st->kind == K_LOOKUP || st->kind == K_STORE)
+    lm_log(LM_LOG_DEBUG, "proxy: %s stream %d closed", st->kind == K_LOOKUP ? "HostBufferLookup" : "HostBufferStore",
+           st->id);
   for (px_stream **p = &c->streams; *p; p = &(*p)->next)
     if (*p == st) {
       *p = st->next;
@@ -619,7 +643,6 @@ static void *conn_main(void *arg) {
   px_conn *c = arg;
   nghttp2_session_callbacks *cbs;
   nghttp2_session_callbacks_new(&cbs);
-  nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, begin_headers_cb);
   nghttp2_session_callbacks_set_on_header_callback(cbs, header_cb);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, frame_recv_cb);
@@ -635,10 +658,14 @@ static void *conn_main(void *arg) {
   };
   nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 30);
-  uint8_t *buf = malloc(1 << 16);
-  if (!buf) goto out;
+  uint8_t *buf = malloc(1 << 20), *obuf = malloc(1 << 20);
+  if (!buf || !obuf) {
+    free(buf);
+    free(obuf);
+    goto out;
+  }
   for (;;) {
-    if (nghttp2_session_send(c->h2) != 0) break;
+    if (flush(c, obuf, 1 << 20) != 0) break;
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) break;
     bool parked = false;
     for (px_stream *st = c->streams; st; st = st->next) parked |= st->lookup_parked;
@@ -646,14 +673,14 @@ static void *conn_main(void *arg) {
     int n = poll(pf, 2, parked ? 10 : 1000);
     if (n < 0 && errno != EINTR) break;
     if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      ssize_t r = recv(c->fd, buf, 1 << 16, 0);
+      ssize_t r = recv(c->fd, buf, 1 << 20, 0);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
       ssize_t used = nghttp2_session_mem_recv(c->h2, buf, (size_t)r);
       if (used < 0) {
         lm_log(LM_LOG_WARN, "proxy: connection from %s: bad HTTP/2 (%s); closing it", c->peer,
                nghttp2_strerror((int)used));
-        nghttp2_session_send(c->h2); /* the GOAWAY nghttp2 queued, if any */
+        flush(c, obuf, 1 << 20); /* the GOAWAY nghttp2 queued, if any */
         break;
       }
     }
@@ -683,6 +710,7 @@ static void *conn_main(void *arg) {
     }
   }
   free(buf);
+  free(obuf);
 out:
   while (c->streams) unlink_stream(c, c->streams);
   if (c->h2) nghttp2_session_del(c->h2);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "common/arena.h"
 #include "common/log.h"
 #include "loom/loom.h"
@@ -159,6 +160,12 @@ struct px_session {
 };
 
 static uint64_t new_handle(px_session *s) { return s->next_handle++; }
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
 
 /* A copy of str in the response's arena. */
 static char *astr(px_session *s, const char *str) { return lm_arena_strndup(&s->ar, str, strlen(str)); }
@@ -1608,7 +1615,10 @@ static void answer(px_session *s, const uint8_t *msg, size_t len) {
   } else {
     md.has_op_id = 1;
     md.op_id = q->request_metadata ? q->request_metadata->op_id : 0;
+    uint64_t t0 = lm_log_enabled(LM_LOG_DEBUG) ? now_us() : 0;
     code = s->client ? handle(s, q, &r) : fail(s, PX_UNAVAILABLE, "%s", s->err);
+    if (t0) lm_log(LM_LOG_DEBUG, "proxy: session %" PRIu64 " op %" PRIu64 " %s: %s in %.3f ms", s->id, md.op_id,
+                   request_name(q), code ? "error" : "ok", (double)(now_us() - t0) / 1e3);
     if (code) lm_log(LM_LOG_DEBUG, "proxy: session %" PRIu64 " op %" PRIu64 " %s: %s", s->id, md.op_id,
                      request_name(q), s->err);
   }
