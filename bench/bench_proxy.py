@@ -84,7 +84,7 @@ big = np.random.rand(mib * 1024 * 256).astype(np.float32)
 h, d = [], []
 for _ in range(3):
     t = time.perf_counter(); a = c.put(big); h.append(time.perf_counter() - t)
-    t = time.perf_counter(); y = a.get(); d.append(time.perf_counter() - t)
+    t = time.perf_counter(); y = a.numpy(); d.append(time.perf_counter() - t)
 print("RESULT " + json.dumps({"h2d_s": min(h), "d2h_s": min(d)}), flush=True)
 '''
 
