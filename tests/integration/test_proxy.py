@@ -346,3 +346,25 @@ def test_default_device_assignment(cluster):
     comps = [v for n, _, v in fields(da) if n == 3]
     assert [field(c, 1) for c in comps] == [b"\x00\x04", b"\x01\x05", b"\x02\x06", b"\x03\x07"]  # packed ids
     assert field(field(field(got[1], 1), 2), 1) == 3  # INVALID_ARGUMENT
+
+
+def test_client_killed_mid_session(cluster):
+    """A JAX process killed while it works: its session is freed, the proxy serves the next one."""
+    env = dict(cluster["env"])
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{cluster['port']}",
+               IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    log = cluster["state"] / "proxy.log"
+    before = log.read_text().count("lost its client")
+    p = subprocess.Popen([sys.executable, str(SOURCE_DIR / "examples" / "proxy" / "more_jax.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL)
+    for line in p.stdout:  # kill it in the middle, right after its first result
+        if line.startswith("pmap psum:"):
+            break
+    p.kill()
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while log.read_text().count("lost its client") <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert log.read_text().count("lost its client") > before
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout, r.stdout + r.stderr
