@@ -131,8 +131,9 @@ typedef struct pexec {
 } pexec;
 
 typedef struct pfuture {
-  int code;                    /* gRPC code: PX_OK or an error */
+  int code;                    /* gRPC code: PX_OK or an error (once known) */
   char *msg;
+  loom_future *lf;             /* a launch still to be waited for, or NULL */
 } pfuture;
 
 typedef struct qitem {
@@ -196,20 +197,43 @@ static void pexec_free(pexec *e) {
   free(e);
 }
 
-static void future_put(px_session *s, uint64_t h, int code, const char *msg) {
-  pfuture *f = calloc(1, sizeof *f);
+static void pfuture_free(pfuture *f) {
   if (!f) return;
+  loom_future_destroy(f->lf);
+  free(f->msg);
+  free(f);
+}
+
+/* Registers a future under h: done with code/msg, or (lf != NULL, owned) a launch's completion. */
+static void future_put(px_session *s, uint64_t h, int code, const char *msg, loom_future *lf) {
+  pfuture *f = calloc(1, sizeof *f);
+  if (!f) {
+    loom_future_destroy(lf);
+    return;
+  }
   f->code = code;
   f->msg = msg ? strdup(msg) : NULL;
+  f->lf = lf;
   pfuture *old = pm_get(&s->futures, h);
-  if (old) {
-    free(old->msg);
-    free(old);
+  if (pm_put(&s->futures, h, f) < 0) pfuture_free(f);
+  else if (old) pfuture_free(old);
+}
+
+/* The future's outcome, waiting for its launch if it has one. */
+static int future_code(pfuture *f) {
+  if (f->lf) {
+    int st = loom_future_wait(f->lf, -1);
+    if (st != LOOM_OK) {
+      char m[1200];
+      snprintf(m, sizeof m, "Execute: %s", loom_future_errmsg(f->lf)[0] ? loom_future_errmsg(f->lf) : loom_strerror(st));
+      f->code = px_code_of(st);
+      free(f->msg);
+      f->msg = strdup(m);
+    }
+    loom_future_destroy(f->lf);
+    f->lf = NULL;
   }
-  if (pm_put(&s->futures, h, f) < 0) {
-    free(f->msg);
-    free(f);
-  }
+  return f->code;
 }
 
 /* Error helper: formats s->err and returns the code. */
@@ -768,7 +792,7 @@ static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, 
   *e = (pexec){.exe = exe, .num_inputs = info.num_inputs, .num_outputs = info.num_outputs,
                .num_devices = info.num_devices, .devices = dl};
   uint64_t fh = new_handle(s);
-  future_put(s, fh, PX_OK, NULL);
+  future_put(s, fh, PX_OK, NULL, NULL);
   Xla__Ifrt__Proxy__CompileResponse *o =
       NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
   o->has_loaded_executable_handle = 1;
@@ -881,14 +905,11 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
   }
   loom_future *f = NULL;
   if (!rc) {
+    /* Asynchronous, as IFRT's execute is: the outputs are handles at once; a launch error shows
+     * when they are used (Loom propagates it to them) and through the status future. */
     int st = loom_launch(e->exe, in, e->num_inputs, NULL, out, e->num_outputs, &f);
-    if (st == LOOM_OK) st = loom_future_wait(f, -1);
-    if (st != LOOM_OK) {
-      rc = fail(s, px_code_of(st), "Execute: %s", f ? loom_future_errmsg(f) : loom_errmsg(s->client));
-      if (!f || !loom_future_errmsg(f)[0]) rc = loom_fail(s, st, "Execute");
-    }
+    if (st != LOOM_OK) rc = loom_fail(s, st, "Execute");
   }
-  loom_future_destroy(f);
   free(in);
   if (rc) {
     for (int32_t i = 0; i < e->num_outputs; i++) loom_array_release(out[i]);
@@ -910,6 +931,7 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
       free(b);
       for (int32_t j = i; j < e->num_outputs; j++) loom_array_release(out[j]);
       free(out);
+      loom_future_destroy(f);
       return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
     }
     b->refs = 1;
@@ -927,6 +949,7 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
     if ((rc = array_add(s, h, a)) != 0) {
       for (int32_t j = i + 1; j < e->num_outputs; j++) loom_array_release(out[j]);
       free(out);
+      loom_future_destroy(f);
       return rc;
     }
     loom_sharding sh = {.struct_size = sizeof sh};
@@ -945,10 +968,12 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
   }
   free(out);
   if (q->has_result_status_handle && q->result_status_handle) {
-    future_put(s, q->result_status_handle, PX_OK, NULL);
+    future_put(s, q->result_status_handle, PX_OK, NULL, f);
+    f = NULL;
     o->has_status_handle = 1;
     o->status_handle = q->result_status_handle;
   }
+  loom_future_destroy(f); /* the launch carries on */
   r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
   r->loaded_executable_execute_response = o;
   return 0;
@@ -1482,22 +1507,30 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     uint64_t h = q->check_future_request->future_handle;
     pfuture *f = pm_get(&s->futures, h); /* kept: a future may be checked again (freed with the session) */
     if (!f) return fail(s, PX_NOT_FOUND, "future handle %" PRIu64 " is not known in session %" PRIu64, h, s->id);
-    if (f->code) return fail(s, f->code, "%s", f->msg ? f->msg : "failed");
+    if (future_code(f)) return fail(s, f->code, "%s", f->msg ? f->msg : "failed");
     r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_CHECK_FUTURE_RESPONSE;
     r->check_future_response = NEW(Xla__Ifrt__Proxy__CheckFutureResponse, XLA__IFRT__PROXY__CHECK_FUTURE_RESPONSE__INIT);
     return 0;
   }
-  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_CHECK_VALUE_READY_REQUEST:
-    /* Every value is ready once its request was answered (executes wait for their launch). */
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_CHECK_VALUE_READY_REQUEST: {
+    /* Arrays are ready when the launch that makes them finished (or failed: its error). */
+    const Xla__Ifrt__Proxy__CheckValueReadyRequest *cv = q->check_value_ready_request;
+    for (size_t i = 0; i < cv->n_value_handles; i++) {
+      parray *a = pm_get(&s->arrays, cv->value_handles[i]);
+      if (!a || a->deleted || !a->b) continue; /* not an array of ours (futures are always ready) */
+      int st = loom_array_block_until_ready(a->b->arr, -1);
+      if (st != LOOM_OK) return loom_fail(s, st, "the value is not ready");
+    }
     r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_CHECK_VALUE_READY_RESPONSE;
     r->check_value_ready_response =
         NEW(Xla__Ifrt__Proxy__CheckValueReadyResponse, XLA__IFRT__PROXY__CHECK_VALUE_READY_RESPONSE__INIT);
     return 0;
+  }
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_REQUEST: {
     uint64_t h = q->loaded_executable_fetch_execute_result_request->result_status_handle;
     pfuture *f = pm_get(&s->futures, h);
     if (!f) return fail(s, PX_NOT_FOUND, "execute status handle %" PRIu64 " is not known", h);
-    if (f->code) return fail(s, f->code, "%s", f->msg ? f->msg : "failed");
+    if (future_code(f)) return fail(s, f->code, "%s", f->msg ? f->msg : "failed");
     r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_FETCH_EXECUTE_RESULT_RESPONSE;
     r->loaded_executable_fetch_execute_result_response =
         NEW(Xla__Ifrt__Proxy__LoadedExecutableFetchExecuteResultResponse,
@@ -1536,7 +1569,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
       }
     }
     uint64_t fh = new_handle(s);
-    future_put(s, fh, PX_OK, NULL);
+    future_put(s, fh, PX_OK, NULL, NULL);
     Xla__Ifrt__Proxy__DeleteArrayResponse *o =
         NEW(Xla__Ifrt__Proxy__DeleteArrayResponse, XLA__IFRT__PROXY__DELETE_ARRAY_RESPONSE__INIT);
     o->has_deletion_future_handle = 1;
@@ -1569,7 +1602,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     if (!e) return rc;
     e->deleted = true;
     uint64_t fh = new_handle(s);
-    future_put(s, fh, PX_OK, NULL);
+    future_put(s, fh, PX_OK, NULL, NULL);
     Xla__Ifrt__Proxy__LoadedExecutableDeleteResponse *o =
         NEW(Xla__Ifrt__Proxy__LoadedExecutableDeleteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_DELETE_RESPONSE__INIT);
     o->has_future_handle = 1;
@@ -1648,11 +1681,7 @@ static void session_free(px_session *s) {
   for (size_t i = 0; i < s->execs.cap; i++)
     if (s->execs.keys[i] && s->execs.keys[i] != UINT64_MAX) pexec_free(s->execs.vals[i]);
   for (size_t i = 0; i < s->futures.cap; i++)
-    if (s->futures.keys[i] && s->futures.keys[i] != UINT64_MAX) {
-      pfuture *f = s->futures.vals[i];
-      free(f->msg);
-      free(f);
-    }
+    if (s->futures.keys[i] && s->futures.keys[i] != UINT64_MAX) pfuture_free(s->futures.vals[i]);
   free(s->arrays.keys), free(s->arrays.vals), free(s->execs.keys), free(s->execs.vals);
   free(s->futures.keys), free(s->futures.vals);
   for (size_t i = 0; i < s->ntrash; i++) parray_free(s->trash[i]);
