@@ -17,6 +17,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/util.h"
@@ -43,7 +46,7 @@ static const char g_usage[] =
     "  --listen HOST:PORT        the controller's address (default 127.0.0.1:0, any free port)\n"
     "  --timeout SECONDS         how long to wait for the cluster to come up (default 60)\n"
     "  --proxy-port PORT         the IFRT proxy's port on 127.0.0.1 (default $LOOM_PROXY_PORT, else\n"
-    "                            29000); 0 starts no proxy\n"
+    "                            29000, skipped with a note when taken); 0 starts no proxy\n"
     "  -h, --help                show this help\n"
     "\n"
     "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n";
@@ -73,6 +76,8 @@ typedef struct sup {
   int notify_fd;         /* --detach: the waiting parent's pipe; -1 otherwise */
   child *kids;           /* [0] controller, [1 + i] worker i, then the proxy if any */
   uint32_t proxy_port;   /* 0: no proxy */
+  bool proxy_explicit;   /* the port was asked for (--proxy-port, $LOOM_PROXY_PORT): failing to get it is an error */
+  char proxy_note[256];  /* why the default proxy was not started */
   char proxy_addr[LM_ADDR_MAX];
   size_t nkids;
   char addr[LM_ADDR_MAX];
@@ -185,6 +190,19 @@ static int fail_child(sup *s, child *c, const char *when, lm_err *err) {
   return lm_errf(err, LOOM_IO, "the %s %s %s%s%s (log: %s)", c->name, how, when, last[0] ? ": " : "", last, c->log);
 }
 
+/* Whether 127.0.0.1:port can be listened on now. */
+static bool port_free(uint32_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
 /* Starts the controller and the workers and waits until every device has registered. */
 static int startup(sup *s, lm_err *err) {
   uint64_t deadline = lm_now_ms() + s->timeout_ms;
@@ -256,6 +274,13 @@ static int startup(sup *s, lm_err *err) {
   }
   lm_cconn_close(c);
   if (rc < 0 || !s->proxy_port) return rc;
+  if (!s->proxy_explicit && !port_free(s->proxy_port)) {
+    /* the default port is taken (another cluster's proxy, say): run without one and say so */
+    snprintf(s->proxy_note, sizeof s->proxy_note,
+             "IFRT proxy: not started, port %u is in use (--proxy-port PORT starts one elsewhere)\n", s->proxy_port);
+    s->kids[s->nkids - 1].reported = true; /* never started: nothing to watch */
+    return 0;
+  }
   /* The IFRT proxy, a client of the controller like any other. */
   char pfile[4200], plisten[64];
   snprintf(pfile, sizeof pfile, "%s/proxy.addr", s->dir);
@@ -368,6 +393,7 @@ static int supervise(sup *s) {
     rc = cli_write_file(s->dir, LM_STATE_FILE, state, &err);
     cli_format_size(s->mem, mem, sizeof mem);
     char ptext[1024] = "";
+    snprintf(ptext, sizeof ptext, "%s", s->proxy_note);
     if (s->proxy_addr[0])
       snprintf(ptext, sizeof ptext,
                "IFRT proxy: %s; run unmodified JAX programs on the cluster with:\n"
@@ -440,7 +466,7 @@ static int supervise(sup *s) {
     return 1;
   }
   say(s, "stopped the controller and %u worker%s%s", s->workers, s->workers == 1 ? "" : "s",
-      s->proxy_port ? " and the IFRT proxy" : "");
+      s->proxy_addr[0] ? " and the IFRT proxy" : "");
   return exit_code;
 }
 
@@ -469,12 +495,14 @@ int cmd_up(int argc, char **argv) {
   if (envport && *envport) {
     if (cli_parse_u64(cmd, "$LOOM_PROXY_PORT", envport, 0, 65535, &v) < 0) return 2;
     s.proxy_port = (uint32_t)v;
+    s.proxy_explicit = true;
   }
   while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
     case O_PROXY:
       if (cli_parse_u64(cmd, "--proxy-port", optarg, 0, 65535, &v) < 0) return 2;
       s.proxy_port = (uint32_t)v;
+      s.proxy_explicit = true;
       break;
     case O_WORKERS:
       if (cli_parse_u64(cmd, "--workers", optarg, 1, 256, &v) < 0) return 2;

@@ -368,3 +368,20 @@ def test_client_killed_mid_session(cluster):
     assert log.read_text().count("lost its client") > before
     r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
     assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout, r.stdout + r.stderr
+
+
+def test_default_proxy_port_taken_is_a_note(tmp_path):
+    """Without --proxy-port, a taken 29000 (another cluster's proxy) means no proxy and a note."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path)
+    with socket.socket() as s:
+        try:  # hold it, unless someone else already does: either way it is taken
+            s.bind(("127.0.0.1", 29000))
+            s.listen(1)
+        except OSError:
+            pass
+        r = run_loom("up", "--detach", "--workers", "1", "--devices-per-worker", "1", env=env, timeout=120)
+        d = run_loom("down", env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "IFRT proxy: not started, port 29000 is in use" in r.stdout
+    assert d.returncode == 0, d.stderr
