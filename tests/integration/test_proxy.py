@@ -385,3 +385,22 @@ def test_default_proxy_port_taken_is_a_note(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "IFRT proxy: not started, port 29000 is in use" in r.stdout
     assert d.returncode == 0, d.stderr
+
+
+def test_training_matches_plain_jax(cluster):
+    """Data-parallel training (pmap, grads, pmean) through the proxy follows plain JAX's losses."""
+    script = SOURCE_DIR / "examples" / "proxy" / "train_mlp.py"
+    via = run_jax(cluster, script)
+    env = {k: v for k, v in cluster["env"].items() if k != "JAX_PLATFORMS"}
+    ref = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=JAX_TIMEOUT,
+                         env=env, stdin=subprocess.DEVNULL)
+    assert via.returncode == 0 and ref.returncode == 0, via.stdout + via.stderr + ref.stderr
+
+    def numbers(out):
+        return [float(l.split()[-1]) for l in out.splitlines() if l.startswith(("step ", "weights checksum"))]
+
+    a, b = numbers(via.stdout), numbers(ref.stdout)
+    assert len(a) == len(b) == 5
+    assert a[-2] < a[0] / 10  # it learned
+    for x, y in zip(a, b):
+        assert abs(x - y) <= 1e-4 * max(1.0, abs(y)), (a, b)
