@@ -87,7 +87,9 @@ int px_code_of(int st) {
   case LOOM_NO_MEMORY: case LOOM_DEVICE_OUT_OF_MEMORY: return PX_RESOURCE_EXHAUSTED;
   case LOOM_TIMEOUT: return PX_DEADLINE_EXCEEDED;
   case LOOM_CANCELLED: return PX_CANCELLED;
-  case LOOM_WORKER_LOST: case LOOM_CONNECT: case LOOM_CLOSED: case LOOM_IO: return PX_UNAVAILABLE;
+  /* a lost worker is a lost slice to Pathways clients: pathwaysutils' elastic code looks for DATA_LOSS */
+  case LOOM_WORKER_LOST: return PX_DATA_LOSS;
+  case LOOM_CONNECT: case LOOM_CLOSED: case LOOM_IO: return PX_UNAVAILABLE;
   case LOOM_PERMISSION: return PX_FAILED_PRECONDITION;
   default: return PX_INTERNAL;
   }

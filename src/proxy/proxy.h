@@ -35,7 +35,7 @@ int px_serve(const px_options *opts, lm_err *err);
 enum {
   PX_OK = 0, PX_CANCELLED = 1, PX_UNKNOWN = 2, PX_INVALID_ARGUMENT = 3, PX_DEADLINE_EXCEEDED = 4,
   PX_NOT_FOUND = 5, PX_ALREADY_EXISTS = 6, PX_RESOURCE_EXHAUSTED = 8, PX_FAILED_PRECONDITION = 9,
-  PX_OUT_OF_RANGE = 11, PX_UNIMPLEMENTED = 12, PX_INTERNAL = 13, PX_UNAVAILABLE = 14,
+  PX_OUT_OF_RANGE = 11, PX_UNIMPLEMENTED = 12, PX_INTERNAL = 13, PX_UNAVAILABLE = 14, PX_DATA_LOSS = 15,
 };
 /* The gRPC code for a loom_status. */
 int px_code_of(int loom_status);

@@ -121,6 +121,8 @@ typedef struct parray {
   bool deleted;
   int32_t *ilist;              /* the IFRT device list the client knows it by (its sharding's */
   int32_t nilist;              /* devices, in that sharding's order): CopyArrays maps by position */
+  int err;                     /* nonzero: an error array (the request that was to make it failed; */
+  char *errmsg;                /* every use fails the same way), with no data (b == NULL) */
 } parray;
 
 typedef struct pexec {
@@ -181,6 +183,7 @@ static void parray_free(parray *a) {
   if (!a) return;
   base_unref(a->b);
   free(a->ilist);
+  free(a->errmsg);
   free(a);
 }
 
@@ -520,7 +523,8 @@ out:
 
 static parray *array_get(px_session *s, uint64_t h, int *rc) {
   parray *a = pm_get(&s->arrays, h);
-  if (!a) *rc = fail(s, PX_NOT_FOUND, "array handle %" PRIu64 " is not known in session %" PRIu64, h, s->id);
+  if (a && a->err) *rc = fail(s, a->err, "%s", a->errmsg ? a->errmsg : "the array's producer failed"), a = NULL;
+  else if (!a) *rc = fail(s, PX_NOT_FOUND, "array handle %" PRIu64 " is not known in session %" PRIu64, h, s->id);
   else if (a->deleted) *rc = fail(s, PX_INVALID_ARGUMENT, "array handle %" PRIu64 " was deleted", h), a = NULL;
   return a;
 }
@@ -1517,6 +1521,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     const Xla__Ifrt__Proxy__CheckValueReadyRequest *cv = q->check_value_ready_request;
     for (size_t i = 0; i < cv->n_value_handles; i++) {
       parray *a = pm_get(&s->arrays, cv->value_handles[i]);
+      if (a && a->err) return fail(s, a->err, "%s", a->errmsg ? a->errmsg : "the array's producer failed");
       if (!a || a->deleted || !a->b) continue; /* not an array of ours (futures are always ready) */
       int st = loom_array_block_until_ready(a->b->arr, -1);
       if (st != LOOM_OK) return loom_fail(s, st, "the value is not ready");
@@ -1632,6 +1637,64 @@ static int handle(px_session *s, const Req *q, Resp *r) {
   }
 }
 
+/* A request that was to make arrays under client-chosen handles failed: those handles become
+ * error arrays, so requests the client pipelined after it fail with this error (a lost worker
+ * stays DATA_LOSS) instead of "unknown handle". */
+static void error_arrays(px_session *s, const Req *q, int code) {
+  const uint64_t *hs = NULL;
+  size_t n = 0;
+  uint64_t one = 0;
+  switch (q->request_case) {
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAY_FROM_HOST_BUFFER_REQUEST:
+    one = q->make_array_from_host_buffer_request->array_handle;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_REQUEST:
+    hs = q->make_arrays_from_host_buffer_shards_request->array_handles;
+    n = q->make_arrays_from_host_buffer_shards_request->n_array_handles;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_ASSEMBLE_ARRAY_FROM_SINGLE_DEVICE_ARRAYS_REQUEST:
+    one = q->assemble_array_from_single_device_arrays_request->result_handle;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_COPY_ARRAYS_REQUEST:
+    hs = q->copy_arrays_request->result_handles;
+    n = q->copy_arrays_request->n_result_handles;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_REQUEST:
+    hs = q->disassemble_into_single_device_arrays_request->result_handles;
+    n = q->disassemble_into_single_device_arrays_request->n_result_handles;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_FULLY_REPLICATED_SHARD_REQUEST:
+    one = q->fully_replicated_shard_request->result_handle;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_EXECUTE_REQUEST: {
+    const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *e = q->loaded_executable_execute_request;
+    hs = e->result_array_handle;
+    n = e->n_result_array_handle;
+    if (e->has_result_status_handle && e->result_status_handle)
+      future_put(s, e->result_status_handle, code, s->err, NULL);
+    break;
+  }
+  default: return;
+  }
+  if (one) {
+    hs = &one;
+    n = 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!hs[i] || hs[i] >= SERVER_HANDLE_BASE) continue;
+    parray *a = calloc(1, sizeof *a);
+    if (!a) return;
+    a->err = code;
+    a->errmsg = strdup(s->err);
+    a->shard = -1;
+    if (pm_get(&s->arrays, hs[i]) && ((parray *)pm_get(&s->arrays, hs[i]))->err == 0) {
+      parray_free(a); /* a real array under that handle already: leave it */
+      continue;
+    }
+    array_add(s, hs[i], a);
+  }
+}
+
 /* ---- the worker ---- */
 
 static void answer(px_session *s, const uint8_t *msg, size_t len) {
@@ -1652,8 +1715,14 @@ static void answer(px_session *s, const uint8_t *msg, size_t len) {
     code = s->client ? handle(s, q, &r) : fail(s, PX_UNAVAILABLE, "%s", s->err);
     if (t0) lm_log(LM_LOG_DEBUG, "proxy: session %" PRIu64 " op %" PRIu64 " %s: %s in %.3f ms", s->id, md.op_id,
                    request_name(q), code ? "error" : "ok", (double)(now_us() - t0) / 1e3);
-    if (code) lm_log(LM_LOG_DEBUG, "proxy: session %" PRIu64 " op %" PRIu64 " %s: %s", s->id, md.op_id,
-                     request_name(q), s->err);
+    if (code) {
+      lm_log(LM_LOG_DEBUG, "proxy: session %" PRIu64 " op %" PRIu64 " %s: %s", s->id, md.op_id, request_name(q),
+             s->err);
+      char keep[sizeof s->err];
+      memcpy(keep, s->err, sizeof keep);
+      error_arrays(s, q, code);
+      memcpy(s->err, keep, sizeof keep); /* the answer carries the request's own error */
+    }
   }
   if (code) {
     r.response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE__NOT_SET;

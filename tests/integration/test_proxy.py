@@ -404,3 +404,49 @@ def test_training_matches_plain_jax(cluster):
     assert a[-2] < a[0] / 10  # it learned
     for x, y in zip(a, b):
         assert abs(x - y) <= 1e-4 * max(1.0, abs(y)), (a, b)
+
+
+def test_lost_worker_is_a_lost_slice(tmp_path):
+    """A worker killed under a session: the client's next use of its devices fails with DATA_LOSS,
+    which pathwaysutils' elastic code reads as a slice that went down."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path / "state")
+    port = free_port()
+    run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "2", "--slices", "2", "--proxy-port",
+             str(port), env=env, timeout=120, check=True)
+    go = tmp_path / "go"
+    script = tmp_path / "lost.py"
+    script.write_text(
+        "import os, time, numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax\nfrom jax import lax\n"
+        "from pathwaysutils.elastic import elastic\n"
+        "f = jax.pmap(lambda v: lax.psum(v, 'd'), axis_name='d')\n"
+        "print('before:', np.asarray(f(np.ones(4, np.float32))).tolist(), flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+        "try:\n    print('after:', np.asarray(f(np.ones(4, np.float32))).tolist(), flush=True)\n"
+        "except Exception as e:\n"
+        "    print('error:', str(e).splitlines()[0], flush=True)\n"
+        "    print('slice down:', elastic.is_error_due_to_slice_down(e, log_traceback=False), flush=True)\n")
+    penv = dict(env, JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{port}",
+                IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    errf = open(tmp_path / "client.err", "w")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=errf, text=True,
+                         env=penv, stdin=subprocess.DEVNULL)
+    try:
+        first = ""
+        for first in p.stdout:
+            if first.startswith("before:"):
+                break
+        assert first.startswith("before: [4.0, 4.0, 4.0, 4.0]"), first
+        state = dict(l.split("=", 1) for l in (tmp_path / "state" / "cluster").read_text().splitlines() if "=" in l)
+        os.kill(int(state["workers"].split(",")[1].split(":")[0]), 9)  # worker 1: slice 1
+        time.sleep(1.0)
+        go.write_text("")
+        out = p.communicate(timeout=JAX_TIMEOUT)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        run_loom("down", env=env, timeout=60)
+        errf.close()
+    err = (tmp_path / "client.err").read_text()[-3000:]
+    assert "error: DATA_LOSS" in out and "worker is lost" in out, out + err
+    assert "slice down: True" in out, out + err
