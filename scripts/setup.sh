@@ -18,13 +18,16 @@ APT_PACKAGES=(
   libucx-dev ucx-utils                    # data plane
   libcjson-dev                            # JSON output
   libssl-dev                              # OpenSSL: worker and client authentication
+  libnghttp2-dev                          # HTTP/2 for the IFRT proxy's gRPC server
   libcmocka-dev                           # C unit tests
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests
 )
-# name or name==version: tests compare with JAX's numbers and read what jaxlib writes, so JAX is pinned;
-# xla-cpu-pjrt is XLA:CPU as a PJRT plugin (loom interpret --backend pjrt; its header is read at build time)
-PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 xla-cpu-pjrt==0.0.1)
+# name or name==version (pip's distribution names): tests compare with JAX's numbers, read what
+# jaxlib writes and speak the IFRT proxy protocol of jaxlib 0.10.2, so jax/jaxlib and pathwaysutils
+# are pinned; grpcio lets the proxy tests talk gRPC to it directly; xla-cpu-pjrt is XLA:CPU as a
+# PJRT plugin (loom interpret --backend pjrt; its header is read at build time)
+PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 pathwaysutils==0.1.13 grpcio xla-cpu-pjrt==0.0.1)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }

@@ -18,6 +18,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/util.h"
@@ -27,9 +30,12 @@
 
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
+    "               [--proxy-port PORT]\n"
     "\n"
     "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
-    "slices; waits until every device has registered and prints the controller's address.\n"
+    "slices; waits until every device has registered and prints the controller's address. An IFRT\n"
+    "proxy (`loom proxy`) beside it serves unmodified JAX programs (JAX_PLATFORMS=proxy); the\n"
+    "environment variables to use are printed.\n"
     "In the foreground, Ctrl-C stops the cluster; with --detach it keeps running and `loom down`\n"
     "stops it. Client commands (`loom devices`, `loom status`) find it without being told.\n"
     "\n"
@@ -41,6 +47,8 @@ static const char g_usage[] =
     "  --detach                  start the cluster in the background and return\n"
     "  --listen HOST:PORT        the controller's address (default 127.0.0.1:0, any free port)\n"
     "  --timeout SECONDS         how long to wait for the cluster to come up (default 60)\n"
+    "  --proxy-port PORT         the IFRT proxy's port on 127.0.0.1 (default $LOOM_PROXY_PORT, else\n"
+    "                            29000, skipped with a note when taken); 0 starts no proxy\n"
     "  -h, --help                show this help\n"
     "\n"
     "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n"
@@ -71,7 +79,11 @@ typedef struct sup {
   const char *listen;
   bool detach;
   int notify_fd;         /* --detach: the waiting parent's pipe; -1 otherwise */
-  child *kids;           /* [0] controller, [1 + i] worker i */
+  child *kids;           /* [0] controller, [1 + i] worker i, then the proxy if any */
+  uint32_t proxy_port;   /* 0: no proxy */
+  bool proxy_explicit;   /* the port was asked for (--proxy-port, $LOOM_PROXY_PORT): failing to get it is an error */
+  char proxy_note[256];  /* why the default proxy was not started */
+  char proxy_addr[LM_ADDR_MAX];
   size_t nkids;
   char addr[LM_ADDR_MAX];
   sigset_t sigs;         /* INT, TERM, HUP, CHLD: blocked, taken with sigtimedwait */
@@ -220,6 +232,19 @@ static int make_credentials(sup *s, lm_err *err) {
   return rc;
 }
 
+/* Whether 127.0.0.1:port can be listened on now. */
+static bool port_free(uint32_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
 /* Starts the controller and the workers and waits until every device has registered. */
 static int startup(sup *s, lm_err *err) {
   uint64_t deadline = lm_now_ms() + s->timeout_ms;
@@ -285,7 +310,7 @@ static int startup(sup *s, lm_err *err) {
       break;
     }
     if (have >= want) break;
-    for (size_t i = 0; i < s->nkids; i++)
+    for (size_t i = 0; i < 1 + (size_t)s->workers; i++)
       if (!s->kids[i].running) {
         rc = fail_child(s, &s->kids[i], "during startup", err);
         break;
@@ -303,7 +328,40 @@ static int startup(sup *s, lm_err *err) {
     sup_wait(s, 50);
   }
   lm_cconn_close(c);
-  return rc;
+  if (rc < 0 || !s->proxy_port) return rc;
+  if (!s->proxy_explicit && !port_free(s->proxy_port)) {
+    /* the default port is taken (another cluster's proxy, say): run without one and say so */
+    snprintf(s->proxy_note, sizeof s->proxy_note,
+             "IFRT proxy: not started, port %u is in use (--proxy-port PORT starts one elsewhere)\n", s->proxy_port);
+    s->kids[s->nkids - 1].reported = true; /* never started: nothing to watch */
+    return 0;
+  }
+  /* The IFRT proxy, a client of the controller like any other. */
+  char pfile[4200], plisten[64];
+  snprintf(pfile, sizeof pfile, "%s/proxy.addr", s->dir);
+  snprintf(plisten, sizeof plisten, "127.0.0.1:%u", s->proxy_port);
+  cli_remove_file(s->dir, "proxy.addr");
+  child *px = &s->kids[s->nkids - 1];
+  char *pargv[] = {"loom", "proxy", "--listen", plisten, "--controller", s->addr, "--address-file", pfile, NULL};
+  LM_TRY(spawn(s, px, pargv, err));
+  for (;;) {
+    FILE *f = fopen(pfile, "r");
+    if (f) {
+      bool ok = fgets(s->proxy_addr, sizeof s->proxy_addr, f) != NULL;
+      fclose(f);
+      s->proxy_addr[strcspn(s->proxy_addr, "\r\n")] = 0;
+      if (ok && s->proxy_addr[0]) return 0;
+    }
+    if (!px->running) {
+      fail_child(s, px, "during startup", err);
+      return lm_err_prefix(err, "the IFRT proxy could not start on port %u (--proxy-port picks another, 0 none)",
+                           s->proxy_port);
+    }
+    if (s->stop_signal) return lm_errf(err, LOOM_CANCELLED, "interrupted");
+    if (lm_now_ms() > deadline)
+      return lm_errf(err, LOOM_TIMEOUT, "timed out waiting for the IFRT proxy to listen (log: %s)", px->log);
+    sup_wait(s, 20);
+  }
 }
 
 /* Stops the workers, then the controller; returns the number of problems it reported. */
@@ -375,26 +433,37 @@ static int supervise(sup *s) {
   if (rc == 0) {
     char state[16384], mem[32], pids[8192] = ""; /* up to 256 workers */
     size_t off = 0;
-    for (size_t i = 1; i < s->nkids; i++) {
+    for (size_t i = 1; i < 1 + (size_t)s->workers; i++) {
       int k = snprintf(pids + off, sizeof pids - off, "%s%d:%llu", i > 1 ? "," : "", (int)s->kids[i].pid,
                        (unsigned long long)s->kids[i].start);
       if (k > 0 && (size_t)k < sizeof pids - off) off += (size_t)k;
     }
     snprintf(state, sizeof state,
              "address=%s\nsupervisor_pid=%ld\nsupervisor_start=%llu\ncontroller_pid=%d\ncontroller_start=%llu\n"
-             "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\n",
+             "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\nproxy=%s\n",
              s->addr, (long)getpid(), (unsigned long long)lm_proc_start_time(getpid()), (int)s->kids[0].pid,
-             (unsigned long long)s->kids[0].start, pids, s->workers * s->dpw, s->dir, (long long)time(NULL));
+             (unsigned long long)s->kids[0].start, pids, s->workers * s->dpw, s->dir, (long long)time(NULL),
+             s->proxy_addr);
     cli_remove_file(s->dir, CLI_STOP_FILE);
     rc = cli_write_file(s->dir, LM_STATE_FILE, state, &err);
     cli_format_size(s->mem, mem, sizeof mem);
+    char ptext[1024] = "";
+    snprintf(ptext, sizeof ptext, "%s", s->proxy_note);
+    if (s->proxy_addr[0])
+      snprintf(ptext, sizeof ptext,
+               "IFRT proxy: %s; run unmodified JAX programs on the cluster with:\n"
+               "  export JAX_PLATFORMS=proxy\n"
+               "  export JAX_BACKEND_TARGET=grpc://%s\n"
+               "  export IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true\n",
+               s->proxy_addr, s->proxy_addr);
     snprintf(text, sizeof text,
              "local cluster ready: %u devices on %u worker%s (%u slice%s), %s of memory each\n"
              "controller: %s\n"
+             "%s"
              "logs: %s\n"
              "%s\n",
              s->workers * s->dpw, s->workers, s->workers == 1 ? "" : "s", s->slices, s->slices == 1 ? "" : "s", mem,
-             s->addr, s->dir, s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
+             s->addr, ptext, s->dir, s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
   }
   if (rc < 0) {
     char problems[2048];
@@ -431,6 +500,8 @@ static int supervise(sup *s) {
       if (i == 0) {
         say(s, "the controller %s%s%s; stopping the cluster (log: %s)", how, last[0] ? ": " : "", last, c->log);
         exit_code = 1;
+      } else if (s->proxy_port && i == s->nkids - 1) {
+        say(s, "the IFRT proxy (pid %d) %s; JAX clients cannot connect now (log: %s)", (int)c->pid, how, c->log);
       } else {
         say(s, "the %s (pid %d) %s; its devices are unhealthy now (log: %s)", c->name, (int)c->pid, how, c->log);
       }
@@ -442,13 +513,15 @@ static int supervise(sup *s) {
   int np = stop_all(s, problems, sizeof problems);
   cli_remove_file(s->dir, LM_STATE_FILE);
   cli_remove_file(s->dir, "controller.addr");
+  cli_remove_file(s->dir, "proxy.addr");
   lm_err e2;
   cli_write_file(s->dir, CLI_STOP_FILE, np ? problems : "ok\n", &e2);
   if (np) {
     say(s, "stopped, with problems:\n%s", problems);
     return 1;
   }
-  say(s, "stopped the controller and %u worker%s", s->workers, s->workers == 1 ? "" : "s");
+  say(s, "stopped the controller and %u worker%s%s", s->workers, s->workers == 1 ? "" : "s",
+      s->proxy_addr[0] ? " and the IFRT proxy" : "");
   return exit_code;
 }
 
@@ -456,7 +529,7 @@ int cmd_up(int argc, char **argv) {
   const char *cmd = "up";
   sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
            .listen = "127.0.0.1:0", .notify_fd = -1};
-  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT };
+  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY };
   static const struct option opts[] = {
       {"workers", required_argument, 0, O_WORKERS},
       {"devices-per-worker", required_argument, 0, O_DPW},
@@ -465,14 +538,27 @@ int cmd_up(int argc, char **argv) {
       {"detach", no_argument, 0, O_DETACH},
       {"listen", required_argument, 0, O_LISTEN},
       {"timeout", required_argument, 0, O_TIMEOUT},
+      {"proxy-port", required_argument, 0, O_PROXY},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
   cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
   int ch;
   uint64_t v;
+  s.proxy_port = 29000;
+  const char *envport = getenv("LOOM_PROXY_PORT");
+  if (envport && *envport) {
+    if (cli_parse_u64(cmd, "$LOOM_PROXY_PORT", envport, 0, 65535, &v) < 0) return 2;
+    s.proxy_port = (uint32_t)v;
+    s.proxy_explicit = true;
+  }
   while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
+    case O_PROXY:
+      if (cli_parse_u64(cmd, "--proxy-port", optarg, 0, 65535, &v) < 0) return 2;
+      s.proxy_port = (uint32_t)v;
+      s.proxy_explicit = true;
+      break;
     case O_WORKERS:
       if (cli_parse_u64(cmd, "--workers", optarg, 1, 256, &v) < 0) return 2;
       s.workers = (uint32_t)v;
@@ -519,7 +605,7 @@ int cmd_up(int argc, char **argv) {
   if (lockfd < 0) return cli_fail(cmd, "%s", err.msg);
   cli_remove_file(s.dir, LM_STATE_FILE); /* left by a supervisor that was killed: the lock was free */
 
-  s.nkids = 1 + s.workers;
+  s.nkids = 1 + s.workers + (s.proxy_port ? 1 : 0);
   s.kids = calloc(s.nkids, sizeof *s.kids);
   if (!s.kids) {
     close(lockfd);
@@ -528,8 +614,10 @@ int cmd_up(int argc, char **argv) {
   for (size_t i = 0; i < s.nkids; i++) {
     child *c = &s.kids[i];
     if (i == 0) snprintf(c->name, sizeof c->name, "controller");
+    else if (i > s.workers) snprintf(c->name, sizeof c->name, "IFRT proxy");
     else snprintf(c->name, sizeof c->name, "worker %zu", i - 1);
     if (i == 0) snprintf(c->log, sizeof c->log, "%s/controller.log", s.dir);
+    else if (i > s.workers) snprintf(c->log, sizeof c->log, "%s/proxy.log", s.dir);
     else snprintf(c->log, sizeof c->log, "%s/worker-%zu.log", s.dir, i - 1);
   }
   signal(SIGINT, SIG_DFL); /* a shell may start background jobs with these ignored */

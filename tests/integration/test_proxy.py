@@ -1,0 +1,452 @@
+"""The IFRT proxy (`loom proxy`, started by `loom up --proxy-port`): unmodified JAX programs with
+JAX_PLATFORMS=proxy and pathwaysutils run on a real local cluster (a controller, 2 workers x 4
+devices, the proxy: separate processes over real sockets); the captured seed session replayed
+message by message through a gRPC client (golden answers); bad input that must not kill it.
+
+Needs jax/jaxlib 0.10.2, pathwaysutils 0.1.13 and grpcio (scripts/setup.sh installs them)."""
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from loomtest import SOURCE_DIR, run_loom, time_limit
+
+grpc = pytest.importorskip("grpc")
+pytest.importorskip("pathwaysutils")
+from google.protobuf import empty_pb2  # noqa: E402  (jax's dependency; a generic wire decoder below)
+from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
+
+CAPTURE = SOURCE_DIR / "tests" / "data" / "ifrt-proxy" / "seed"
+SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
+JAX_TIMEOUT = 240
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("proxy-state")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(state)
+    port = free_port()
+    r = run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "4", "--proxy-port", str(port),
+                 env=env, timeout=120, check=True)
+    try:
+        yield {"env": env, "port": port, "out": r.stdout, "state": state}
+    finally:
+        d = run_loom("down", env=env, timeout=60)
+    # a proxy that crashed, or (sanitizer build) reported an error or a leak, makes this fail
+    assert d.returncode == 0, d.stdout + d.stderr + (state / "proxy.log").read_text()
+
+
+def run_jax(cluster, script, timeout=JAX_TIMEOUT):
+    env = dict(cluster["env"])
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{cluster['port']}",
+               IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def fields(data):
+    """(number, wire type, value) of each field of a serialized message (google.protobuf's decoder)."""
+    m = empty_pb2.Empty()
+    m.ParseFromString(data)
+    return [(f.field_number, f.wire_type, f.data) for f in UnknownFieldSet(m)]
+
+
+def field(data, num):
+    return next((v for n, _, v in fields(data) if n == num), None)
+
+
+def test_up_prints_the_environment(cluster):
+    out = cluster["out"]
+    assert f"IFRT proxy: 127.0.0.1:{cluster['port']}" in out
+    assert "export JAX_PLATFORMS=proxy" in out
+    assert f"export JAX_BACKEND_TARGET=grpc://127.0.0.1:{cluster['port']}" in out
+    assert "export IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true" in out
+
+
+def test_seed_howto(cluster):
+    """The seed how-to, unchanged, prints the distributed sum of 8 devices."""
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Available devices: 8" in r.stdout
+    assert "LoomDevice(id=7, worker=1, slice=slice-0)" in r.stdout
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout
+
+
+def test_everyday_jax(cluster):
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "more_jax.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "pmap psum: [28.0, 28.0, 28.0, 28.0, 28.0, 28.0, 28.0, 28.0]" in out
+    assert "put and get back: True" in out
+    assert "shard_map psum: [[2016.0]]" in out
+    assert "donated: [2.0, 2.0, 2.0, 2.0]" in out
+    assert "jit sin matches numpy: True" in out
+    assert "grad: [0.0, 2.0, 4.0]" in out
+    assert "scalar: 7.0" in out
+    assert "moved: [1, 2, 3, 4] [5]" in out  # CopyArrays
+    assert "pmap output: [ 0.  2.  4.  6.  8. 10. 12. 14.]" in out  # AssembleArrayFromSingleDeviceArrays
+
+
+def test_two_clients_at_once(cluster):
+    """Two JAX processes on one proxy: two sessions, each its own Loom session."""
+    env = dict(cluster["env"])
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{cluster['port']}",
+               IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    scripts = [SOURCE_DIR / "examples" / "proxy" / n for n in ("tpu_workload.py", "more_jax.py")]
+    procs = [subprocess.Popen([sys.executable, str(p)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, stdin=subprocess.DEVNULL) for p in scripts]
+    outs = [p.communicate(timeout=JAX_TIMEOUT)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in outs[0]
+    assert "shard_map psum: [[2016.0]]" in outs[1]
+
+
+def test_unpartitioned_jit_is_a_clear_error(cluster, tmp_path):
+    """jit over NamedSharding arrives unpartitioned: Loom says so instead of computing wrongly."""
+    script = tmp_path / "jit_named.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ('x', 'y'))\n"
+        "a = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P('x', 'y')))\n"
+        "try:\n    jax.jit(lambda a: a @ a)(a)\nexcept Exception as e:\n    print('raised:', e)\n"
+        "print('after:', float(np.asarray(jax.jit(lambda v: v + 1)(np.float32(1)))))\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "raised: UNIMPLEMENTED" in r.stdout and "automatic SPMD partitioning" in r.stdout
+    assert "after: 2.0" in r.stdout  # the session goes on
+
+
+def channel(cluster):
+    return grpc.insecure_channel(f"127.0.0.1:{cluster['port']}")
+
+
+def version_request(lo, hi):
+    # GrpcGetVersionRequest{min_version{protocol_version: lo}, max_version{protocol_version: hi, serdes: 3}}
+    return bytes([0x0a, 2, 0x08, lo, 0x12, 4, 0x08, hi, 0x10, 3])
+
+
+def test_get_version(cluster):
+    with channel(cluster) as ch:
+        call = ch.unary_unary(SERVICE + "GetVersion")
+        # version {protocol_version: 25, ifrt_serdes_version_number: 3}
+        assert call(version_request(16, 25), timeout=10) == b"\x0a\x04\x08\x19\x10\x03"
+        assert call(version_request(16, 20), timeout=10) == b"\x0a\x04\x08\x14\x10\x03"
+        with pytest.raises(grpc.RpcError) as e:
+            call(version_request(26, 30), timeout=10)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "16..25" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary(SERVICE + "NoSuchMethod")(b"", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED and "NoSuchMethod" in e.value.details()
+
+
+def captured_requests():
+    raw = CAPTURE / "raw"
+    ops = sorted(p.name for p in raw.glob("*.req.pb"))
+    return [((raw / n).read_bytes(), (raw / n.replace(".req.pb", ".resp.pb")).read_bytes()) for n in ops]
+
+
+def session_metadata():
+    # GrpcIfrtSessionMetadata{version{protocol_version: 25, ifrt_serdes_version_number: 3}, initialization_data{}}
+    return [("ifrt-proxy-grpc-ifrt-session-metadata-bin", b"\x0a\x04\x08\x19\x10\x03\x12\x00")]
+
+
+def test_replay_seed_capture(cluster):
+    """The seed's captured IfrtRequests, replayed in order, get the captured kinds of answers (same
+    op ids, same response member, same server handles) and the right host buffers."""
+    pairs = captured_requests()
+    assert len(pairs) == 32
+    done = threading.Event()
+
+    def requests():  # the stream stays open until the lookups are done (host buffers die with it)
+        yield from (q for q, _ in pairs)
+        done.wait(30)
+
+    with time_limit(60), channel(cluster) as ch:
+        it = ch.stream_stream(SERVICE + "IfrtSession")(requests(), metadata=session_metadata(), timeout=60)
+        got = [next(it) for _ in pairs]
+        session_id = None
+        for (q, want), resp in zip(pairs, got):
+            md = field(resp, 1)
+            assert field(md, 1) == field(field(q, 1), 1)  # op_id echoed
+            status = field(md, 2)
+            kind = [n for n, _, _ in fields(q) if n != 1][0]
+            if kind == 27:  # get_default_layout: UNIMPLEMENTED, the client falls back to defaults
+                assert field(status, 1) == 12
+                continue
+            assert status is None, fields(status)
+            assert [n for n, _, _ in fields(resp) if n != 1] == [kind]  # the member matching the request
+            if kind == 2:
+                session_id = field(field(resp, 2), 8)
+            if kind == 13:  # compile: the same executable handle as the capture
+                assert field(field(resp, 13), 1) == field(field(want, 13), 1)
+            if kind == 15:  # execute: the same output handle
+                assert field(field(field(resp, 15), 2), 4) == field(field(field(want, 15), 2), 4)
+        assert session_id
+        # The 8 shards the client copied to host buffers 10, 12, ..., 24: each holds int32 8.
+        lookup = ch.unary_stream(SERVICE + "HostBufferLookup")
+        for h in range(10, 25, 2):
+            req = b"\x09" + session_id.to_bytes(8, "little") + b"\x11" + h.to_bytes(8, "little")
+            chunks = list(lookup(req, timeout=10))
+            assert b"".join(field(c, 1) or b"" for c in chunks) == (8).to_bytes(4, "little")
+        done.set()
+        assert list(it) == []
+
+
+def test_bad_input_keeps_the_proxy_serving(cluster):
+    port = cluster["port"]
+    # not HTTP/2 at all; then a valid preface followed by a garbage frame; then a truncated one
+    for junk in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64,
+                 b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(10)
+            while s.recv(4096):  # the proxy answers (GOAWAY) and closes
+                pass
+    with time_limit(60), channel(cluster) as ch:
+        stream = ch.stream_stream(SERVICE + "IfrtSession")
+        # a message that is not an IfrtRequest, one with an unknown request, then a real Init
+        init = b"\x0a\x09\x09" + (7).to_bytes(8, "little") + b"\x12\x00"
+        unknown = b"\x0a\x09\x09" + (8).to_bytes(8, "little") + b"\xe2\x01\x00"  # field 28: cost analysis
+        got = list(stream(iter([b"\xff\xff\xff", unknown, init]), metadata=session_metadata(), timeout=30))
+        assert len(got) == 3
+        assert field(field(field(got[0], 1), 2), 1) == 3  # INVALID_ARGUMENT
+        st = field(field(got[1], 1), 2)
+        assert field(st, 1) == 12 and b"loaded_executable_cost_analysis_request" in field(st, 2)
+        assert field(field(got[2], 1), 1) == 7 and field(got[2], 2) is not None
+        # a lookup of a buffer that never comes: a bounded wait, then NOT_FOUND (the session is gone)
+        with pytest.raises(grpc.RpcError) as e:
+            list(ch.unary_stream(SERVICE + "HostBufferLookup")(b"\x09" + b"\x63" * 8 + b"\x11" + b"\x01" * 8,
+                                                                timeout=5))
+        assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DEADLINE_EXCEEDED)
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout, r.stdout + r.stderr
+
+
+def test_proxy_port_in_use_is_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = run_loom("up", "--detach", "--workers", "1", "--devices-per-worker", "1", "--proxy-port", str(port),
+                     env=env, timeout=120)
+    run_loom("down", env=env, timeout=60)
+    assert r.returncode != 0
+    assert f"the IFRT proxy could not start on port {port}" in r.stderr
+
+
+def test_mutated_messages(cluster, tmp_path):
+    """The captured seed requests, mutated (bytes flipped, cut, spliced), against a `loom proxy`
+    started by hand: every request gets an answer or the stream an error status, and the proxy
+    keeps serving and exits cleanly (under the sanitizer build: no error, no leak)."""
+    import random
+    ctl = next(l.split()[-1] for l in cluster["out"].splitlines() if l.startswith("controller:"))
+    port = free_port()
+    log = open(tmp_path / "proxy.log", "w")
+    proc = subprocess.Popen([os.environ.get("LOOM_BIN", str(SOURCE_DIR / "build" / "bin" / "loom")), "proxy",
+                             "--listen", f"127.0.0.1:{port}", "--controller", ctl, "--host-buffer-wait", "200"],
+                            stdout=log, stderr=subprocess.STDOUT, env=cluster["env"], stdin=subprocess.DEVNULL)
+    try:
+        rng = random.Random(int(os.environ.get("LOOM_PROXY_FUZZ_SEED", "11")))
+        reqs = [q for q, _ in captured_requests()]
+        ch = None
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stream = ch.stream_stream(SERVICE + "IfrtSession")
+        rounds = int(os.environ.get("LOOM_PROXY_FUZZ_ROUNDS", "40"))
+        with time_limit(240):
+            for _ in range(rounds):
+                sent = []
+                for q in reqs:
+                    b = bytearray(q)
+                    k = rng.random()
+                    if k < 0.3 and b:
+                        for _ in range(rng.randint(1, 4)):
+                            b[rng.randrange(len(b))] = rng.randrange(256)
+                    elif k < 0.4 and b:
+                        del b[rng.randrange(len(b)):]
+                    elif k < 0.5:
+                        o = rng.choice(reqs)
+                        cut = rng.randrange(len(o) + 1)
+                        b = b[:rng.randrange(len(b) + 1)] + o[cut:]
+                    sent.append(bytes(b))
+                try:
+                    got = list(stream(iter(sent), metadata=session_metadata(), timeout=30))
+                    assert len(got) == len(sent)
+                except grpc.RpcError as e:
+                    assert e.code() != grpc.StatusCode.DEADLINE_EXCEEDED, e
+        assert proc.poll() is None, (tmp_path / "proxy.log").read_text()
+        assert ch.unary_unary(SERVICE + "GetVersion")(version_request(16, 25), timeout=10) == b"\x0a\x04\x08\x19\x10\x03"
+    finally:
+        if ch:
+            ch.close()
+        proc.terminate()
+        rc = proc.wait(timeout=30)
+        log.close()
+    assert rc == 0, (tmp_path / "proxy.log").read_text()[-4000:]
+
+
+def test_slices_for_pathwaysutils_elastic(tmp_path):
+    """slice_index groups the devices by slice, as pathwaysutils' elastic helpers read it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path)
+    port = free_port()
+    run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "2", "--slices", "2", "--proxy-port",
+             str(port), env=env, timeout=120, check=True)
+    try:
+        script = tmp_path / "elastic.py"
+        script.write_text(
+            "import pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+            "from pathwaysutils.elastic import elastic\n"
+            "print('slice_index:', [d.slice_index for d in jax.devices()])\n"
+            "print('slice_to_devices:', {k: len(v) for k, v in elastic.get_slice_to_devices(jax.devices()).items()})\n"
+            "print('active:', sorted(elastic.get_active_slice_indices()))\n"
+            "print('backend:', jax.devices()[0].client.runtime_type)\n")
+        r = run_jax({"env": env, "port": port}, script)
+    finally:
+        d = run_loom("down", env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "slice_index: [0, 0, 1, 1]" in r.stdout
+    assert "slice_to_devices: {0: 2, 1: 2}" in r.stdout
+    assert "active: [0, 1]" in r.stdout
+    assert "backend: proxy/loom" in r.stdout
+    assert d.returncode == 0, d.stderr
+
+
+def test_default_device_assignment(cluster):
+    md = b"\x0a\x09\x09" + (1).to_bytes(8, "little")
+    def req(nr, np_):  # field 19 {num_replicas, num_partitions} (fixed64s)
+        return md + b"\x9a\x01\x12\x09" + nr.to_bytes(8, "little") + b"\x11" + np_.to_bytes(8, "little")
+    ok, bad = req(2, 4), req(3, 4)  # bad: 12 devices on an 8-device cluster
+    with time_limit(60), channel(cluster) as ch:
+        got = list(ch.stream_stream(SERVICE + "IfrtSession")(iter([ok, bad]), metadata=session_metadata(), timeout=30))
+    da = field(field(got[0], 19), 1)
+    assert field(da, 1) == 2 and field(da, 2) == 4
+    comps = [v for n, _, v in fields(da) if n == 3]
+    assert [field(c, 1) for c in comps] == [b"\x00\x04", b"\x01\x05", b"\x02\x06", b"\x03\x07"]  # packed ids
+    assert field(field(field(got[1], 1), 2), 1) == 3  # INVALID_ARGUMENT
+
+
+def test_client_killed_mid_session(cluster):
+    """A JAX process killed while it works: its session is freed, the proxy serves the next one."""
+    env = dict(cluster["env"])
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{cluster['port']}",
+               IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    log = cluster["state"] / "proxy.log"
+    before = log.read_text().count("lost its client")
+    p = subprocess.Popen([sys.executable, str(SOURCE_DIR / "examples" / "proxy" / "more_jax.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL)
+    for line in p.stdout:  # kill it in the middle, right after its first result
+        if line.startswith("pmap psum:"):
+            break
+    p.kill()
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while log.read_text().count("lost its client") <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert log.read_text().count("lost its client") > before
+    r = run_jax(cluster, SOURCE_DIR / "examples" / "proxy" / "tpu_workload.py")
+    assert "Distributed result: [8 8 8 8 8 8 8 8]" in r.stdout, r.stdout + r.stderr
+
+
+def test_default_proxy_port_taken_is_a_note(tmp_path):
+    """Without --proxy-port, a taken 29000 (another cluster's proxy) means no proxy and a note."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path)
+    with socket.socket() as s:
+        try:  # hold it, unless someone else already does: either way it is taken
+            s.bind(("127.0.0.1", 29000))
+            s.listen(1)
+        except OSError:
+            pass
+        r = run_loom("up", "--detach", "--workers", "1", "--devices-per-worker", "1", env=env, timeout=120)
+        d = run_loom("down", env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "IFRT proxy: not started, port 29000 is in use" in r.stdout
+    assert d.returncode == 0, d.stderr
+
+
+def test_training_matches_plain_jax(cluster):
+    """Data-parallel training (pmap, grads, pmean) through the proxy follows plain JAX's losses."""
+    script = SOURCE_DIR / "examples" / "proxy" / "train_mlp.py"
+    via = run_jax(cluster, script)
+    env = {k: v for k, v in cluster["env"].items() if k != "JAX_PLATFORMS"}
+    ref = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=JAX_TIMEOUT,
+                         env=env, stdin=subprocess.DEVNULL)
+    assert via.returncode == 0 and ref.returncode == 0, via.stdout + via.stderr + ref.stderr
+
+    def numbers(out):
+        return [float(l.split()[-1]) for l in out.splitlines() if l.startswith(("step ", "weights checksum"))]
+
+    a, b = numbers(via.stdout), numbers(ref.stdout)
+    assert len(a) == len(b) == 5
+    assert a[-2] < a[0] / 10  # it learned
+    for x, y in zip(a, b):
+        assert abs(x - y) <= 1e-4 * max(1.0, abs(y)), (a, b)
+
+
+def test_lost_worker_is_a_lost_slice(tmp_path):
+    """A worker killed under a session: the client's next use of its devices fails with DATA_LOSS,
+    which pathwaysutils' elastic code reads as a slice that went down."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path / "state")
+    port = free_port()
+    run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "2", "--slices", "2", "--proxy-port",
+             str(port), env=env, timeout=120, check=True)
+    go = tmp_path / "go"
+    script = tmp_path / "lost.py"
+    script.write_text(
+        "import os, time, numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax\nfrom jax import lax\n"
+        "from pathwaysutils.elastic import elastic\n"
+        "f = jax.pmap(lambda v: lax.psum(v, 'd'), axis_name='d')\n"
+        "print('before:', np.asarray(f(np.ones(4, np.float32))).tolist(), flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+        "try:\n    print('after:', np.asarray(f(np.ones(4, np.float32))).tolist(), flush=True)\n"
+        "except Exception as e:\n"
+        "    print('error:', str(e).splitlines()[0], flush=True)\n"
+        "    print('slice down:', elastic.is_error_due_to_slice_down(e, log_traceback=False), flush=True)\n")
+    penv = dict(env, JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://127.0.0.1:{port}",
+                IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    errf = open(tmp_path / "client.err", "w")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=errf, text=True,
+                         env=penv, stdin=subprocess.DEVNULL)
+    try:
+        first = ""
+        for first in p.stdout:
+            if first.startswith("before:"):
+                break
+        assert first.startswith("before: [4.0, 4.0, 4.0, 4.0]"), first
+        state = dict(l.split("=", 1) for l in (tmp_path / "state" / "cluster").read_text().splitlines() if "=" in l)
+        os.kill(int(state["workers"].split(",")[1].split(":")[0]), 9)  # worker 1: slice 1
+        time.sleep(1.0)
+        go.write_text("")
+        out = p.communicate(timeout=JAX_TIMEOUT)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        run_loom("down", env=env, timeout=60)
+        errf.close()
+    err = (tmp_path / "client.err").read_text()[-3000:]
+    assert "error: DATA_LOSS" in out and "worker is lost" in out, out + err
+    assert "slice down: True" in out, out + err
