@@ -20,6 +20,7 @@ static const command g_commands[] = {
     {"run", cmd_run, "compile a StableHLO program and run it on the cluster"},
     {"interpret", cmd_interpret, "run StableHLO files on this machine, without a cluster"},
     {"dump", cmd_dump, "print the program Loom reads from a file (text or bytecode) as StableHLO text"},
+    {"compile", cmd_compile, "show how a program runs across devices; --explain the partitioner's choices"},
 };
 
 static void usage(FILE *f) {
