@@ -49,6 +49,11 @@ typedef struct pt {
   cache_ent *cache;
   size_t ncache, capcache;
   lm_err *err;
+  /* @main with its calls inlined */
+  lm_func inl;
+  lm_arena ar;
+  lm_type *types;
+  uint32_t ntypes, captypes;
 } pt;
 
 /* ---- shardings ---- */
@@ -1101,6 +1106,145 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   return 0;
 }
 
+/* ---- inlining: func.call ops in @main are replaced by their callees' bodies, so the rules see
+ * through the small private functions JAX emits (relu, _where, ...) ---- */
+
+static int64_t new_values(pt *P, uint32_t n) {
+  if (P->ntypes + (uint64_t)n > (1u << 30)) return -1;
+  if (P->ntypes + n > P->captypes) {
+    uint32_t nc = P->captypes ? P->captypes : 256;
+    while (nc < P->ntypes + n) nc *= 2;
+    lm_type *t = realloc(P->types, (size_t)nc * sizeof *t);
+    if (!t) return -1;
+    P->types = t;
+    P->captypes = nc;
+  }
+  uint32_t base = P->ntypes;
+  P->ntypes += n;
+  return base;
+}
+
+static int copy_block(pt *P, const lm_block *b, lm_block *o, uint32_t *map);
+
+static int copy_op(pt *P, const lm_op *op, lm_op *o, uint32_t *map) {
+  *o = *op;
+  o->in = lm_arena_array(&P->ar, op->nin ? op->nin : 1, sizeof *o->in);
+  o->out = lm_arena_array(&P->ar, op->nout ? op->nout : 1, sizeof *o->out);
+  o->regions = op->nregions ? lm_arena_array(&P->ar, op->nregions, sizeof *o->regions) : NULL;
+  if (!o->in || !o->out || (op->nregions && !o->regions)) return -1;
+  for (uint32_t i = 0; i < op->nin; i++) o->in[i] = map[op->in[i]];
+  for (uint32_t i = 0; i < op->nout; i++) o->out[i] = map[op->out[i]];
+  for (uint32_t r = 0; r < op->nregions; r++) {
+    o->regions[r].nblocks = op->regions[r].nblocks;
+    o->regions[r].blocks = lm_arena_array(&P->ar, op->regions[r].nblocks ? op->regions[r].nblocks : 1, sizeof(lm_block));
+    if (!o->regions[r].blocks) return -1;
+    for (uint32_t k = 0; k < op->regions[r].nblocks; k++)
+      if (copy_block(P, &op->regions[r].blocks[k], &o->regions[r].blocks[k], map) < 0) return -1;
+  }
+  return 0;
+}
+
+static int copy_block(pt *P, const lm_block *b, lm_block *o, uint32_t *map) {
+  o->nargs = b->nargs;
+  o->nops = b->nops;
+  o->args = lm_arena_array(&P->ar, b->nargs ? b->nargs : 1, sizeof *o->args);
+  o->ops = lm_arena_array(&P->ar, b->nops ? b->nops : 1, sizeof *o->ops);
+  if (!o->args || !o->ops) return -1;
+  for (uint32_t i = 0; i < b->nargs; i++) o->args[i] = map[b->args[i]];
+  for (uint32_t k = 0; k < b->nops; k++)
+    if (copy_op(P, &b->ops[k], &o->ops[k], map) < 0) return -1;
+  return 0;
+}
+
+typedef struct oplist {
+  lm_op *ops;
+  uint32_t n, cap;
+} oplist;
+
+static int push_op(oplist *l, const lm_op *op) {
+  if (l->n == l->cap) {
+    uint32_t nc = l->cap ? l->cap * 2 : 64;
+    lm_op *o = realloc(l->ops, (size_t)nc * sizeof *o);
+    if (!o) return -1;
+    l->ops = o;
+    l->cap = nc;
+  }
+  l->ops[l->n++] = *op;
+  return 0;
+}
+
+/* Appends fn's body ops (with ids through map) to l, inlining calls to private functions;
+ * *ret gets the (mapped) values fn returns. */
+static int inline_body(pt *P, const lm_func *fn, uint32_t *map, oplist *l, uint32_t **ret, uint32_t *nret, int depth) {
+  const lm_block *b = &fn->body.blocks[0];
+  for (uint32_t k = 0; k < b->nops; k++) {
+    const lm_op *op = &b->ops[k];
+    const lm_attr *callee = op->code == LM_OP_FUNC_CALL ? lm_op_attr(op, "callee") : NULL;
+    const lm_func *cf = callee && callee->s ? lm_module_func(P->m, callee->s) : NULL;
+    if (k + 1 == b->nops) { /* the terminator */
+      lm_op o;
+      if (copy_op(P, op, &o, map) < 0) return -1;
+      *ret = o.in;
+      *nret = o.nin;
+      if (depth == 0 && push_op(l, &o) < 0) return -1;
+      break;
+    }
+    if (cf && depth < 16 && cf->body.nblocks == 1 && cf->body.blocks[0].nops && cf->body.blocks[0].nargs == op->nin &&
+        cf->nresults == op->nout) {
+      int64_t base = new_values(P, cf->nvalues);
+      uint32_t *cmap = base < 0 ? NULL : malloc((cf->nvalues ? cf->nvalues : 1) * sizeof *cmap);
+      if (!cmap) return -1;
+      for (uint32_t v = 0; v < cf->nvalues; v++) {
+        cmap[v] = (uint32_t)base + v;
+        P->types[base + v] = cf->value_types[v];
+      }
+      for (uint32_t i = 0; i < op->nin; i++) cmap[cf->body.blocks[0].args[i]] = map[op->in[i]];
+      uint32_t *r = NULL, nr = 0;
+      int rc = inline_body(P, cf, cmap, l, &r, &nr, depth + 1);
+      free(cmap);
+      if (rc < 0 || nr != op->nout) return -1;
+      for (uint32_t j = 0; j < op->nout; j++) map[op->out[j]] = r[j];
+      continue;
+    }
+    lm_op o;
+    if (copy_op(P, op, &o, map) < 0 || push_op(l, &o) < 0) return -1;
+  }
+  return 0;
+}
+
+static int inline_calls(pt *P) {
+  const lm_func *f = P->f;
+  lm_arena_init(&P->ar, 0);
+  int64_t base = new_values(P, f->nvalues);
+  uint32_t *map = base < 0 ? NULL : malloc((f->nvalues ? f->nvalues : 1) * sizeof *map);
+  if (!map) return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
+  for (uint32_t v = 0; v < f->nvalues; v++) {
+    map[v] = v;
+    P->types[v] = f->value_types[v];
+  }
+  oplist l = {0};
+  uint32_t *r, nr;
+  int rc = inline_body(P, f, map, &l, &r, &nr, 0);
+  free(map);
+  lm_block *b = lm_arena_alloc(&P->ar, sizeof *b);
+  lm_op *ops = l.n ? lm_arena_array(&P->ar, l.n, sizeof *ops) : NULL;
+  if (rc < 0 || !b || !ops) {
+    free(l.ops);
+    return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory inlining calls");
+  }
+  memcpy(ops, l.ops, l.n * sizeof *ops);
+  free(l.ops);
+  *b = f->body.blocks[0];
+  b->ops = ops;
+  b->nops = l.n;
+  P->inl = *f;
+  P->inl.body.blocks = b;
+  P->inl.nvalues = P->ntypes;
+  P->inl.value_types = P->types;
+  P->f = &P->inl;
+  return 0;
+}
+
 /* ---- driver ---- */
 
 bool lm_partition_wanted(const lm_module *m) {
@@ -1173,6 +1317,7 @@ static void to_sharding(const pt *P, const vsh *s, int rank, lm_sharding *o) {
 
 static int run(pt *P, lm_spmd_info *info) {
   const lm_module *m = P->m;
+  LM_TRY(inline_calls(P));
   const lm_func *f = P->f;
   const lm_block *body = &f->body.blocks[0];
   const lm_op *ret = &body->ops[body->nops - 1];
@@ -1300,7 +1445,7 @@ static int run(pt *P, lm_spmd_info *info) {
   if (m->name) lm_tb_put(&P->out, " @%s", m->name);
   lm_tb_put(&P->out, " attributes {mhlo.num_partitions = %u : i32, mhlo.num_replicas = 1 : i32} {\n", P->nproc);
   for (uint32_t i = 0; i < m->nfuncs; i++)
-    if (&m->funcs[i] != f) lm_tb_put_func(&P->out, &m->funcs[i]);
+    if (strcmp(m->funcs[i].name, "main")) lm_tb_put_func(&P->out, &m->funcs[i]);
   lm_tb_put(&P->out, "  func.func public @main(");
   for (uint32_t a = 0; a < body->nargs; a++) {
     uint32_t v = body->args[a];
@@ -1360,5 +1505,7 @@ int lm_partition(const lm_module *m, lm_spmd_info *info, char **local_text, char
   free(P.loc);
   free(P.res_sh);
   free(P.cache);
+  free(P.types);
+  lm_arena_free(&P.ar);
   return rc;
 }
