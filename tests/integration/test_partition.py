@@ -18,7 +18,7 @@ def test_there_are_enough_cases():
 
 
 def test_partitioned_programs_match_unpartitioned(cluster, tmp_path):
-    failures = []
+    failures, compared = [], 0
     for name in CASES:
         d = np.load(PART / f"{name}.npz")
         ins = [d[f"in{i}"] for i in range(sum(k.startswith("in") for k in d.files))]
@@ -35,7 +35,11 @@ def test_partitioned_programs_match_unpartitioned(cluster, tmp_path):
                 failures.append(f"{name} result {j}: {got.dtype}{got.shape}, expected {want.dtype}{want.shape}")
             elif not np.allclose(got, want, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(want).max(initial=0)))):
                 failures.append(f"{name} result {j}: max error {np.abs(got - want).max()}")
+            else:
+                compared += 1
     assert not failures, "\n".join(failures)
+    print(f"{compared} results of {len(CASES)} programs equal the unpartitioned ones")
+    assert compared >= len(CASES)
 
 
 def explain(name):
@@ -45,16 +49,16 @@ def explain(name):
 
 @pytest.mark.parametrize("name,must,must_not", [
     ("dp_mlp", ["0 collectives", "0 fallbacks"], ["all_gather", "all_reduce"]),
-    ("megatron_mlp", ["1 collectives", "all_reduce partial results over {\"d\"}"], ["all_gather", "fallback"]),
-    ("mlp_2d", ["all_reduce partial results over {\"model\"}"], ["all_gather", "fallback"]),
+    ("megatron_mlp", ["1 collectives", "all_reduce partial results over {\"d\"}"], ["all_gather", "fallback:"]),
+    ("mlp_2d", ["all_reduce partial results over {\"model\"}"], ["all_gather", "fallback:"]),
     ("matmul_xy", ["all_reduce partial results over {\"y\"}"], ["all_gather"]),
-    ("dp_grad", ["all_reduce partial results over {\"d\"}"], ["all_gather", "fallback"]),
-    ("fsdp_mlp", ["all_gather operand 1 dim 0 over {\"d\"}"], ["fallback"]),
+    ("dp_grad", ["all_reduce partial results over {\"d\"}"], ["all_gather", "fallback:"]),
+    ("fsdp_mlp", ["reduce_scatter partial results over {\"d\"}"], ["fallback:"]),
     ("reshard_all_to_all", ["all_to_all", "1 collectives"], ["all_gather"]),
     ("cumsum_fallback", ["fallback: no partitioning rule for stablehlo.reduce_window"], []),
     ("uneven_rows", ["uneven:", "does not split into 4 equal shards"], []),
     ("iota_offsets", ["iota offset", "0 collectives"], []),
-    ("sum_sharded_dim", ["reduce_scatter partial results over {\"x\"}"], ["all_gather"]),
+    ("sum_sharded_dim", ["all_reduce partial results over {\"x\"}"], ["all_gather"]),
 ])
 def test_explain_names_collectives_and_fallbacks(name, must, must_not):
     out = explain(name)
