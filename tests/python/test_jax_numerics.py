@@ -249,10 +249,16 @@ def test_wrong_shaped_input_is_a_clear_error(client):
         fut.wait(timeout=30)
 
 
-def test_automatic_partitioning_is_refused(client, mesh):
-    f = lj.jit(lambda a: a * 2, in_shardings=lj.NamedSharding(mesh, P("x", "y")))
-    with pytest.raises(loom.LoomError, match="partition"):
-        f(f32(4, 8))
+def test_jit_with_named_shardings_is_partitioned(client, mesh):
+    # no shard_map: Loom's partitioner splits the global program (docs/partitioner.md)
+    f = lj.jit(lambda a, b: jnp.tanh(a @ b) * 2, in_shardings=(lj.NamedSharding(mesh, P("x", "y")),
+                                                               lj.NamedSharding(mesh, P("y", None))),
+               out_shardings=lj.NamedSharding(mesh, P("x", None)))
+    a, b = f32(4, 8), f32(8, 6)
+    y = f(a, b)
+    np.testing.assert_allclose(y.numpy(), np.tanh(a @ b) * 2, rtol=1e-5, atol=1e-5)
+    g = lj.jit(lambda a: (a * 3).sum(axis=0), in_shardings=lj.NamedSharding(mesh, P("x", "y")))
+    np.testing.assert_allclose(g(a).numpy(), (a * 3).sum(axis=0), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec", [P("x", "y"), P(("x", "y")), P(("y", "x")), P(None, "x"), P("y"), P()],
