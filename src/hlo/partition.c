@@ -162,9 +162,12 @@ static void vsh_fit(pt *P, vsh *s, const lm_type *t, const char *what) {
     }
     int n = vsh_nax(s, d);
     bool ok = true;
-    for (int j = 0; j < n; j++)
-      if (used & (1u << s->ax[d][j])) ok = false;
-    int64_t k = vsh_parts(P, s, d);
+    uint32_t mine = 0;
+    for (int j = 0; j < n; j++) {
+      if ((used | mine) & (1u << s->ax[d][j])) ok = false;
+      mine |= 1u << s->ax[d][j];
+    }
+    int64_t k = ok ? vsh_parts(P, s, d) : 1;
     if (ok && (t->dims[d] < 0 || t->dims[d] % k != 0)) {
       if (what && n) {
         lm_tb_put(&P->ex, "  uneven: %s dimension %d (size %lld) does not split into %lld equal shards: that dimension is "
@@ -331,10 +334,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
   memset(r, 0, sizeof *r);
   memset(r->map, -1, sizeof r->map);
   r->kind = R_FALLBACK;
-  if (op->nout != 1 || op->nin > 8 || op->code == LM_OP_UNKNOWN) {
-    if (op->code == LM_OP_SDY_SHARDING_CONSTRAINT || op->code == LM_OP_SDY_RESHARD) r->kind = R_IDENT;
-    return;
-  }
+  if (op->nout != 1 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
   const lm_type *rt = vtype(P, op->out[0]);
   if (rt->kind != LM_TYPE_TENSOR) return;
   int rrank = rt->rank;
@@ -358,7 +358,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
   switch (op->code) {
     case LM_OP_SDY_SHARDING_CONSTRAINT:
     case LM_OP_SDY_RESHARD:
-      r->kind = R_IDENT;
+      if (op->nin == 1) r->kind = R_IDENT;
       return;
     case LM_OP_CONSTANT:
       r->kind = R_CONST;
@@ -586,6 +586,23 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
   if (r.kind == R_FALLBACK || r.kind == R_CONST || r.kind == R_IOTA) return false;
   uint32_t out = op->out[0];
   const lm_type *rt = vtype(P, out);
+  if (fwd && r.kind == R_DOT) { /* an operand takes the other's split of contracting dims */
+    for (int i = 0; i < 2; i++) {
+      uint32_t v = op->in[i], other = op->in[1 - i];
+      if (P->known[v] || !P->known[other]) continue;
+      vsh O;
+      vsh_clear(&O);
+      uint32_t used = 0;
+      for (int k = 0; k < r.ncontract; k++) {
+        int my = i == 0 ? r.lc[k] : r.rc[k], their = i == 0 ? r.rc[k] : r.lc[k];
+        uint32_t m = dim_mask(&P->ch[other], their);
+        if (!m || (used & m)) continue;
+        memcpy(O.ax[my], P->ch[other].ax[their], NA);
+        used |= m;
+      }
+      changed |= set_if_new(P, v, &O);
+    }
+  }
   if (fwd && !P->known[out]) {
     vsh s;
     vsh_clear(&s);
@@ -939,8 +956,13 @@ static int lower_fallback(pt *P, const lm_op *op) {
     return lm_sp_loc_errf(P->err, LOOM_UNSUPPORTED, &op->loc,
                           "%s uses values of @main inside its regions: the partitioner needs them passed as operands",
                           op->name);
-  uint32_t ins[op->nin ? op->nin : 1], outs[op->nout ? op->nout : 1];
-  lm_type it[op->nin ? op->nin : 1], ot[op->nout ? op->nout : 1];
+  uint32_t *ins = malloc((op->nin + op->nout + 1) * sizeof *ins), *outs = ins ? ins + op->nin : NULL;
+  lm_type *it = malloc((op->nin + op->nout + 1) * sizeof *it), *ot = it ? it + op->nin : NULL;
+  if (!ins || !it) {
+    free(ins);
+    free(it);
+    return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
+  }
   bool gathered = false;
   for (uint32_t i = 0; i < op->nin; i++) {
     uint32_t v = op->in[i];
@@ -969,13 +991,16 @@ static int lower_fallback(pt *P, const lm_op *op) {
     vsh_clear(&R);
     P->loc[op->out[j]] = reshard(P, outs[j], vtype(P, op->out[j]), &R, &P->ch[op->out[j]], "result");
   }
+  free(ins);
+  free(it);
   return 0;
 }
 
 static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   if (op->code == LM_OP_FUNC_RETURN) {
     lm_tb_put(&P->ex, "return\n");
-    uint32_t ids[op->nin ? op->nin : 1];
+    uint32_t *ids = malloc((op->nin + 1) * sizeof *ids);
+    if (!ids) return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
     for (uint32_t j = 0; j < op->nin; j++) {
       char what[48];
       snprintf(what, sizeof what, "result %u", j);
@@ -983,6 +1008,7 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     }
     lm_tb_put(&P->out, "    \"func.return\"(");
     for (uint32_t j = 0; j < op->nin; j++) lm_tb_put(&P->out, "%s%%p%u", j ? ", " : "", ids[j]);
+    free(ids);
     lm_tb_put(&P->out, ") : (");
     for (uint32_t j = 0; j < op->nin; j++) {
       lm_type l;
