@@ -16,9 +16,9 @@ does it; when JAX has already started with fewer, the functions that need them s
     y = f(x)                               # loom.Array; y.numpy() waits and fetches
 
 What runs where: jit runs a single-device program (on `device`, default virtual device 0);
-pmap and shard_map run SPMD over their devices or mesh with collectives. Programs that rely on
-JAX's automatic partitioning (jit with sharded in_shardings and no shard_map) are refused by
-Loom with an error saying so. Inputs that are loom.Arrays laid out as the program expects pass
+pmap and shard_map run SPMD over their devices or mesh with collectives; jit with NamedSharding
+in_shardings / out_shardings (and no shard_map) is a global program Loom's partitioner splits
+over the mesh's devices (docs/partitioner.md). Inputs that are loom.Arrays laid out as the program expects pass
 without a copy; other inputs (numpy, JAX arrays, scalars, loom.Arrays laid out otherwise) are
 put on the cluster with the program's sharding (through this host).
 """
@@ -365,9 +365,9 @@ class LoomFunction:
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), device=None, **jit_kwargs):
     """Compiles fun for one cluster device (`device`: a loom.Device or id; default 0). Extra
-    keyword arguments go to jax.jit (in_shardings etc.; Loom refuses programs that need
-    automatic partitioning). A function that is a jax.shard_map (see shard_map) runs on its
-    mesh's devices instead."""
+    keyword arguments go to jax.jit (in_shardings etc.: with NamedShardings the global program is
+    partitioned by Loom over the mesh's devices). A function that is a jax.shard_map (see
+    shard_map) runs on its mesh's devices instead."""
     if fun is None:
         return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames, device=device,
                              **jit_kwargs)
