@@ -996,6 +996,36 @@ static int lower_fallback(pt *P, const lm_op *op) {
   return 0;
 }
 
+static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial);
+
+/* Bytes lower_rule would move for op, without writing anything. */
+static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
+  lm_textbuf out = P->out, ex = P->ex;
+  uint32_t nid = P->nid, channel = P->channel, ncoll = P->ncoll, nfb = P->nfallback;
+  int64_t pid = P->pid, zero = P->zero;
+  double bytes = P->bytes_total;
+  size_t ncache = P->ncache;
+  uint32_t loc = P->loc[op->out[0]];
+  memset(&P->out, 0, sizeof P->out);
+  memset(&P->ex, 0, sizeof P->ex);
+  int rc = lower_rule(P, op, r, partial);
+  double cost = rc < 0 ? 1e300 : P->bytes_total - bytes;
+  free(P->out.s);
+  free(P->ex.s);
+  P->out = out;
+  P->ex = ex;
+  P->nid = nid;
+  P->channel = channel;
+  P->ncoll = ncoll;
+  P->nfallback = nfb;
+  P->pid = pid;
+  P->zero = zero;
+  P->bytes_total = bytes;
+  P->ncache = ncache;
+  P->loc[op->out[0]] = loc;
+  return cost;
+}
+
 static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   if (op->code == LM_OP_FUNC_RETURN) {
     lm_tb_put(&P->ex, "return\n");
@@ -1026,6 +1056,22 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     return 0;
   }
   if (r.kind == R_FALLBACK || r.kind == R_CONST) return lower_fallback(P, op);
+  bool partial = true;
+  if (r.kind == R_DOT) {
+    /* keep contracting splits (partial results, then combined) or gather them first: the
+     * one that moves fewer bytes, counting every reshard on the way */
+    double keep = dry_cost(P, op, &r, true), gather = dry_cost(P, op, &r, false);
+    if (gather < keep) {
+      partial = false;
+      lm_tb_put(&P->ex, "    contracting dims gathered: %.0f bytes in all, against %.0f to keep them split\n", gather,
+                keep);
+    }
+  }
+  return lower_rule(P, op, &r, partial);
+}
+
+static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
+  rule r = *rp;
   uint32_t out = op->out[0];
   const lm_type *rt = vtype(P, out);
   const vsh *R = &P->ch[out];
@@ -1036,7 +1082,7 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   vsh cl, cr; /* lhs / rhs (reduce: operand) splits of contracting dims */
   vsh_clear(&cl);
   vsh_clear(&cr);
-  if ((r.kind == R_DOT || r.kind == R_REDUCE) && r.red != RED_NONE) {
+  if (partial && (r.kind == R_DOT || r.kind == R_REDUCE) && r.red != RED_NONE) {
     for (int c = 0; c < r.ncontract; c++) {
       const vsh *src = &P->ch[op->in[0]];
       int sd = r.lc[c];

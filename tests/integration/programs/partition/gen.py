@@ -99,6 +99,25 @@ def main():
     ws = lambda v, s: jax.lax.with_sharding_constraint(v, NamedSharding(mxy, s))  # noqa: E731
     case("uneven_rows", lambda a: ws(jnp.tanh(a), P("y", None)) @ a.T, mxy, [r(10, 12)], [none])
     case("uneven_sum", lambda a: ws(a * 2.0, P(("x", "y"))).sum(axis=0), mxy, [r(12, 6)], [P("x")])
+    # a scan over layers (a while loop: computed replicated by the fallback)
+    ws_stack = r(3, 16, 16) * 0.3
+
+    def scan_layers(x, ws):
+        def step(h, w):
+            return jnp.tanh(h @ w), None
+        return jax.lax.scan(step, x, ws)[0]
+
+    case("scan_layers", scan_layers, m24, [x, ws_stack], [P("data"), P(None, None, "model")], P("data"))
+
+    # attention with heads split over "model" and the batch over "data"
+    q, k, v = r(2, 4, 8, 16), r(2, 4, 8, 16), r(2, 4, 8, 16)
+
+    def attention(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 4.0
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    hs = P("data", "model")
+    case("attention_heads", attention, m24, [q, k, v], [hs, hs, hs], hs)
     case("broadcast_bias", lambda a, v: a * v[None, :] + v.sum(), mxy, [a, r(32)], [P("x", "y"), P("y")], P("x", "y"))
 
 
