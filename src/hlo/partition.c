@@ -781,11 +781,12 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
     for (int d2 = 0; d2 < rank; d2++) {
       if (d2 == d || !is_prefix(&C, d2, T, d2)) continue;
       int n2 = vsh_nax(&C, d2), nt = vsh_nax(T, d2);
-      if (nt - n2 != n || memcmp(&T->ax[d2][n2], C.ax[d], (size_t)n)) continue;
+      if (nt - n2 < n || memcmp(&T->ax[d2][n2], C.ax[d], (size_t)n)) continue;
+      if (g->dims[d2] % (vsh_parts(P, &C, d2) * vsh_parts(P, &C, d))) continue;
       lm_type in, out;
       local_of(P, g, &C, &in);
-      vsh N = C;
-      memcpy(N.ax[d2], T->ax[d2], NA);
+      vsh N = C; /* d2 gains d's axes (a further split of d2, if T has one, is a local slice) */
+      memcpy(&N.ax[d2][n2], C.ax[d], (size_t)n);
       memset(N.ax[d], -1, NA);
       local_of(P, g, &N, &out);
       uint32_t r = nid(P);

@@ -17,6 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 rng = np.random.default_rng(7)
+WRITE = True   # bench/bench_partition.py sets False and reads CASES instead
+CASES = []     # (name, f, mesh, ins, in_specs, out_specs) of every case, in order
 
 
 def r(*shape):
@@ -24,6 +26,9 @@ def r(*shape):
 
 
 def case(name, f, mesh, ins, in_specs, out_specs=None):
+    CASES.append((name, f, mesh, ins, in_specs, out_specs))
+    if not WRITE:
+        return
     shard = lambda s: NamedSharding(mesh, s)  # noqa: E731
     kw = {"in_shardings": tuple(shard(s) for s in in_specs)}
     if out_specs is not None:
