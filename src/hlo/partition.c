@@ -513,6 +513,38 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       r->kind = R_MAP;
       return;
     }
+    case LM_OP_REDUCE_WINDOW: {
+      /* dims the window leaves alone (size 1, stride 1, no padding or dilation) keep their split */
+      if (op->nin != 2) return;
+      int64_t wd[LM_MAX_RANK], ws[LM_MAX_RANK], bd[LM_MAX_RANK], wdl[LM_MAX_RANK], pad[2 * LM_MAX_RANK];
+      if (ints(op, "window_dimensions", wd, LM_MAX_RANK) != rrank) return;
+      int nws = ints(op, "window_strides", ws, LM_MAX_RANK), nbd = ints(op, "base_dilations", bd, LM_MAX_RANK);
+      int nwd = ints(op, "window_dilations", wdl, LM_MAX_RANK), np = ints(op, "padding", pad, 2 * LM_MAX_RANK);
+      if ((nws >= 0 && nws != rrank) || (nbd >= 0 && nbd != rrank) || (nwd >= 0 && nwd != rrank) ||
+          (np >= 0 && np != 2 * rrank) || vtype(P, op->in[0])->rank != rrank)
+        return;
+      for (int d = 0; d < rrank; d++)
+        if (wd[d] == 1 && (nws < 0 || ws[d] == 1) && (nbd < 0 || bd[d] == 1) && (nwd < 0 || wdl[d] == 1) &&
+            (np < 0 || (pad[2 * d] == 0 && pad[2 * d + 1] == 0))) {
+          r->map[0][d] = (int8_t)d;
+          r->prod[d] = true;
+        }
+      r->kind = R_MAP;
+      return;
+    }
+    case LM_OP_SORT: {
+      /* one operand sorted along `dimension`: the other dims keep their split */
+      if (op->nin != 1 || vtype(P, op->in[0])->rank != rrank) return;
+      int64_t sd = lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
+      if (sd < 0) sd += rrank;
+      for (int d = 0; d < rrank; d++)
+        if (d != sd) {
+          r->map[0][d] = (int8_t)d;
+          r->prod[d] = true;
+        }
+      r->kind = R_MAP;
+      return;
+    }
     case LM_OP_REVERSE: {
       int n = ints(op, "dimensions", v, LM_MAX_RANK);
       if (n < 0) return;
