@@ -261,6 +261,21 @@ def test_jit_with_named_shardings_is_partitioned(client, mesh):
     np.testing.assert_allclose(g(a).numpy(), (a * 3).sum(axis=0), rtol=1e-5, atol=1e-5)
 
 
+def test_plain_jit_over_sharded_arrays_is_partitioned(client, mesh):
+    # no in_shardings: the loom.Arrays' layouts go into the lowering, Loom partitions the program
+    a, w = f32(8, 16), f32(16, 4)
+    xa = lj.put(a, lj.NamedSharding(mesh, P("x", "y")))
+    xw = lj.put(w, lj.NamedSharding(mesh, P("y", None)))
+    f = lj.jit(lambda a, w: jax.nn.relu(a @ w).sum(axis=1))
+    y = f(xa, xw)
+    np.testing.assert_allclose(y.numpy(), np.maximum(a @ w, 0).sum(axis=1), rtol=1e-5, atol=1e-5)
+    exe = f.executable(xa, xw)
+    assert exe.form == "partitions" and len(exe.devices) == 8
+    assert exe.inputs[0].sharding.dim_axes == ((0,), (1,))  # as put
+    # a single-device array still runs on one device
+    assert lj.jit(lambda v: v * 2)(np.ones(3, np.float32)).numpy().tolist() == [2, 2, 2]
+
+
 @pytest.mark.parametrize("spec", [P("x", "y"), P(("x", "y")), P(("y", "x")), P(None, "x"), P("y"), P()],
                          ids=str)
 def test_named_sharding_places_shards_where_jax_does(client, spec):
