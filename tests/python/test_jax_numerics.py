@@ -249,8 +249,12 @@ def test_wrong_shaped_input_is_a_clear_error(client):
         fut.wait(timeout=30)
 
 
-def test_jit_with_named_shardings_is_partitioned(client, mesh):
-    # no shard_map: Loom's partitioner splits the global program (docs/partitioner.md)
+@pytest.mark.parametrize("order", ["identity", "permuted"])
+def test_jit_with_named_shardings_is_partitioned(client, order):
+    # no shard_map: Loom's partitioner splits the global program (docs/partitioner.md); on a mesh
+    # whose device order is not the identity, too
+    ids = np.arange(8) if order == "identity" else np.array([6, 4, 5, 7, 2, 0, 3, 1])
+    mesh = lj.Mesh(ids.reshape(2, 4), ("x", "y"))
     f = lj.jit(lambda a, b: jnp.tanh(a @ b) * 2, in_shardings=(lj.NamedSharding(mesh, P("x", "y")),
                                                                lj.NamedSharding(mesh, P("y", None))),
                out_shardings=lj.NamedSharding(mesh, P("x", None)))
