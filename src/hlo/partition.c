@@ -223,7 +223,7 @@ static int vsh_from_attr(pt *P, const lm_attr *sh, const lm_type *t, vsh *s, con
 
 /* ---- per-op rules ---- */
 
-typedef enum rule_kind { R_MAP = 0, R_DOT, R_REDUCE, R_IOTA, R_CONST, R_IDENT, R_SLICE, R_DSLICE, R_FALLBACK } rule_kind;
+typedef enum rule_kind { R_MAP = 0, R_DOT, R_REDUCE, R_IOTA, R_CONST, R_IDENT, R_SLICE, R_DSLICE, R_DUS, R_FALLBACK } rule_kind;
 
 /* How an op relates its operands' dimensions to its (single) result's. */
 typedef struct rule {
@@ -491,6 +491,18 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       r->kind = R_DSLICE;
       return;
     }
+    case LM_OP_DYNAMIC_UPDATE_SLICE: {
+      /* dims the update covers whole keep their split (their start index is 0) */
+      const lm_type *t = vtype(P, op->in[0]), *u = vtype(P, op->in[1]);
+      if (op->nin < 2 || t->rank != rrank || u->rank != rrank || op->nin != (uint32_t)rrank + 2) return;
+      for (int d = 0; d < rrank; d++)
+        if (u->dims[d] == t->dims[d]) {
+          r->map[0][d] = r->map[1][d] = (int8_t)d;
+          r->prod[d] = true;
+        }
+      r->kind = R_DUS;
+      return;
+    }
     case LM_OP_CONCATENATE: {
       int64_t cd = lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
       for (uint32_t i = 0; i < op->nin; i++)
@@ -605,6 +617,17 @@ static bool set_if_new(pt *P, uint32_t v, vsh *s) {
 }
 
 static bool prop_op(pt *P, const lm_op *op, bool fwd) {
+  if (op->code == LM_OP_OPTIMIZATION_BARRIER && op->nin == op->nout) { /* result i is operand i */
+    bool changed = false;
+    for (uint32_t i = 0; i < op->nin; i++) {
+      uint32_t a = fwd ? op->in[i] : op->out[i], b = fwd ? op->out[i] : op->in[i];
+      if (P->known[a] && !P->known[b]) {
+        vsh s = P->ch[a];
+        changed |= set_if_new(P, b, &s);
+      }
+    }
+    return changed;
+  }
   rule r;
   op_rule(P, op, &r);
   bool changed = false;
@@ -1082,6 +1105,25 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     return 0;
   }
   ex_op_head(P, op, k);
+  if (op->code == LM_OP_OPTIMIZATION_BARRIER && op->nin == op->nout) {
+    uint32_t *ids = malloc((2 * op->nin + 1) * sizeof *ids);
+    lm_type *ty = malloc((op->nin + 1) * sizeof *ty);
+    if (!ids || !ty) {
+      free(ids);
+      free(ty);
+      return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
+    }
+    for (uint32_t i = 0; i < op->nin; i++) {
+      ids[i] = get(P, op->in[i], &P->ch[op->out[i]], "operand");
+      local_of(P, vtype(P, op->out[i]), &P->ch[op->out[i]], &ty[i]);
+      ids[op->nin + i] = nid(P);
+      P->loc[op->out[i]] = ids[op->nin + i];
+    }
+    lm_tb_put_op_as(&P->out, P->f, op, "p", ids, ty, ids + op->nin, ty, 4);
+    free(ids);
+    free(ty);
+    return 0;
+  }
   rule r;
   op_rule(P, op, &r);
   if (r.kind == R_IDENT) {
@@ -1147,7 +1189,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
       for (int d = 0; d < t->rank; d++)
         if (c->ax[d][0] >= 0) memcpy(O.ax[d], c->ax[d], NA);
     }
-    if (r.kind == R_DSLICE && i > 0) vsh_clear(&O);
+    if ((r.kind == R_DSLICE && i > 0) || (r.kind == R_DUS && i > 1)) vsh_clear(&O);
     char what[48];
     snprintf(what, sizeof what, "operand %u", i);
     ins[i] = get(P, v, &O, what);
@@ -1176,15 +1218,24 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
     } else {
       /* a sharded dim is sliced whole: its start index must be 0 locally (the spec clamps it
        * to 0 globally, since the slice covers the dim) */
+      uint32_t idx[8];
+      for (uint32_t i = 1; i < op->nin; i++) idx[i] = r.map[0][i - 1] >= 0 && A.ax[i - 1][0] >= 0 ? zero(P) : ins[i];
       lm_tb_put(&P->out, "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u", res, ins[0]);
-      for (uint32_t i = 1; i < op->nin; i++)
-        lm_tb_put(&P->out, ", %%p%u", r.map[0][i - 1] >= 0 && A.ax[i - 1][0] >= 0 ? zero(P) : ins[i]);
+      for (uint32_t i = 1; i < op->nin; i++) lm_tb_put(&P->out, ", %%p%u", idx[i]);
       lm_tb_put(&P->out, ") {slice_sizes = array<i64");
       for (int d = 0; d < t->rank; d++) lm_tb_put(&P->out, "%s %lld", d ? "," : ":", (long long)ot.dims[d]);
       lm_tb_put(&P->out, ">} : (%s", ts(&it[0]));
       for (uint32_t i = 1; i < op->nin; i++) lm_tb_put(&P->out, ", %s", ts(vtype(P, op->in[i])));
       lm_tb_put(&P->out, ") -> %s\n", ts(&ot));
     }
+  } else if (r.kind == R_DUS) {
+    uint32_t idx[8];
+    for (uint32_t i = 2; i < op->nin; i++) idx[i] = r.map[0][i - 2] >= 0 && A.ax[i - 2][0] >= 0 ? zero(P) : ins[i];
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.dynamic_update_slice\"(%%p%u, %%p%u", res, ins[0], ins[1]);
+    for (uint32_t i = 2; i < op->nin; i++) lm_tb_put(&P->out, ", %%p%u", idx[i]);
+    lm_tb_put(&P->out, ") : (%s, %s", ts(&it[0]), ts(&it[1]));
+    for (uint32_t i = 2; i < op->nin; i++) lm_tb_put(&P->out, ", %s", ts(vtype(P, op->in[i])));
+    lm_tb_put(&P->out, ") -> %s\n", ts(&ot));
   } else if (r.kind == R_IOTA) {
     int64_t idim = lm_attr_int_or(lm_op_attr(op, "iota_dimension"), 0);
     uint32_t loc_iota = res;

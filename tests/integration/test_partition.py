@@ -56,6 +56,8 @@ def explain(name):
     ("fsdp_mlp", ["contracting dims gathered", "all_gather operand 1 dim 0 over {\"d\"}"], ["fallback:"]),
     ("sort_cols", ["0 collectives", "0 fallbacks"], []),
     ("cumsum_rows", ["0 collectives", "0 fallbacks"], []),
+    ("dynamic_update_cols", ["0 collectives", "0 fallbacks"], []),
+    ("remat_grad", ["all_reduce partial results over {\"d\"}", "stablehlo.optimization_barrier"], ["fallback:"]),
     ("scan_layers", ["fallback: no partitioning rule for stablehlo.while"], []),
     ("attention_heads", ["0 collectives", "0 fallbacks"], []),
     ("reshard_all_to_all", ["all_to_all", "1 collectives"], ["all_gather"]),

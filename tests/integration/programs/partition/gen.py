@@ -126,6 +126,12 @@ def main():
     # sort and a cumulative sum along dims the sharding leaves whole: no communication
     case("sort_cols", lambda a: jnp.sort(a, axis=0) * 2.0, m8, [a], [P(None, "d")], P(None, "d"))
     case("cumsum_rows", lambda a: jnp.cumsum(a, axis=1), mxy, [a], [P(("x", "y"))], P(("x", "y")))
+    # dynamic_update_slice over whole rows (the split rows stay split) and rematerialization
+    # (jax.checkpoint: optimization_barrier in the gradient)
+    case("dynamic_update_cols", lambda a, u, i: jax.lax.dynamic_update_slice(a, u, (0, i)), m8,
+         [a, r(16, 4), np.int32(5)], [P("d"), P("d"), none], P("d"))
+    case("remat_grad", lambda w1, b1, w2, b2, x, y: jax.grad(jax.checkpoint(loss))((w1, b1, w2, b2), x, y), m8,
+         [w1, b1, w2, b2, x, y], [none, none, none, none, P("d"), P("d")])
     case("broadcast_bias", lambda a, v: a * v[None, :] + v.sum(), mxy, [a, r(32)], [P("x", "y"), P("y")], P("x", "y"))
 
 
