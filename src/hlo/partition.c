@@ -605,6 +605,38 @@ static void operand_need(const pt *P, const rule *r, uint32_t i, const lm_type *
   }
 }
 
+/* ---- while loops: partitioned like straight-line code, their carried values keeping one
+ * sharding through the loop ---- */
+
+/* A while the partitioner rewrites: cond and body of one block each, taking the carried values,
+ * cond returning one value and body as many as it carries. */
+static bool while_ok(const lm_op *op) {
+  if (op->code != LM_OP_WHILE || op->nin != op->nout || op->nregions != 2 || op->nin > 4096) return false;
+  for (int r = 0; r < 2; r++) {
+    if (op->regions[r].nblocks != 1) return false;
+    const lm_block *b = &op->regions[r].blocks[0];
+    if (b->nargs != op->nin || !b->nops) return false;
+    const lm_op *ret = &b->ops[b->nops - 1];
+    if (ret->code != LM_OP_RETURN || ret->nin != (r == 0 ? 1 : op->nin)) return false;
+  }
+  return true;
+}
+
+/* Marks the values the partitioner rewrites (P->top) and their defining ops: a block's, and
+ * those inside the while loops it rewrites. */
+static void mark_block(pt *P, const lm_block *b, int depth) {
+  for (uint32_t a = 0; a < b->nargs; a++) P->top[b->args[a]] = 1;
+  for (uint32_t k = 0; k < b->nops; k++) {
+    const lm_op *op = &b->ops[k];
+    for (uint32_t j = 0; j < op->nout; j++) {
+      P->top[op->out[j]] = 1;
+      P->def[op->out[j]] = op;
+    }
+    if (depth < 32 && while_ok(op))
+      for (int r = 0; r < 2; r++) mark_block(P, &op->regions[r].blocks[0], depth + 1);
+  }
+}
+
 /* ---- propagation ---- */
 
 static bool set_if_new(pt *P, uint32_t v, vsh *s) {
@@ -616,7 +648,32 @@ static bool set_if_new(pt *P, uint32_t v, vsh *s) {
   return true;
 }
 
+static bool prop_block(pt *P, const lm_block *b);
+
 static bool prop_op(pt *P, const lm_op *op, bool fwd) {
+  if (while_ok(op) && P->top[op->regions[1].blocks[0].args[0]]) {
+    /* operand i, cond's and body's argument i, body's result i and result i share a sharding */
+    const lm_block *cb = &op->regions[0].blocks[0], *bb = &op->regions[1].blocks[0];
+    const lm_op *bret = &bb->ops[bb->nops - 1];
+    bool changed = false;
+    for (uint32_t i = 0; i < op->nin; i++) {
+      uint32_t g[5] = {op->in[i], cb->args[i], bb->args[i], bret->in[i], op->out[i]};
+      int from = -1;
+      for (int k = 0; k < 5 && from < 0; k++) {
+        int j = fwd ? k : 4 - k;
+        if (P->known[g[j]]) from = j;
+      }
+      if (from < 0) continue;
+      for (int k = 0; k < 5; k++)
+        if (!P->known[g[k]]) {
+          vsh s2 = P->ch[g[from]];
+          changed |= set_if_new(P, g[k], &s2);
+        }
+    }
+    changed |= prop_block(P, bb);
+    changed |= prop_block(P, cb);
+    return changed;
+  }
   if (op->code == LM_OP_OPTIMIZATION_BARRIER && op->nin == op->nout) { /* result i is operand i */
     bool changed = false;
     for (uint32_t i = 0; i < op->nin; i++) {
@@ -707,13 +764,17 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
   return changed;
 }
 
+/* One forward and one backward pass over a block; true when a sharding was set. */
+static bool prop_block(pt *P, const lm_block *b) {
+  bool changed = false;
+  for (uint32_t k = 0; k < b->nops; k++) changed |= prop_op(P, &b->ops[k], true);
+  for (uint32_t k = b->nops; k-- > 0;) changed |= prop_op(P, &b->ops[k], false);
+  return changed;
+}
+
 static void propagate(pt *P, const lm_block *body) {
-  for (int iter = 0; iter < 64; iter++) {
-    bool changed = false;
-    for (uint32_t k = 0; k < body->nops; k++) changed |= prop_op(P, &body->ops[k], true);
-    for (uint32_t k = body->nops; k-- > 0;) changed |= prop_op(P, &body->ops[k], false);
-    if (!changed) break;
-  }
+  for (int iter = 0; iter < 64; iter++)
+    if (!prop_block(P, body)) break;
 }
 
 /* ---- emission ---- */
@@ -1082,6 +1143,78 @@ static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
   return cost;
 }
 
+static int lower_op(pt *P, const lm_op *op, uint32_t k);
+
+/* Lowers a region's ops (all but its terminator) and returns the ids of the terminator's
+ * operands resharded to sh[i] (NULL: replicated). Reshards made inside stay inside. */
+static int lower_region(pt *P, const lm_block *b, const vsh *sh, const lm_type *lt, uint32_t *ids) {
+  size_t ncache = P->ncache;
+  for (uint32_t k = 0; k + 1 < b->nops; k++) LM_TRY(lower_op(P, &b->ops[k], k));
+  const lm_op *ret = &b->ops[b->nops - 1];
+  vsh R;
+  vsh_clear(&R);
+  for (uint32_t i = 0; i < ret->nin; i++) ids[i] = get(P, ret->in[i], sh ? &sh[i] : &R, "carried value");
+  lm_tb_put(&P->out, "    \"stablehlo.return\"(");
+  for (uint32_t i = 0; i < ret->nin; i++) lm_tb_put(&P->out, "%s%%p%u", i ? ", " : "", ids[i]);
+  lm_tb_put(&P->out, ") : (");
+  for (uint32_t i = 0; i < ret->nin; i++) {
+    lm_type l;
+    if (lt) l = lt[i];
+    else l = *vtype(P, ret->in[i]);
+    lm_tb_put(&P->out, "%s%s", i ? ", " : "", ts(&l));
+  }
+  lm_tb_put(&P->out, ") -> ()\n");
+  P->ncache = ncache;
+  return 0;
+}
+
+static int lower_while(pt *P, const lm_op *op) {
+  uint32_t n = op->nin;
+  const lm_block *cb = &op->regions[0].blocks[0], *bb = &op->regions[1].blocks[0];
+  vsh *carried = malloc(n * sizeof *carried);
+  lm_type *lt = malloc(n * sizeof *lt);
+  uint32_t *ins = malloc(3 * (size_t)n * sizeof *ins), *outs = ins ? ins + n : NULL, *tmp = ins ? ins + 2 * n : NULL;
+  int rc = 0;
+  if (!carried || !lt || !ins) rc = lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    carried[i] = P->ch[op->out[i]];
+    P->ch[cb->args[i]] = P->ch[bb->args[i]] = carried[i];
+    ins[i] = get(P, op->in[i], &carried[i], "carried value");
+    local_of(P, vtype(P, op->out[i]), &carried[i], &lt[i]);
+    outs[i] = nid(P);
+  }
+  if (rc == 0) {
+    lm_tb_put(&P->out, "    ");
+    for (uint32_t i = 0; i < n; i++) lm_tb_put(&P->out, "%s%%p%u", i ? ", " : "", outs[i]);
+    lm_tb_put(&P->out, " = \"stablehlo.while\"(");
+    for (uint32_t i = 0; i < n; i++) lm_tb_put(&P->out, "%s%%p%u", i ? ", " : "", ins[i]);
+    lm_tb_put(&P->out, ") ({\n");
+    for (int r = 0; rc == 0 && r < 2; r++) {
+      const lm_block *b = r ? bb : cb;
+      if (r) lm_tb_put(&P->out, "    }, {\n");
+      lm_tb_put(&P->out, "    ^bb0(");
+      for (uint32_t i = 0; i < n; i++) {
+        P->loc[b->args[i]] = nid(P);
+        lm_tb_put(&P->out, "%s%%p%u: %s", i ? ", " : "", P->loc[b->args[i]], ts(&lt[i]));
+      }
+      lm_tb_put(&P->out, "):\n");
+      lm_tb_put(&P->ex, "  %s of the while loop:\n", r ? "body" : "condition");
+      rc = lower_region(P, b, r ? carried : NULL, r ? lt : NULL, tmp);
+    }
+    lm_tb_put(&P->out, "    }) : (");
+    for (uint32_t i = 0; i < n; i++) lm_tb_put(&P->out, "%s%s", i ? ", " : "", ts(&lt[i]));
+    lm_tb_put(&P->out, ") -> (");
+    for (uint32_t i = 0; i < n; i++) lm_tb_put(&P->out, "%s%s", i ? ", " : "", ts(&lt[i]));
+    lm_tb_put(&P->out, ")\n");
+    lm_tb_put(&P->ex, "  end of the while loop\n");
+    for (uint32_t i = 0; i < n; i++) P->loc[op->out[i]] = outs[i];
+  }
+  free(carried);
+  free(lt);
+  free(ins);
+  return rc;
+}
+
 static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   if (op->code == LM_OP_FUNC_RETURN) {
     lm_tb_put(&P->ex, "return\n");
@@ -1105,6 +1238,7 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     return 0;
   }
   ex_op_head(P, op, k);
+  if (while_ok(op) && P->top[op->regions[1].blocks[0].args[0]]) return lower_while(P, op);
   if (op->code == LM_OP_OPTIMIZATION_BARRIER && op->nin == op->nout) {
     uint32_t *ids = malloc((2 * op->nin + 1) * sizeof *ids);
     lm_type *ty = malloc((op->nin + 1) * sizeof *ty);
@@ -1280,38 +1414,6 @@ static int64_t new_values(pt *P, uint32_t n) {
   return base;
 }
 
-static int copy_block(pt *P, const lm_block *b, lm_block *o, uint32_t *map);
-
-static int copy_op(pt *P, const lm_op *op, lm_op *o, uint32_t *map) {
-  *o = *op;
-  o->in = lm_arena_array(&P->ar, op->nin ? op->nin : 1, sizeof *o->in);
-  o->out = lm_arena_array(&P->ar, op->nout ? op->nout : 1, sizeof *o->out);
-  o->regions = op->nregions ? lm_arena_array(&P->ar, op->nregions, sizeof *o->regions) : NULL;
-  if (!o->in || !o->out || (op->nregions && !o->regions)) return -1;
-  for (uint32_t i = 0; i < op->nin; i++) o->in[i] = map[op->in[i]];
-  for (uint32_t i = 0; i < op->nout; i++) o->out[i] = map[op->out[i]];
-  for (uint32_t r = 0; r < op->nregions; r++) {
-    o->regions[r].nblocks = op->regions[r].nblocks;
-    o->regions[r].blocks = lm_arena_array(&P->ar, op->regions[r].nblocks ? op->regions[r].nblocks : 1, sizeof(lm_block));
-    if (!o->regions[r].blocks) return -1;
-    for (uint32_t k = 0; k < op->regions[r].nblocks; k++)
-      if (copy_block(P, &op->regions[r].blocks[k], &o->regions[r].blocks[k], map) < 0) return -1;
-  }
-  return 0;
-}
-
-static int copy_block(pt *P, const lm_block *b, lm_block *o, uint32_t *map) {
-  o->nargs = b->nargs;
-  o->nops = b->nops;
-  o->args = lm_arena_array(&P->ar, b->nargs ? b->nargs : 1, sizeof *o->args);
-  o->ops = lm_arena_array(&P->ar, b->nops ? b->nops : 1, sizeof *o->ops);
-  if (!o->args || !o->ops) return -1;
-  for (uint32_t i = 0; i < b->nargs; i++) o->args[i] = map[b->args[i]];
-  for (uint32_t k = 0; k < b->nops; k++)
-    if (copy_op(P, &b->ops[k], &o->ops[k], map) < 0) return -1;
-  return 0;
-}
-
 typedef struct oplist {
   lm_op *ops;
   uint32_t n, cap;
@@ -1329,41 +1431,90 @@ static int push_op(oplist *l, const lm_op *op) {
   return 0;
 }
 
-/* Appends fn's body ops (with ids through map) to l, inlining calls to private functions;
- * *ret gets the (mapped) values fn returns. */
+static int inline_body(pt *P, const lm_func *fn, uint32_t *map, oplist *l, uint32_t **ret, uint32_t *nret, int depth);
+
+/* Appends op to l through map, or, for a call to a function of the module, the callee's body
+ * (its results mapped to what it returns). */
+static int copy_or_inline(pt *P, const lm_op *op, uint32_t *map, oplist *l, int depth);
+
+static int copy_op(pt *P, const lm_op *op, lm_op *o, uint32_t *map, int depth) {
+  *o = *op;
+  o->in = lm_arena_array(&P->ar, op->nin ? op->nin : 1, sizeof *o->in);
+  o->out = lm_arena_array(&P->ar, op->nout ? op->nout : 1, sizeof *o->out);
+  o->regions = op->nregions ? lm_arena_array(&P->ar, op->nregions, sizeof *o->regions) : NULL;
+  if (!o->in || !o->out || (op->nregions && !o->regions)) return -1;
+  for (uint32_t i = 0; i < op->nin; i++) o->in[i] = map[op->in[i]];
+  for (uint32_t i = 0; i < op->nout; i++) o->out[i] = map[op->out[i]];
+  for (uint32_t r = 0; r < op->nregions; r++) {
+    o->regions[r].nblocks = op->regions[r].nblocks;
+    o->regions[r].blocks = lm_arena_array(&P->ar, op->regions[r].nblocks ? op->regions[r].nblocks : 1, sizeof(lm_block));
+    if (!o->regions[r].blocks) return -1;
+    for (uint32_t k = 0; k < op->regions[r].nblocks; k++) {
+      const lm_block *b = &op->regions[r].blocks[k];
+      lm_block *ob = &o->regions[r].blocks[k];
+      ob->nargs = b->nargs;
+      ob->args = lm_arena_array(&P->ar, b->nargs ? b->nargs : 1, sizeof *ob->args);
+      if (!ob->args) return -1;
+      for (uint32_t i = 0; i < b->nargs; i++) ob->args[i] = map[b->args[i]];
+      oplist l = {0};
+      for (uint32_t j = 0; j < b->nops; j++)
+        if (copy_or_inline(P, &b->ops[j], map, &l, depth) < 0) {
+          free(l.ops);
+          return -1;
+        }
+      ob->nops = l.n;
+      ob->ops = lm_arena_array(&P->ar, l.n ? l.n : 1, sizeof *ob->ops);
+      if (!ob->ops) {
+        free(l.ops);
+        return -1;
+      }
+      if (l.n) memcpy(ob->ops, l.ops, l.n * sizeof *ob->ops);
+      free(l.ops);
+    }
+  }
+  return 0;
+}
+
+static int copy_or_inline(pt *P, const lm_op *op, uint32_t *map, oplist *l, int depth) {
+  const lm_attr *callee = op->code == LM_OP_FUNC_CALL ? lm_op_attr(op, "callee") : NULL;
+  const lm_func *cf = callee && callee->s ? lm_module_func(P->m, callee->s) : NULL;
+  if (cf && depth < 16 && cf->body.nblocks == 1 && cf->body.blocks[0].nops && cf->body.blocks[0].nargs == op->nin &&
+      cf->nresults == op->nout) {
+    int64_t base = new_values(P, cf->nvalues);
+    uint32_t *cmap = base < 0 ? NULL : malloc((cf->nvalues ? cf->nvalues : 1) * sizeof *cmap);
+    if (!cmap) return -1;
+    for (uint32_t v = 0; v < cf->nvalues; v++) {
+      cmap[v] = (uint32_t)base + v;
+      P->types[base + v] = cf->value_types[v];
+    }
+    for (uint32_t i = 0; i < op->nin; i++) cmap[cf->body.blocks[0].args[i]] = map[op->in[i]];
+    uint32_t *r = NULL, nr = 0;
+    int rc = inline_body(P, cf, cmap, l, &r, &nr, depth + 1);
+    free(cmap);
+    if (rc < 0 || nr != op->nout) return -1;
+    for (uint32_t j = 0; j < op->nout; j++) map[op->out[j]] = r[j];
+    return 0;
+  }
+  lm_op o;
+  if (copy_op(P, op, &o, map, depth) < 0 || push_op(l, &o) < 0) return -1;
+  return 0;
+}
+
+/* Appends fn's body ops (with ids through map) to l, inlining calls; *ret gets the (mapped)
+ * values fn returns. At depth 0 (@main) the return is appended too. */
 static int inline_body(pt *P, const lm_func *fn, uint32_t *map, oplist *l, uint32_t **ret, uint32_t *nret, int depth) {
   const lm_block *b = &fn->body.blocks[0];
   for (uint32_t k = 0; k < b->nops; k++) {
     const lm_op *op = &b->ops[k];
-    const lm_attr *callee = op->code == LM_OP_FUNC_CALL ? lm_op_attr(op, "callee") : NULL;
-    const lm_func *cf = callee && callee->s ? lm_module_func(P->m, callee->s) : NULL;
     if (k + 1 == b->nops) { /* the terminator */
       lm_op o;
-      if (copy_op(P, op, &o, map) < 0) return -1;
+      if (copy_op(P, op, &o, map, depth) < 0) return -1;
       *ret = o.in;
       *nret = o.nin;
       if (depth == 0 && push_op(l, &o) < 0) return -1;
       break;
     }
-    if (cf && depth < 16 && cf->body.nblocks == 1 && cf->body.blocks[0].nops && cf->body.blocks[0].nargs == op->nin &&
-        cf->nresults == op->nout) {
-      int64_t base = new_values(P, cf->nvalues);
-      uint32_t *cmap = base < 0 ? NULL : malloc((cf->nvalues ? cf->nvalues : 1) * sizeof *cmap);
-      if (!cmap) return -1;
-      for (uint32_t v = 0; v < cf->nvalues; v++) {
-        cmap[v] = (uint32_t)base + v;
-        P->types[base + v] = cf->value_types[v];
-      }
-      for (uint32_t i = 0; i < op->nin; i++) cmap[cf->body.blocks[0].args[i]] = map[op->in[i]];
-      uint32_t *r = NULL, nr = 0;
-      int rc = inline_body(P, cf, cmap, l, &r, &nr, depth + 1);
-      free(cmap);
-      if (rc < 0 || nr != op->nout) return -1;
-      for (uint32_t j = 0; j < op->nout; j++) map[op->out[j]] = r[j];
-      continue;
-    }
-    lm_op o;
-    if (copy_op(P, op, &o, map) < 0 || push_op(l, &o) < 0) return -1;
+    if (copy_or_inline(P, op, map, l, depth) < 0) return -1;
   }
   return 0;
 }
@@ -1491,12 +1642,7 @@ static int run(pt *P, lm_spmd_info *info) {
     return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
   for (size_t v = 0; v < nv; v++) vsh_clear(&P->ch[v]);
   for (uint32_t j = 0; j < f->nresults; j++) vsh_clear(&P->res_sh[j]);
-  for (uint32_t a = 0; a < body->nargs; a++) P->top[body->args[a]] = 1;
-  for (uint32_t k = 0; k < body->nops; k++)
-    for (uint32_t j = 0; j < body->ops[k].nout; j++) {
-      P->top[body->ops[k].out[j]] = 1;
-      P->def[body->ops[k].out[j]] = &body->ops[k];
-    }
+  mark_block(P, body, 0);
   char what[96];
   /* the mesh: the first sharding's; every other must use the same */
   for (uint32_t i = 0; i < f->nargs + f->nresults; i++) {
@@ -1614,6 +1760,8 @@ static int run(pt *P, lm_spmd_info *info) {
   lm_tb_put(&P->out, ") -> (");
   for (uint32_t j = 0; j < f->nresults; j++) lm_tb_put(&P->out, "%s%s", j ? ", " : "", ts(&info->outputs[j].local));
   lm_tb_put(&P->out, ") {\n");
+  pid(P); /* up front: while bodies use them too, and values made inside a region stay there */
+  zero(P);
   for (uint32_t k = 0; k < body->nops; k++) LM_TRY(lower_op(P, &body->ops[k], k));
   lm_tb_put(&P->out, "  }\n}\n");
   for (uint32_t j = 0; j < f->nresults; j++) {

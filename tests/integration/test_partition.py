@@ -58,7 +58,7 @@ def explain(name):
     ("cumsum_rows", ["0 collectives", "0 fallbacks"], []),
     ("dynamic_update_cols", ["0 collectives", "0 fallbacks"], []),
     ("remat_grad", ["all_reduce partial results over {\"d\"}", "stablehlo.optimization_barrier"], ["fallback:"]),
-    ("scan_layers", ["fallback: no partitioning rule for stablehlo.while"], []),
+    ("scan_layers", ["body of the while loop", "all_gather operand 0 dim 1 over {\"model\"}"], ["fallback:"]),
     ("attention_heads", ["0 collectives", "0 fallbacks"], []),
     ("reshard_all_to_all", ["all_to_all", "1 collectives"], ["all_gather"]),
     ("cumsum_fallback", ["all_gather operand 0 dim 0 over {\"d\"}"], ["fallback:"]),

@@ -104,7 +104,7 @@ def main():
     ws = lambda v, s: jax.lax.with_sharding_constraint(v, NamedSharding(mxy, s))  # noqa: E731
     case("uneven_rows", lambda a: ws(jnp.tanh(a), P("y", None)) @ a.T, mxy, [r(10, 12)], [none])
     case("uneven_sum", lambda a: ws(a * 2.0, P(("x", "y"))).sum(axis=0), mxy, [r(12, 6)], [P("x")])
-    # a scan over layers (a while loop: computed replicated by the fallback)
+    # a scan over layers (a while loop, partitioned: the activations stay split by batch)
     ws_stack = r(3, 16, 16) * 0.3
 
     def scan_layers(x, ws):
