@@ -35,6 +35,7 @@ typedef struct pt {
   /* per value of @main */
   vsh *ch;
   uint8_t *known, *fixed, *top;
+  uint8_t *rw; /* rw[op->out[0]]: a while / case whose regions the partitioner rewrites */
   const lm_op **def;
   uint32_t *loc; /* local id of the value in sharding ch[v] */
   vsh *res_sh;   /* [nresults] */
@@ -611,13 +612,27 @@ static void operand_need(const pt *P, const rule *r, uint32_t i, const lm_type *
 /* A while the partitioner rewrites: cond and body of one block each, taking the carried values,
  * cond returning one value and body as many as it carries. */
 static bool while_ok(const lm_op *op) {
-  if (op->code != LM_OP_WHILE || op->nin != op->nout || op->nregions != 2 || op->nin > 4096) return false;
+  if (op->code != LM_OP_WHILE || op->nin != op->nout || !op->nin || op->nregions != 2 || op->nin > 4096) return false;
   for (int r = 0; r < 2; r++) {
     if (op->regions[r].nblocks != 1) return false;
     const lm_block *b = &op->regions[r].blocks[0];
     if (b->nargs != op->nin || !b->nops) return false;
     const lm_op *ret = &b->ops[b->nops - 1];
     if (ret->code != LM_OP_RETURN || ret->nin != (r == 0 ? 1 : op->nin)) return false;
+  }
+  return true;
+}
+
+/* A case / if the partitioner rewrites: branches of one block each without arguments (they use
+ * values from above), each returning the op's results; the branch index or predicate a scalar. */
+static bool case_ok(const lm_op *op) {
+  if ((op->code != LM_OP_CASE && op->code != LM_OP_IF) || op->nin != 1 || !op->nregions || !op->nout) return false;
+  for (uint32_t r = 0; r < op->nregions; r++) {
+    if (op->regions[r].nblocks != 1) return false;
+    const lm_block *b = &op->regions[r].blocks[0];
+    if (b->nargs || !b->nops) return false;
+    const lm_op *ret = &b->ops[b->nops - 1];
+    if (ret->code != LM_OP_RETURN || ret->nin != op->nout) return false;
   }
   return true;
 }
@@ -632,8 +647,10 @@ static void mark_block(pt *P, const lm_block *b, int depth) {
       P->top[op->out[j]] = 1;
       P->def[op->out[j]] = op;
     }
-    if (depth < 32 && while_ok(op))
-      for (int r = 0; r < 2; r++) mark_block(P, &op->regions[r].blocks[0], depth + 1);
+    if (depth < 32 && (while_ok(op) || case_ok(op))) {
+      P->rw[op->out[0]] = 1;
+      for (uint32_t r = 0; r < op->nregions; r++) mark_block(P, &op->regions[r].blocks[0], depth + 1);
+    }
   }
 }
 
@@ -651,7 +668,7 @@ static bool set_if_new(pt *P, uint32_t v, vsh *s) {
 static bool prop_block(pt *P, const lm_block *b);
 
 static bool prop_op(pt *P, const lm_op *op, bool fwd) {
-  if (while_ok(op) && P->top[op->regions[1].blocks[0].args[0]]) {
+  if (while_ok(op) && P->rw[op->out[0]]) {
     /* operand i, cond's and body's argument i, body's result i and result i share a sharding */
     const lm_block *cb = &op->regions[0].blocks[0], *bb = &op->regions[1].blocks[0];
     const lm_op *bret = &bb->ops[bb->nops - 1];
@@ -672,6 +689,24 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
     }
     changed |= prop_block(P, bb);
     changed |= prop_block(P, cb);
+    return changed;
+  }
+  if (case_ok(op) && P->rw[op->out[0]]) {
+    /* result i and every branch's result i share a sharding */
+    bool changed = false;
+    for (uint32_t i = 0; i < op->nout; i++) {
+      uint32_t v = op->out[i];
+      for (uint32_t r = 0; r < op->nregions; r++) {
+        const lm_block *b = &op->regions[r].blocks[0];
+        uint32_t u = b->ops[b->nops - 1].in[i];
+        uint32_t a = fwd ? u : v, c = fwd ? v : u;
+        if (P->known[a] && !P->known[c]) {
+          vsh s2 = P->ch[a];
+          changed |= set_if_new(P, c, &s2);
+        }
+      }
+    }
+    for (uint32_t r = 0; r < op->nregions; r++) changed |= prop_block(P, &op->regions[r].blocks[0]);
     return changed;
   }
   if (op->code == LM_OP_OPTIMIZATION_BARRIER && op->nin == op->nout) { /* result i is operand i */
@@ -1215,6 +1250,46 @@ static int lower_while(pt *P, const lm_op *op) {
   return rc;
 }
 
+static int lower_case(pt *P, const lm_op *op) {
+  uint32_t n = op->nout;
+  vsh *sh = malloc((n + 1) * sizeof *sh);
+  lm_type *lt = malloc((n + 1) * sizeof *lt);
+  uint32_t *outs = malloc((2 * (size_t)n + 1) * sizeof *outs), *tmp = outs ? outs + n : NULL;
+  if (!sh || !lt || !outs) {
+    free(sh);
+    free(lt);
+    free(outs);
+    return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  vsh R;
+  vsh_clear(&R);
+  uint32_t sel = get(P, op->in[0], &R, "branch index");
+  for (uint32_t i = 0; i < n; i++) {
+    sh[i] = P->ch[op->out[i]];
+    local_of(P, vtype(P, op->out[i]), &sh[i], &lt[i]);
+    outs[i] = nid(P);
+  }
+  lm_tb_put(&P->out, "    ");
+  for (uint32_t i = 0; i < n; i++) lm_tb_put(&P->out, "%s%%p%u", i ? ", " : "", outs[i]);
+  lm_tb_put(&P->out, "%s\"%s\"(%%p%u) (", n ? " = " : "", op->name, sel);
+  int rc = 0;
+  for (uint32_t r = 0; rc == 0 && r < op->nregions; r++) {
+    lm_tb_put(&P->out, "%s{\n", r ? ", " : "");
+    lm_tb_put(&P->ex, "  branch %u:\n", r);
+    rc = lower_region(P, &op->regions[r].blocks[0], sh, lt, tmp);
+    lm_tb_put(&P->out, "    }");
+  }
+  lm_tb_put(&P->out, ") : (%s) -> (", ts(vtype(P, op->in[0])));
+  for (uint32_t i = 0; i < n; i++) lm_tb_put(&P->out, "%s%s", i ? ", " : "", ts(&lt[i]));
+  lm_tb_put(&P->out, ")\n");
+  lm_tb_put(&P->ex, "  end of the branches\n");
+  for (uint32_t i = 0; i < n; i++) P->loc[op->out[i]] = outs[i];
+  free(sh);
+  free(lt);
+  free(outs);
+  return rc;
+}
+
 static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   if (op->code == LM_OP_FUNC_RETURN) {
     lm_tb_put(&P->ex, "return\n");
@@ -1238,7 +1313,8 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     return 0;
   }
   ex_op_head(P, op, k);
-  if (while_ok(op) && P->top[op->regions[1].blocks[0].args[0]]) return lower_while(P, op);
+  if (while_ok(op) && P->rw[op->out[0]]) return lower_while(P, op);
+  if (case_ok(op) && P->rw[op->out[0]]) return lower_case(P, op);
   if (op->code == LM_OP_OPTIMIZATION_BARRIER && op->nin == op->nout) {
     uint32_t *ids = malloc((2 * op->nin + 1) * sizeof *ids);
     lm_type *ty = malloc((op->nin + 1) * sizeof *ty);
@@ -1635,10 +1711,11 @@ static int run(pt *P, lm_spmd_info *info) {
   P->known = calloc(nv, 1);
   P->fixed = calloc(nv, 1);
   P->top = calloc(nv, 1);
+  P->rw = calloc(nv, 1);
   P->def = calloc(nv, sizeof *P->def);
   P->loc = calloc(nv, sizeof *P->loc);
   P->res_sh = calloc(f->nresults ? f->nresults : 1, sizeof *P->res_sh);
-  if (!P->ch || !P->known || !P->fixed || !P->top || !P->def || !P->loc || !P->res_sh)
+  if (!P->ch || !P->known || !P->fixed || !P->top || !P->rw || !P->def || !P->loc || !P->res_sh)
     return lm_errf(P->err, LOOM_NO_MEMORY, "out of host memory");
   for (size_t v = 0; v < nv; v++) vsh_clear(&P->ch[v]);
   for (uint32_t j = 0; j < f->nresults; j++) vsh_clear(&P->res_sh[j]);
@@ -1805,6 +1882,7 @@ int lm_partition(const lm_module *m, lm_spmd_info *info, char **local_text, char
   free(P.known);
   free(P.fixed);
   free(P.top);
+  free(P.rw);
   free(P.def);
   free(P.loc);
   free(P.res_sh);

@@ -58,6 +58,7 @@ def explain(name):
     ("cumsum_rows", ["0 collectives", "0 fallbacks"], []),
     ("dynamic_update_cols", ["0 collectives", "0 fallbacks"], []),
     ("remat_grad", ["all_reduce partial results over {\"d\"}", "stablehlo.optimization_barrier"], ["fallback:"]),
+    ("cond_branches", ["branch 0:", "branch 1:"], ["fallback:"]),
     ("scan_layers", ["body of the while loop", "all_gather operand 0 dim 1 over {\"model\"}"], ["fallback:"]),
     ("attention_heads", ["0 collectives", "0 fallbacks"], []),
     ("reshard_all_to_all", ["all_to_all", "1 collectives"], ["all_gather"]),

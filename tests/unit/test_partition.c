@@ -1,6 +1,6 @@
 /* The SPMD partitioner (hlo/partition.c) in one process: annotated global programs are analyzed,
  * partitioned and run as 8 processes on threads with collectives (spmd_local.h); every result is
- * compared with the same program run unpartitioned on one device. A sweep runs six programs
+ * compared with the same program run unpartitioned on one device. A sweep runs seven programs
  * under every combination of argument and result shardings over a 2x4 mesh, so each resharding
  * path (all_gather, all_to_all, local slices, all_reduce, reduce_scatter, fallback) meets many
  * layouts. Also: the errors, the explain report, and propagation from one annotation. */
@@ -220,6 +220,19 @@ static const char *const k_bodies[] = {
     "      stablehlo.return %i2, %h3 : tensor<i32>, tensor<8x8xf32>\n"
     "    }) : (tensor<i32>, tensor<8x8xf32>) -> (tensor<i32>, tensor<8x8xf32>)\n"
     "    %r = stablehlo.multiply %w#1, %0 : tensor<8x8xf32>\n",
+    /* an if whose branches use values from above and reshard them */
+    "    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>\n"
+    "    %zf = stablehlo.constant dense<0.0> : tensor<f32>\n"
+    "    %s = stablehlo.reduce(%0 init: %zf) applies stablehlo.add across dimensions = [0, 1] : (tensor<8x8xf32>, tensor<f32>) -> tensor<f32>\n"
+    "    %p = stablehlo.compare GT, %s, %zf : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "    %c = \"stablehlo.if\"(%p) ({\n"
+    "      %t = stablehlo.transpose %0, dims = [1, 0] : (tensor<8x8xf32>) -> tensor<8x8xf32>\n"
+    "      \"stablehlo.return\"(%t) : (tensor<8x8xf32>) -> ()\n"
+    "    }, {\n"
+    "      %ng = stablehlo.negate %0 : tensor<8x8xf32>\n"
+    "      \"stablehlo.return\"(%ng) : (tensor<8x8xf32>) -> ()\n"
+    "    }) : (tensor<i1>) -> tensor<8x8xf32>\n"
+    "    %r = stablehlo.add %c, %0 : tensor<8x8xf32>\n",
 };
 
 static void test_sweep(void **state) {
@@ -257,7 +270,7 @@ static void test_sweep(void **state) {
   free(in[0].data);
   free(in[1].data);
   fprintf(stderr, "sweep: %zu partitioned runs, %zu differ from the unpartitioned run\n", runs, bad);
-  assert_true(runs >= 700);
+  assert_true(runs >= 840);
   assert_int_equal(bad, 0);
 }
 

@@ -132,6 +132,9 @@ def main():
          [a, r(16, 4), np.int32(5)], [P("d"), P("d"), none], P("d"))
     case("remat_grad", lambda w1, b1, w2, b2, x, y: jax.grad(jax.checkpoint(loss))((w1, b1, w2, b2), x, y), m8,
          [w1, b1, w2, b2, x, y], [none, none, none, none, P("d"), P("d")])
+    # lax.cond (stablehlo.case) with branches on sharded values
+    case("cond_branches", lambda x, w: jax.lax.cond(x.sum() > 0, lambda x: jnp.tanh(x @ w), lambda x: -(x @ w), x),
+         m24, [x, w1], [P("data"), P(None, "model")], P("data", "model"))
     case("broadcast_bias", lambda a, v: a * v[None, :] + v.sum(), mxy, [a, r(32)], [P("x", "y"), P("y")], P("x", "y"))
 
 
