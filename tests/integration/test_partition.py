@@ -1,7 +1,9 @@
 """The SPMD partitioner end to end: global programs lowered by JAX with NamedSharding (no shard_map;
 tests/integration/programs/partition/gen.py) run partitioned on a real cluster (2 workers x 4
-devices), each result compared with the same function run unpartitioned on one device; and
+devices: started by hand, and with `loom up --detach`), each result compared with the same function run unpartitioned on one device; and
 `loom compile --explain` shows the collectives and fallbacks the partitioner chose."""
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -17,13 +19,14 @@ def test_there_are_enough_cases():
     assert len(CASES) >= 20, CASES
 
 
-def test_partitioned_programs_match_unpartitioned(cluster, tmp_path):
+def check_all(run, tmp_path):
+    """Runs every case with run(program, inputs) -> (CompletedProcess, results) and compares."""
     failures, compared = [], 0
     for name in CASES:
         d = np.load(PART / f"{name}.npz")
         ins = [d[f"in{i}"] for i in range(sum(k.startswith("in") for k in d.files))]
         outs = [d[f"out{j}"] for j in range(sum(k.startswith("out") for k in d.files))]
-        r, res = loom_run(cluster.addr, PART / f"{name}.mlir", inputs=ins, tmp=tmp_path, timeout=120)
+        r, res = run(PART / f"{name}.mlir", ins)
         if r.returncode != 0:
             failures.append(f"{name}: loom run failed: {r.stderr.strip()}")
             continue
@@ -40,6 +43,34 @@ def test_partitioned_programs_match_unpartitioned(cluster, tmp_path):
     assert not failures, "\n".join(failures)
     print(f"{compared} results of {len(CASES)} programs equal the unpartitioned ones")
     assert compared >= len(CASES)
+
+
+def test_partitioned_programs_match_unpartitioned(cluster, tmp_path):
+    check_all(lambda prog, ins: loom_run(cluster.addr, prog, inputs=ins, tmp=tmp_path, timeout=120), tmp_path)
+
+
+def test_partitioned_programs_on_a_loom_up_cluster(tmp_path):
+    # the same through `loom up --detach` (2 workers x 4 devices) and `loom run` finding it
+    run_loom("up", "--detach", "--workers", "2", "--devices-per-worker", "4", timeout=90, check=True)
+
+    def run(prog, ins):
+        cmd = [LOOM_BIN, "run", str(prog), "--output-dir", str(tmp_path / "out")]
+        for i, a in enumerate(ins):
+            np.save(tmp_path / f"in{i}.npy", a)
+            cmd += ["--input", f"{i}={tmp_path / f'in{i}.npy'}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        res = []
+        while r.returncode == 0 and (tmp_path / "out" / f"result_{len(res)}.npy").exists():
+            res.append(np.load(tmp_path / "out" / f"result_{len(res)}.npy"))
+        for f in (tmp_path / "out").glob("*.npy"):
+            f.unlink()
+        return r, res
+
+    try:
+        check_all(run, tmp_path)
+    finally:
+        d = run_loom("down", timeout=60)
+        assert d.returncode == 0, d.stdout + d.stderr
 
 
 def explain(name):
