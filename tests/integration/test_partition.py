@@ -113,3 +113,18 @@ def test_compile_prints_a_program_loom_reads_back(tmp_path):
     assert "stablehlo.all_reduce" in text and "tensor<16x8xf32>" in text, text
     r = run_loom("dump", str(p), check=True)
     assert "func.func public @main" in r.stdout
+
+
+def test_compile_summary_and_errors(tmp_path):
+    r = run_loom("compile", str(PART / "matmul_out_chosen.mlir"), check=True)
+    assert "form partitions (partitioned by Loom), 8 processes" in r.stdout, r.stdout
+    # the result sharding Loom chose (no annotation): rows over x, columns over y
+    assert "result 0: tensor<16x24xf32> -> local tensor<8x6xf32>, sharding [{axis0}, {axis1}]" in r.stdout, r.stdout
+    r = run_loom("compile", "--explain", str(PROGRAMS / "add_one_8.mlir"), check=True)  # shard_map: as before
+    assert "form partitions, 8 processes" in r.stdout and "nothing to explain" in r.stdout, r.stdout
+    bad = tmp_path / "gspmd.mlir"
+    bad.write_text('module attributes {mhlo.num_partitions = 8 : i32} {\n'
+                   '  func.func @main(%a: tensor<8xf32> {mhlo.sharding = "{devices=[8]<=[8]}"}) -> tensor<8xf32> {\n'
+                   '    return %a : tensor<8xf32>\n  }\n}\n')
+    r = run_loom("compile", "--explain", str(bad))
+    assert r.returncode == 1 and "GSPMD sharding" in r.stderr, r.stderr
