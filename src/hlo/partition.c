@@ -9,6 +9,7 @@
 #include "hlo/spmd_int.h"
 
 #define NA LM_MESH_MAX_AXES
+#define MAX_TEXT (256 << 20) /* cap on the per-device program's text (and the report's) */
 
 /* A sharding of one value: per dimension the mesh axes that split it, major to minor, -1 ends. */
 typedef struct vsh {
@@ -1839,7 +1840,11 @@ static int run(pt *P, lm_spmd_info *info) {
   lm_tb_put(&P->out, ") {\n");
   pid(P); /* up front: while bodies use them too, and values made inside a region stay there */
   zero(P);
-  for (uint32_t k = 0; k < body->nops; k++) LM_TRY(lower_op(P, &body->ops[k], k));
+  for (uint32_t k = 0; k < body->nops; k++) {
+    LM_TRY(lower_op(P, &body->ops[k], k));
+    if (P->out.n > MAX_TEXT || P->ex.n > MAX_TEXT)
+      return lm_errf(P->err, LOOM_UNSUPPORTED, "the partitioned program would exceed %d MiB of text", MAX_TEXT >> 20);
+  }
   lm_tb_put(&P->out, "  }\n}\n");
   for (uint32_t j = 0; j < f->nresults; j++) {
     lm_tb_put(&P->ex, "result %u %s ", j, ts(&info->outputs[j].global));
