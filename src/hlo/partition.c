@@ -1014,7 +1014,31 @@ static uint32_t get(pt *P, uint32_t v, const vsh *T, const char *what) {
   if (vsh_eq(&P->ch[v], T, rank)) return P->loc[v];
   for (size_t i = 0; i < P->ncache; i++)
     if (P->cache[i].v == v && vsh_eq(&P->cache[i].s, T, rank)) return P->cache[i].id;
-  uint32_t id = reshard(P, P->loc[v], vtype(P, v), &P->ch[v], T, what);
+  uint32_t id;
+  const lm_op *d = P->def[v];
+  bool local = true; /* T is reached from v's sharding by local slices alone */
+  for (int k = 0; k < rank; k++) local = local && is_prefix(&P->ch[v], k, T, k);
+  if (!local && d && d->code == LM_OP_BROADCAST_IN_DIM && d->nin == 1 && P->top[d->in[0]] &&
+      lm_type_numel(vtype(P, d->in[0])) < lm_type_numel(vtype(P, v))) {
+    /* a broadcast is cheaper to make again in T from its (smaller) operand than to move */
+    rule r;
+    op_rule(P, d, &r);
+    vsh A, O;
+    producible(P, &r, vtype(P, v), T, 0, &A);
+    operand_need(P, &r, 0, vtype(P, d->in[0]), &A, &O);
+    uint32_t in = get(P, d->in[0], &O, "operand of a broadcast made again");
+    lm_type it, ot;
+    local_of(P, vtype(P, d->in[0]), &O, &it);
+    local_of(P, vtype(P, v), &A, &ot);
+    uint32_t b = nid(P);
+    lm_tb_put_op_as(&P->out, P->f, d, "p", &in, &it, &b, &ot, 4);
+    lm_tb_put(&P->ex, "    %s: broadcast_in_dim made again in ", what);
+    put_vsh(P, &P->ex, &A, rank);
+    lm_tb_put(&P->ex, " from its operand instead of moving it\n");
+    id = reshard(P, b, vtype(P, v), &A, T, what);
+  } else {
+    id = reshard(P, P->loc[v], vtype(P, v), &P->ch[v], T, what);
+  }
   if (P->ncache == P->capcache) {
     size_t nc = P->capcache ? P->capcache * 2 : 64;
     cache_ent *c = realloc(P->cache, nc * sizeof *c);
