@@ -12,6 +12,7 @@ int cmd_devices(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_interpret(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
+int cmd_compile(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_array(int argc, char **argv);
 int cmd_token(int argc, char **argv);

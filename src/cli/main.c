@@ -22,6 +22,7 @@ static const command g_commands[] = {
     {"proxy", cmd_proxy, "serve JAX's IFRT proxy protocol (JAX_PLATFORMS=proxy) on the cluster"},
     {"interpret", cmd_interpret, "run StableHLO files on this machine, without a cluster"},
     {"dump", cmd_dump, "print the program Loom reads from a file (text or bytecode) as StableHLO text"},
+    {"compile", cmd_compile, "show how a program runs across devices; --explain the partitioner's choices"},
 };
 
 static void usage(FILE *f) {

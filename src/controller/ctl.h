@@ -61,7 +61,7 @@ typedef struct c_array {
   uint32_t nheld;
 } c_array;
 
-enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2 };
+enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
 
 typedef struct c_waiter {    /* a COMPILE waiting for its program to load */
   peer *client;
@@ -89,6 +89,8 @@ typedef struct c_program {
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
   uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */
+  uint32_t *asked;           /* P_ANALYZING: the device list the compile gave (nasked, 0 = default) */
+  size_t nasked;
   c_waiter *waiters;
   uint64_t idle_since;       /* when refs dropped to 0 */
   struct c_program *next;

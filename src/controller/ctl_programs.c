@@ -1,5 +1,6 @@
-/* Compiling at the controller: the module is parsed, verified and its SPMD form analyzed here
- * once (errors reach the client at compile time), checked against the devices asked for, then
+/* Compiling at the controller: the module is parsed, verified and its SPMD form analyzed (an
+ * annotated global program partitioned) here once, on libuv's thread pool (errors reach the
+ * client at compile time), checked against the devices asked for, then
  * loaded by every worker that holds one of those devices (LOAD_PROGRAM, each worker answers
  * ACK or ERROR); the COMPILE reply is sent when all have loaded it. Programs are cached by the
  * text and the device list: a second identical compile, from any session, reuses the program.
@@ -35,6 +36,7 @@ static void program_free(c_program *p) {
   free(p->devices);
   free(p->proc_pos);
   free(p->loads);
+  free(p->asked);
   lm_spmd_info_free(p->info);
   free(p);
 }
@@ -183,10 +185,13 @@ static void loads_settled(ctl *c, c_program *p) {
 }
 
 static void program_fail(ctl *c, c_program *p, int code, const char *msg) {
-  if (p->state != P_LOADING) return;
+  if (p->state != P_LOADING && p->state != P_ANALYZING) return;
   p->state = P_FAILED;
   p->code = code < 0 ? code : LOOM_INTERNAL;
-  snprintf(p->msg, sizeof p->msg, "%s", msg);
+  size_t k = strlen(msg);
+  if (k >= sizeof p->msg) k = sizeof p->msg - 1;
+  memcpy(p->msg, msg, k);
+  p->msg[k] = 0;
   loads_settled(c, p);
 }
 
@@ -265,6 +270,98 @@ static uint64_t fingerprint(const char *text, size_t len, const uint32_t *devs, 
   return lm_hash_mix(h);
 }
 
+/* Compiling: parse + analyze on the thread pool (analyze_work), then on the loop thread the
+ * device checks and one LOAD_PROGRAM per worker holding a device (analyze_done). */
+typedef struct analyze_job {
+  uv_work_t req;
+  ctl *c;
+  c_program *prog;   /* owned by c->programs meanwhile (state P_ANALYZING): text, name stay put */
+  int rc;
+  lm_err err;
+  lm_spmd_info *info;
+} analyze_job;
+
+static void analyze_work(uv_work_t *req) {
+  analyze_job *j = req->data;
+  lm_module *mod = NULL;
+  lm_parse_opts po = {.filename = j->prog->name};
+  j->rc = lm_parse_module(j->prog->text, j->prog->len, &po, &mod, &j->err);
+  if (j->rc == 0) j->rc = lm_spmd_analyze(mod, &j->info, &j->err);
+  lm_module_free(mod);
+}
+
+static void analyze_done(uv_work_t *req, int status) {
+  analyze_job *j = req->data;
+  ctl *c = j->c;
+  c_program *prog = j->prog;
+  lm_spmd_info *info = j->info;
+  int rc = j->rc;
+  lm_err err = j->err;
+  free(j);
+  if (status < 0 && rc == 0) rc = lm_errf(&err, LOOM_CANCELLED, "compilation cancelled");
+  if (rc < 0) {
+    lm_spmd_info_free(info);
+    program_fail(c, prog, rc, err.msg);
+    return;
+  }
+  prog->info = info;
+  const char *name = prog->name;
+  uint32_t n = info->nproc, ndevs = lm_registry_device_count(c->reg);
+  char shape[96], msg[LM_ERR_MSG_MAX + 256];
+  snprintf(shape, sizeof shape, "%lld replica%s x %lld partition%s", (long long)info->num_replicas,
+           info->num_replicas == 1 ? "" : "s", (long long)info->num_partitions, info->num_partitions == 1 ? "" : "s");
+  if (prog->nasked && prog->nasked != n) {
+    snprintf(msg, sizeof msg, "%s runs %u processes (%s) but %zu devices were given", name, n, shape, prog->nasked);
+    program_fail(c, prog, LOOM_INVALID_ARGUMENT, msg);
+    return;
+  }
+  if (!prog->nasked && n > ndevs) {
+    snprintf(msg, sizeof msg, "%s needs %u devices (%s) but the cluster has %u", name, n, shape, ndevs);
+    program_fail(c, prog, LOOM_INVALID_ARGUMENT, msg);
+    return;
+  }
+  prog->devices = calloc(n, sizeof *prog->devices);
+  prog->proc_pos = calloc(n, sizeof *prog->proc_pos);
+  prog->loads = calloc(n, sizeof *prog->loads);
+  if (!prog->devices || !prog->proc_pos || !prog->loads) {
+    program_fail(c, prog, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  prog->ndev = n;
+  for (uint32_t i = 0; i < n; i++) prog->devices[i] = prog->nasked ? prog->asked[i] : i;
+  for (uint32_t pos = 0; pos < n; pos++) prog->proc_pos[info->mesh_procs[pos]] = pos;
+  rc = ctl_check_devices(c, prog->devices, n, "the device list", &err);
+  if (rc == 0) prog->held = ctl_hold(c, prog->devices, n);
+  if (rc < 0) {
+    snprintf(msg, sizeof msg, "cannot compile %s: %s", name, err.msg);
+    program_fail(c, prog, rc, msg);
+    return;
+  }
+  prog->state = P_LOADING;
+  /* one LOAD_PROGRAM per worker holding a device */
+  load_req *lr = loads_of(prog);
+  Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
+  lp.program = prog->id;
+  lp.name = prog->name;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t w = lm_registry_device(c->reg, prog->devices[i])->worker;
+    bool dup = false;
+    for (uint32_t k = 0; k < prog->nloads; k++) dup |= lr[k].worker == w;
+    if (dup) continue;
+    lr[prog->nloads].worker = w;
+    lr[prog->nloads].rid = c->next_rid++;
+    if (ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len, &err) < 0) {
+      program_fail(c, prog, err.code, err.msg); /* answers the compile and frees prog */
+      return;
+    }
+    prog->nloads++;
+    prog->loads_pending++;
+  }
+  lm_debug("compiling %s as program %llu: %s%s, %u processes, loading on %u workers", name,
+           (unsigned long long)prog->id, lm_spmd_form_name(info->form), info->partitioned ? " (partitioned)" : "", n,
+           prog->loads_pending);
+}
+
 void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   ctl *c = p->ctl;
   uint64_t rid = f->h.request_id;
@@ -311,100 +408,44 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
     }
     return;
   }
-  /* parse, verify, analyze */
-  lm_err err;
-  lm_module *mod = NULL;
-  lm_spmd_info *info = NULL;
-  lm_parse_opts po = {.filename = name};
-  int rc = lm_parse_module(text, len, &po, &mod, &err);
-  if (rc == 0) rc = lm_spmd_analyze(mod, &info, &err);
-  lm_module_free(mod);
-  if (rc < 0) {
-    ctl_reply_error(p, rid, rc, "%s", err.msg);
-    return;
-  }
-  uint32_t n = info->nproc, ndevs = lm_registry_device_count(c->reg);
-  char shape[96];
-  snprintf(shape, sizeof shape, "%s%lld replica%s x %lld partition%s", "", (long long)info->num_replicas,
-           info->num_replicas == 1 ? "" : "s", (long long)info->num_partitions, info->num_partitions == 1 ? "" : "s");
-  if (m->n_devices && m->n_devices != n) {
-    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%s runs %u processes (%s) but %zu devices were given", name, n,
-                    shape, m->n_devices);
-    lm_spmd_info_free(info);
-    return;
-  }
-  if (!m->n_devices && n > ndevs) {
-    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%s needs %u devices (%s) but the cluster has %u", name, n, shape,
-                    ndevs);
-    lm_spmd_info_free(info);
-    return;
-  }
+  /* parse, verify, analyze (and partition) on the thread pool: heavy work stays off the loop */
   c_program *prog = calloc(1, sizeof *prog);
+  waiter_ext *we = calloc(1, sizeof *we);
+  analyze_job *j = calloc(1, sizeof *j);
   if (prog) {
-    prog->devices = calloc(n, sizeof *prog->devices);
-    prog->proc_pos = calloc(n, sizeof *prog->proc_pos);
-    prog->loads = calloc(n, sizeof *prog->loads);
     prog->text = malloc(len);
     prog->name = strdup(name);
+    prog->asked = m->n_devices ? malloc(m->n_devices * sizeof *prog->asked) : NULL;
   }
-  if (!prog || !prog->devices || !prog->proc_pos || !prog->loads || !prog->text || !prog->name) {
-    if (prog) prog->info = info;
-    else lm_spmd_info_free(info);
+  if (!prog || !we || !j || !prog->text || !prog->name || (m->n_devices && !prog->asked)) {
     program_free(prog);
+    free(we);
+    free(j);
     ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
     return;
   }
-  prog->info = info;
   memcpy(prog->text, text, len);
   prog->len = len;
-  prog->ndev = n;
   prog->fingerprint = fp;
   prog->default_devices = m->n_devices == 0;
-  for (uint32_t i = 0; i < n; i++) prog->devices[i] = m->n_devices ? m->devices[i] : i;
-  for (uint32_t pos = 0; pos < n; pos++) prog->proc_pos[info->mesh_procs[pos]] = pos;
-  rc = ctl_check_devices(c, prog->devices, n, "the device list", &err);
-  if (rc == 0) prog->held = ctl_hold(c, prog->devices, n);
-  if (rc < 0) {
-    ctl_reply_error(p, rid, rc, "cannot compile %s: %s", name, err.msg);
-    program_free(prog);
-    return;
-  }
-  waiter_ext *we = calloc(1, sizeof *we);
-  if (!we) {
-    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
-    program_free(prog);
-    return;
-  }
+  prog->nasked = m->n_devices;
+  if (m->n_devices) memcpy(prog->asked, m->devices, m->n_devices * sizeof *prog->asked);
   we->w.client = p;
   we->w.rid = rid;
   we->exe_id = m->id;
   prog->waiters = &we->w;
   prog->id = c->next_program++;
-  prog->state = P_LOADING;
+  prog->state = P_ANALYZING;
+  j->c = c;
+  j->prog = prog;
+  j->req.data = j;
+  if (uv_queue_work(&c->loop, &j->req, analyze_work, analyze_done) != 0) {
+    free(j);
+    program_fail(c, prog, LOOM_INTERNAL, "cannot queue the compilation"); /* answers, frees prog */
+    return;
+  }
   prog->next = c->programs;
   c->programs = prog;
-  /* one LOAD_PROGRAM per worker holding a device */
-  load_req *lr = loads_of(prog);
-  Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
-  lp.program = prog->id;
-  lp.name = prog->name;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t w = lm_registry_device(c->reg, prog->devices[i])->worker;
-    bool dup = false;
-    for (uint32_t j = 0; j < prog->nloads; j++) dup |= lr[j].worker == w;
-    if (dup) continue;
-    lr[prog->nloads].worker = w;
-    lr[prog->nloads].rid = c->next_rid++;
-    lm_err err;
-    if (ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len, &err) < 0) {
-      program_fail(c, prog, err.code, err.msg); /* answers the compile and frees prog */
-      return;
-    }
-    prog->nloads++;
-    prog->loads_pending++;
-  }
-  lm_debug("compiling %s as program %llu: %s, %u processes, loading on %u workers", name,
-           (unsigned long long)prog->id, lm_spmd_form_name(info->form), n, prog->loads_pending);
 }
 
 void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m) {

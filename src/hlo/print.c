@@ -8,13 +8,27 @@
 #include "common/dtype.h"
 #include "hlo/print.h"
 
-typedef struct pbuf {
-  char *s;
-  size_t n, cap;
-  bool oom;
-} pbuf;
+typedef lm_textbuf pbuf;
 
 static void put(pbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lm_tb_put(lm_textbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  char small[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (k < 0) { b->oom = true; return; }
+  if ((size_t)k < sizeof small) { put(b, "%s", small); return; }
+  char *big = malloc((size_t)k + 1);
+  if (!big) { b->oom = true; return; }
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)k + 1, fmt, ap);
+  va_end(ap);
+  put(b, "%s", big);
+  free(big);
+}
+
 static void put(pbuf *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
@@ -309,6 +323,7 @@ static void put_types(pbuf *b, const lm_func *fn, const uint32_t *vals, uint32_t
 }
 
 static void put_block(pbuf *b, const lm_func *fn, const lm_block *blk, int indent, bool header);
+static void put_func(pbuf *b, const lm_func *fn);
 
 static void put_op(pbuf *b, const lm_func *fn, const lm_op *op, int indent) {
   put(b, "%*s", indent, "");
@@ -345,6 +360,46 @@ static void put_op(pbuf *b, const lm_func *fn, const lm_op *op, int indent) {
   put_types(b, fn, op->out, op->nout);
   put(b, "\n");
 }
+
+void lm_tb_put_type(lm_textbuf *b, const lm_type *t) { put_type(b, t); }
+void lm_tb_put_attr(lm_textbuf *b, const lm_attr *a, const char *name) { put_attr(b, a, name); }
+
+void lm_tb_put_op_as(lm_textbuf *b, const lm_func *fn, const lm_op *op, const char *prefix, const uint32_t *ins,
+                     const lm_type *in_types, const uint32_t *outs, const lm_type *out_types, int indent) {
+  put(b, "%*s", indent, "");
+  for (uint32_t i = 0; i < op->nout; i++) put(b, "%s%%%s%u", i ? ", " : "", prefix, outs[i]);
+  if (op->nout) put(b, " = ");
+  put_str(b, op->name, (uint32_t)strlen(op->name));
+  put(b, "(");
+  for (uint32_t i = 0; i < op->nin; i++) put(b, "%s%%%s%u", i ? ", " : "", prefix, ins[i]);
+  put(b, ")");
+  if (op->nregions) {
+    put(b, " (");
+    for (uint32_t r = 0; r < op->nregions; r++) {
+      put(b, "%s{\n", r ? ", " : "");
+      for (uint32_t k = 0; k < op->regions[r].nblocks; k++) put_block(b, fn, &op->regions[r].blocks[k], indent + 2, true);
+      put(b, "%*s}", indent, "");
+    }
+    put(b, ")");
+  }
+  if (op->nattrs) {
+    put(b, " ");
+    put_dict(b, op->attrs, op->nattrs);
+  }
+  put(b, " : (");
+  for (uint32_t i = 0; i < op->nin; i++) {
+    if (i) put(b, ", ");
+    put_type(b, &in_types[i]);
+  }
+  put(b, ") -> (");
+  for (uint32_t i = 0; i < op->nout; i++) {
+    if (i) put(b, ", ");
+    put_type(b, &out_types[i]);
+  }
+  put(b, ")\n");
+}
+
+void lm_tb_put_func(lm_textbuf *b, const lm_func *fn) { put_func(b, fn); }
 
 static void put_block(pbuf *b, const lm_func *fn, const lm_block *blk, int indent, bool header) {
   if (header) {

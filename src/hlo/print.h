@@ -8,9 +8,29 @@
 #ifndef LM_HLO_PRINT_H
 #define LM_HLO_PRINT_H
 
+#include <stdbool.h>
 #include "hlo/ir.h"
 
 /* Returns a malloc'd NUL-terminated string (caller frees), or NULL when out of memory. */
 char *lm_module_print(const lm_module *m);
+
+/* A growing text buffer for passes that write StableHLO (the partitioner): lm_tb_put appends
+ * printf-style; on allocation failure oom is set and later appends do nothing. Free s. */
+typedef struct lm_textbuf {
+  char *s;
+  size_t n, cap;
+  bool oom;
+} lm_textbuf;
+
+void lm_tb_put(lm_textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lm_tb_put_type(lm_textbuf *b, const lm_type *t);
+/* An attribute in the spelling the parser reads back (name: the attribute's name, for enums). */
+void lm_tb_put_attr(lm_textbuf *b, const lm_attr *a, const char *name);
+/* op of fn in generic form, its operands and results renamed %<prefix><id> (ins/outs) and
+ * retyped (in_types/out_types); its regions and attributes as they are. */
+void lm_tb_put_op_as(lm_textbuf *b, const lm_func *fn, const lm_op *op, const char *prefix, const uint32_t *ins,
+                     const lm_type *in_types, const uint32_t *outs, const lm_type *out_types, int indent);
+/* A whole function (pretty func.func header, generic ops). */
+void lm_tb_put_func(lm_textbuf *b, const lm_func *fn);
 
 #endif

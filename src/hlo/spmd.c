@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "hlo/spmd.h"
+#include "hlo/spmd_int.h"
+#include "hlo/parse.h"
+#include "hlo/partition.h"
 
 #define MAX_PROCS 65536
 
@@ -27,21 +30,9 @@ void lm_spmd_info_free(lm_spmd_info *info) {
   free(info);
 }
 
-/* ---- meshes and shardings ---- */
+/* ---- meshes and shardings (spmd_int.h) ---- */
 
-typedef struct mesh {
-  const lm_attr *attr;                    /* the sdy.mesh STRUCT (identity for comparisons) */
-  const char *sym;                        /* its symbol, or NULL when inline */
-  int rank;
-  const char *names[LM_MESH_MAX_AXES];
-  int64_t sizes[LM_MESH_MAX_AXES];
-  int64_t ndev;
-  const lm_attr *device_ids;              /* INTS or NULL */
-} mesh;
-
-static int loc_errf(lm_err *err, int code, const lm_loc *loc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int loc_errf(lm_err *err, int code, const lm_loc *loc, const char *fmt, ...) {
+int lm_sp_loc_errf(lm_err *err, int code, const lm_loc *loc, const char *fmt, ...) {
   char msg[LM_ERR_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
@@ -51,57 +42,57 @@ static int loc_errf(lm_err *err, int code, const lm_loc *loc, const char *fmt, .
   return lm_errf(err, code, "%s", msg);
 }
 
-static const lm_attr *field(const lm_attr *a, const char *name) {
+const lm_attr *lm_sp_field(const lm_attr *a, const char *name) {
   if (!a || (a->kind != LM_ATTR_STRUCT && a->kind != LM_ATTR_DICT)) return NULL;
   return lm_attrs_get(a->fields, a->n, name);
 }
 
-static int mesh_from_struct(const lm_attr *st, const char *sym, mesh *out, const lm_loc *loc, lm_err *err) {
+int lm_sp_mesh_from_struct(const lm_attr *st, const char *sym, lm_sp_mesh *out, const lm_loc *loc, lm_err *err) {
   memset(out, 0, sizeof *out);
   out->attr = st;
   out->sym = sym;
-  const lm_attr *names = field(st, "axis_names"), *sizes = field(st, "axis_sizes");
+  const lm_attr *names = lm_sp_field(st, "axis_names"), *sizes = lm_sp_field(st, "axis_sizes");
   if (!names || names->kind != LM_ATTR_ARRAY || !sizes)
-    return loc_errf(err, LOOM_VERIFY, loc, "malformed sdy.mesh%s%s", sym ? " @" : "", sym ? sym : "");
+    return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "malformed sdy.mesh%s%s", sym ? " @" : "", sym ? sym : "");
   int64_t sz[LM_MESH_MAX_AXES + 1];
   int n = lm_attr_ints(sizes, sz, LM_MESH_MAX_AXES + 1);
   if (n < 0 || (uint32_t)n != names->n)
-    return loc_errf(err, LOOM_VERIFY, loc, "malformed sdy.mesh%s%s", sym ? " @" : "", sym ? sym : "");
+    return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "malformed sdy.mesh%s%s", sym ? " @" : "", sym ? sym : "");
   if (n > LM_MESH_MAX_AXES)
-    return loc_errf(err, LOOM_UNSUPPORTED, loc, "sdy.mesh with %d axes: Loom supports at most %d", n,
+    return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, loc, "sdy.mesh with %d axes: Loom supports at most %d", n,
                     LM_MESH_MAX_AXES);
   out->rank = n;
   out->ndev = 1;
   for (int i = 0; i < n; i++) {
     if (names->items[i].kind != LM_ATTR_STRING || sz[i] < 1 || sz[i] > MAX_PROCS)
-      return loc_errf(err, LOOM_VERIFY, loc, "malformed axis %d of sdy.mesh", i);
+      return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "malformed axis %d of sdy.mesh", i);
     out->names[i] = names->items[i].s;
     out->sizes[i] = sz[i];
     out->ndev *= sz[i];
-    if (out->ndev > MAX_PROCS) return loc_errf(err, LOOM_UNSUPPORTED, loc, "sdy.mesh with more than %d devices", MAX_PROCS);
+    if (out->ndev > MAX_PROCS) return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, loc, "sdy.mesh with more than %d devices", MAX_PROCS);
   }
-  out->device_ids = field(st, "device_ids");
+  out->device_ids = lm_sp_field(st, "device_ids");
   return 0;
 }
 
 /* The mesh a sharding refers to: inline, or a module-level sdy.mesh by symbol. */
-static int sharding_mesh(const lm_module *m, const lm_attr *sh, mesh *out, const lm_loc *loc, lm_err *err) {
-  const lm_attr *ma = field(sh, "mesh");
-  if (!ma) return loc_errf(err, LOOM_VERIFY, loc, "sdy.sharding without a mesh");
-  if (ma->kind == LM_ATTR_STRUCT) return mesh_from_struct(ma, NULL, out, loc, err);
+int lm_sp_sharding_mesh(const lm_module *m, const lm_attr *sh, lm_sp_mesh *out, const lm_loc *loc, lm_err *err) {
+  const lm_attr *ma = lm_sp_field(sh, "mesh");
+  if (!ma) return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "sdy.sharding without a mesh");
+  if (ma->kind == LM_ATTR_STRUCT) return lm_sp_mesh_from_struct(ma, NULL, out, loc, err);
   if (ma->kind != LM_ATTR_SYMBOL && ma->kind != LM_ATTR_STRING)
-    return loc_errf(err, LOOM_VERIFY, loc, "sdy.sharding's mesh is neither a symbol nor a mesh");
+    return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "sdy.sharding's mesh is neither a symbol nor a mesh");
   for (uint32_t i = 0; i < m->nops; i++) {
     const lm_op *op = &m->ops[i];
     if (op->code != LM_OP_SDY_MESH) continue;
     const lm_attr *nm = lm_op_attr(op, "sym_name");
     if (!nm || !nm->s || strcmp(nm->s, ma->s) != 0) continue;
-    return mesh_from_struct(lm_op_attr(op, "mesh"), nm->s, out, &op->loc, err);
+    return lm_sp_mesh_from_struct(lm_op_attr(op, "mesh"), nm->s, out, &op->loc, err);
   }
-  return loc_errf(err, LOOM_VERIFY, loc, "sdy.sharding refers to an undefined mesh @%s", ma->s);
+  return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "sdy.sharding refers to an undefined mesh @%s", ma->s);
 }
 
-static bool same_mesh(const mesh *a, const mesh *b) {
+bool lm_sp_same_mesh(const lm_sp_mesh *a, const lm_sp_mesh *b) {
   if (a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)
     if (a->sizes[i] != b->sizes[i] || strcmp(a->names[i], b->names[i]) != 0) return false;
@@ -115,45 +106,45 @@ static bool same_mesh(const mesh *a, const mesh *b) {
   return true;
 }
 
-static int axis_index(const mesh *ms, const char *name) {
+int lm_sp_axis_index(const lm_sp_mesh *ms, const char *name) {
   for (int i = 0; i < ms->rank; i++)
     if (!strcmp(ms->names[i], name)) return i;
   return -1;
 }
 
 /* Converts an sdy.sharding over ms for a value of type t into s (devices left NULL). */
-static int sharding_from_attr(const mesh *ms, const lm_attr *sh, const lm_type *t, lm_sharding *s,
+int lm_sp_sharding_from_attr(const lm_sp_mesh *ms, const lm_attr *sh, const lm_type *t, lm_sharding *s,
                               const char *what, const lm_loc *loc, lm_err *err) {
   lm_sharding_init(s);
   s->mesh_rank = ms->rank;
   for (int i = 0; i < ms->rank; i++) s->mesh_shape[i] = ms->sizes[i];
   s->ndev = (uint32_t)ms->ndev;
-  const lm_attr *dims = field(sh, "dims");
-  if (!dims || dims->kind != LM_ATTR_ARRAY) return loc_errf(err, LOOM_VERIFY, loc, "%s: sdy.sharding without dims", what);
+  const lm_attr *dims = lm_sp_field(sh, "dims");
+  if (!dims || dims->kind != LM_ATTR_ARRAY) return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s: sdy.sharding without dims", what);
   if (dims->n != t->rank)
-    return loc_errf(err, LOOM_VERIFY, loc, "%s: the sharding has %u dimensions but the value has rank %d", what,
+    return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s: the sharding has %u dimensions but the value has rank %d", what,
                     dims->n, t->rank);
-  const lm_attr *unred = field(sh, "unreduced");
+  const lm_attr *unred = lm_sp_field(sh, "unreduced");
   if (unred && unred->kind == LM_ATTR_ARRAY && unred->n > 0)
-    return loc_errf(err, LOOM_UNSUPPORTED, loc, "%s: unreduced shardings are not supported", what);
+    return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, loc, "%s: unreduced shardings are not supported", what);
   for (uint32_t d = 0; d < dims->n; d++) {
     const lm_attr *ax = &dims->items[d];
-    if (ax->kind != LM_ATTR_ARRAY) return loc_errf(err, LOOM_VERIFY, loc, "%s: malformed dimension sharding", what);
-    if (ax->n > LM_MESH_MAX_AXES) return loc_errf(err, LOOM_VERIFY, loc, "%s: too many axes on dimension %u", what, d);
+    if (ax->kind != LM_ATTR_ARRAY) return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s: malformed dimension sharding", what);
+    if (ax->n > LM_MESH_MAX_AXES) return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s: too many axes on dimension %u", what, d);
     for (uint32_t j = 0; j < ax->n; j++) {
       const char *nm = ax->items[j].s;
       if (ax->items[j].kind != LM_ATTR_STRING || !nm)
-        return loc_errf(err, LOOM_VERIFY, loc, "%s: malformed axis name", what);
+        return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s: malformed axis name", what);
       if (strchr(nm, ':'))
-        return loc_errf(err, LOOM_UNSUPPORTED, loc, "%s: sub-axis \"%s\" is not supported", what, nm);
-      int a = axis_index(ms, nm);
-      if (a < 0) return loc_errf(err, LOOM_VERIFY, loc, "%s: axis \"%s\" is not in the mesh", what, nm);
+        return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, loc, "%s: sub-axis \"%s\" is not supported", what, nm);
+      int a = lm_sp_axis_index(ms, nm);
+      if (a < 0) return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s: axis \"%s\" is not in the mesh", what, nm);
       s->dim_axes[d][j] = (int8_t)a;
     }
   }
   lm_err e2;
   if (lm_sharding_check(s, t->rank, t->dims, &e2) < 0)
-    return loc_errf(err, LOOM_VERIFY, loc, "%s of type %s: %s", what, lm_type_str(t, (char[96]){0}, 96), e2.msg);
+    return lm_sp_loc_errf(err, LOOM_VERIFY, loc, "%s of type %s: %s", what, lm_type_str(t, (char[96]){0}, 96), e2.msg);
   return 0;
 }
 
@@ -166,18 +157,18 @@ static bool same_dim_axes(const lm_sharding *a, const lm_sharding *b, int rank) 
   return true;
 }
 
-static void local_type(const lm_type *g, const lm_sharding *s, lm_type *l) {
+void lm_sp_local_type(const lm_type *g, const lm_sharding *s, lm_type *l) {
   *l = *g;
   for (int d = 0; d < g->rank; d++) l->dims[d] = g->dims[d] / lm_sharding_dim_parts(s, d);
 }
 
-static int check_tensor(const lm_type *t, const char *what, const lm_loc *loc, lm_err *err) {
+int lm_sp_check_tensor(const lm_type *t, const char *what, const lm_loc *loc, lm_err *err) {
   char b[96];
   if (t->kind != LM_TYPE_TENSOR)
-    return loc_errf(err, LOOM_UNSUPPORTED, loc, "%s is a %s: launches take and return tensors only", what,
+    return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, loc, "%s is a %s: launches take and return tensors only", what,
                     t->kind == LM_TYPE_TOKEN ? "token" : "tuple");
   if (!lm_type_is_static(t))
-    return loc_errf(err, LOOM_UNSUPPORTED, loc, "%s has a dynamic shape (%s)", what, lm_type_str(t, b, sizeof b));
+    return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, loc, "%s has a dynamic shape (%s)", what, lm_type_str(t, b, sizeof b));
   return 0;
 }
 
@@ -202,7 +193,7 @@ typedef struct vbind {
 
 /* Checks the uses, inside op and its regions, of values defined at the top of @main: outside the
  * manual computations every device holds whole values only, so each must be replicated. */
-static int check_outside_uses(const lm_op *op, const lm_op *at, const uint8_t *top, vbind *vb, const mesh *ms,
+static int check_outside_uses(const lm_op *op, const lm_op *at, const uint8_t *top, vbind *vb, const lm_sp_mesh *ms,
                               const lm_func *f, lm_err *err) {
   for (uint32_t i = 0; i < op->nin; i++) {
     uint32_t v = op->in[i];
@@ -217,7 +208,7 @@ static int check_outside_uses(const lm_op *op, const lm_op *at, const uint8_t *t
     }
     if (!lm_sharding_is_replicated(&vb[v].sh)) {
       char b[96];
-      return loc_errf(err, LOOM_UNSUPPORTED, &at->loc,
+      return lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &at->loc,
                       "%s uses a sharded value (%s) outside every sdy.manual_computation: that needs automatic SPMD "
                       "partitioning, which Loom does not have yet (only replicated values can be used outside "
                       "shard_map)",
@@ -233,7 +224,7 @@ static int check_outside_uses(const lm_op *op, const lm_op *at, const uint8_t *t
 
 static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info *info, lm_err *err) {
   const lm_block *body = &f->body.blocks[0];
-  mesh ms;
+  lm_sp_mesh ms;
   bool have_mesh = false;
   int rc = 0;
   char what[160];
@@ -245,17 +236,17 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
     if (!ins || !outs || ins->kind != LM_ATTR_ARRAY || outs->kind != LM_ATTR_ARRAY || ins->n != op->nin ||
         outs->n != op->nout || op->nregions != 1 || op->regions[0].nblocks != 1 ||
         op->regions[0].blocks[0].nargs != op->nin || op->regions[0].blocks[0].nops == 0)
-      return loc_errf(err, LOOM_VERIFY, &op->loc, "malformed sdy.manual_computation");
+      return lm_sp_loc_errf(err, LOOM_VERIFY, &op->loc, "malformed sdy.manual_computation");
     for (uint32_t i = 0; rc == 0 && i < ins->n + outs->n; i++) {
       const lm_attr *sh = i < ins->n ? &ins->items[i] : &outs->items[i - ins->n];
-      mesh m2;
-      rc = sharding_mesh(m, sh, &m2, &op->loc, err);
+      lm_sp_mesh m2;
+      rc = lm_sp_sharding_mesh(m, sh, &m2, &op->loc, err);
       if (rc < 0) break;
       if (!have_mesh) {
         ms = m2;
         have_mesh = true;
-      } else if (!same_mesh(&ms, &m2)) {
-        rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc, "manual computations over different meshes are not supported");
+      } else if (!lm_sp_same_mesh(&ms, &m2)) {
+        rc = lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &op->loc, "manual computations over different meshes are not supported");
       }
     }
   }
@@ -291,7 +282,7 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
     const lm_block *mb = &op->regions[0].blocks[0];
     const lm_op *ret = &mb->ops[mb->nops - 1];
     if (ret->code != LM_OP_SDY_RETURN || ret->nin != op->nout) {
-      rc = loc_errf(err, LOOM_VERIFY, &op->loc, "sdy.manual_computation's body must end in sdy.return of %u values",
+      rc = lm_sp_loc_errf(err, LOOM_VERIFY, &op->loc, "sdy.manual_computation's body must end in sdy.return of %u values",
                     op->nout);
       break;
     }
@@ -302,7 +293,7 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       for (uint32_t j = 0; man && man->kind == LM_ATTR_ARRAY && j < man->n; j++)
         if (man->items[j].s && !strcmp(man->items[j].s, ms.names[a])) found = true;
       if (!found)
-        rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
+        rc = lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
                       "sdy.manual_computation leaves mesh axis \"%s\" automatic: partially manual computations "
                       "need automatic SPMD partitioning, which Loom does not have yet",
                       ms.names[a]);
@@ -314,13 +305,13 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       uint32_t v = op->in[i];
       const lm_type *gt = &f->value_types[v];
       snprintf(what, sizeof what, "operand %u of sdy.manual_computation", i);
-      rc = check_tensor(gt, what, &op->loc, err);
+      rc = lm_sp_check_tensor(gt, what, &op->loc, err);
       lm_sharding s;
-      if (rc == 0) rc = sharding_from_attr(&ms, &ins->items[i], gt, &s, what, &op->loc, err);
+      if (rc == 0) rc = lm_sp_sharding_from_attr(&ms, &ins->items[i], gt, &s, what, &op->loc, err);
       if (rc < 0) break;
       if (vb[v].bound) {
         if (!same_dim_axes(&vb[v].sh, &s, gt->rank))
-          rc = loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
+          rc = lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &op->loc,
                         lm_sharding_is_replicated(&vb[v].sh)
                             ? "%s is a whole (replicated) value, but the computation takes it sharded: slicing it "
                               "per device is not supported yet (pass it as an argument of @main instead)"
@@ -332,11 +323,11 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
         vb[v].sh = s;
       }
       lm_type lt;
-      local_type(gt, &s, &lt);
+      lm_sp_local_type(gt, &s, &lt);
       const lm_type *bt = &f->value_types[mb->args[i]];
       if (rc == 0 && !lm_type_equal(&lt, bt)) {
         char b1[96], b2[96], b3[96];
-        rc = loc_errf(err, LOOM_VERIFY, &op->loc, "%s: %s sharded this way gives local shards of %s, but the body takes %s",
+        rc = lm_sp_loc_errf(err, LOOM_VERIFY, &op->loc, "%s: %s sharded this way gives local shards of %s, but the body takes %s",
                       what, lm_type_str(gt, b1, sizeof b1), lm_type_str(&lt, b2, sizeof b2),
                       lm_type_str(bt, b3, sizeof b3));
       }
@@ -345,19 +336,19 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       uint32_t v = op->out[j];
       const lm_type *gt = &f->value_types[v];
       snprintf(what, sizeof what, "result %u of sdy.manual_computation", j);
-      rc = check_tensor(gt, what, &op->loc, err);
+      rc = lm_sp_check_tensor(gt, what, &op->loc, err);
       lm_sharding s;
-      if (rc == 0) rc = sharding_from_attr(&ms, &outs->items[j], gt, &s, what, &op->loc, err);
+      if (rc == 0) rc = lm_sp_sharding_from_attr(&ms, &outs->items[j], gt, &s, what, &op->loc, err);
       if (rc < 0) break;
       vb[v].bound = true;
       vb[v].sh = s;
       top[v] = 1;
       lm_type lt;
-      local_type(gt, &s, &lt);
+      lm_sp_local_type(gt, &s, &lt);
       const lm_type *rt = &f->value_types[ret->in[j]];
       if (!lm_type_equal(&lt, rt)) {
         char b1[96], b2[96], b3[96];
-        rc = loc_errf(err, LOOM_VERIFY, &op->loc, "%s: %s sharded this way gives local shards of %s, but the body returns %s",
+        rc = lm_sp_loc_errf(err, LOOM_VERIFY, &op->loc, "%s: %s sharded this way gives local shards of %s, but the body returns %s",
                       what, lm_type_str(gt, b1, sizeof b1), lm_type_str(&lt, b2, sizeof b2),
                       lm_type_str(rt, b3, sizeof b3));
       }
@@ -395,29 +386,29 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
     uint32_t v = body->args[i];
     lm_spmd_value *pv = &info->inputs[i];
     snprintf(what, sizeof what, "argument %u of main", i);
-    rc = check_tensor(&f->arg_types[i], what, &f->loc, err);
+    rc = lm_sp_check_tensor(&f->arg_types[i], what, &f->loc, err);
     if (rc < 0) break;
     pv->global = f->arg_types[i];
     if (!vb[v].bound) {
-      const lm_attr *sa = f->arg_attrs ? field(&f->arg_attrs[i], "sdy.sharding") : NULL;
+      const lm_attr *sa = f->arg_attrs ? lm_sp_field(&f->arg_attrs[i], "sdy.sharding") : NULL;
       lm_sharding s;
       lm_sharding_init(&s);
       s.mesh_rank = ms.rank;
       for (int a = 0; a < ms.rank; a++) s.mesh_shape[a] = ms.sizes[a];
       s.ndev = (uint32_t)ms.ndev;
       if (sa && sa->kind == LM_ATTR_STRUCT) {
-        mesh m2;
-        rc = sharding_mesh(m, sa, &m2, &f->loc, err);
-        if (rc == 0 && !same_mesh(&ms, &m2))
-          rc = loc_errf(err, LOOM_UNSUPPORTED, &f->loc, "%s is sharded over another mesh", what);
-        if (rc == 0) rc = sharding_from_attr(&ms, sa, &pv->global, &s, what, &f->loc, err);
+        lm_sp_mesh m2;
+        rc = lm_sp_sharding_mesh(m, sa, &m2, &f->loc, err);
+        if (rc == 0 && !lm_sp_same_mesh(&ms, &m2))
+          rc = lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &f->loc, "%s is sharded over another mesh", what);
+        if (rc == 0) rc = lm_sp_sharding_from_attr(&ms, sa, &pv->global, &s, what, &f->loc, err);
       }
       vb[v].bound = true;
       vb[v].sh = s;
     }
     pv->sh = vb[v].sh;
     pv->sh.devices = info->mesh_procs;
-    local_type(&pv->global, &pv->sh, &pv->local);
+    lm_sp_local_type(&pv->global, &pv->sh, &pv->local);
   }
   /* results: the return's operands */
   const lm_op *fret = &body->ops[body->nops - 1];
@@ -431,13 +422,13 @@ static int analyze_partitions(const lm_module *m, const lm_func *f, lm_spmd_info
       vb[v].bound = true;
     }
     snprintf(what, sizeof what, "result %u of main", j);
-    rc = check_tensor(&f->value_types[v], what, &fret->loc, err);
+    rc = lm_sp_check_tensor(&f->value_types[v], what, &fret->loc, err);
     if (rc < 0) break;
     lm_spmd_value *pv = &info->outputs[j];
     pv->global = f->value_types[v];
     pv->sh = vb[v].sh;
     pv->sh.devices = info->mesh_procs;
-    local_type(&pv->global, &pv->sh, &pv->local);
+    lm_sp_local_type(&pv->global, &pv->sh, &pv->local);
   }
   free(vb);
   return rc;
@@ -448,7 +439,7 @@ int lm_spmd_analyze(const lm_module *m, lm_spmd_info **out, lm_err *err) {
   const lm_func *f = lm_module_func(m, "main");
   if (!f) return lm_errf(err, LOOM_VERIFY, "the module has no function @main");
   if (f->body.nblocks != 1 || f->body.blocks[0].nops == 0)
-    return loc_errf(err, LOOM_VERIFY, &f->loc, "@main has no body");
+    return lm_sp_loc_errf(err, LOOM_VERIFY, &f->loc, "@main has no body");
   int64_t r = lm_attr_int_or(lm_module_attr(m, "mhlo.num_replicas"), 1);
   int64_t p = lm_attr_int_or(lm_module_attr(m, "mhlo.num_partitions"), 1);
   if (r < 1 || p < 1 || r > MAX_PROCS || p > MAX_PROCS || r * p > MAX_PROCS)
@@ -483,7 +474,7 @@ int lm_spmd_analyze(const lm_module *m, lm_spmd_info **out, lm_err *err) {
     if (&m->funcs[i] != f) nested = find_nested_manual(&m->funcs[i].body, 1);
   int rc = 0;
   if (nested) {
-    rc = loc_errf(err, LOOM_UNSUPPORTED, &nested->loc,
+    rc = lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &nested->loc,
                   "sdy.manual_computation inside another op or function: only manual computations directly in "
                   "@main are supported");
   } else if (nmanual) {
@@ -494,12 +485,16 @@ int lm_spmd_analyze(const lm_module *m, lm_spmd_info **out, lm_err *err) {
       info->form = LM_SPMD_PARTITIONS;
       rc = analyze_partitions(m, f, info, err);
     }
+  } else if (p > 1 && r == 1 && lm_partition_wanted(m)) {
+    /* an annotated global program: the partitioner decides every value's sharding */
+    info->form = LM_SPMD_PARTITIONS;
+    info->partitioned = true;
+    rc = lm_partition(m, info, NULL, NULL, err);
   } else if (p > 1) {
     rc = lm_errf(err, LOOM_UNSUPPORTED,
-                 "the module has mhlo.num_partitions = %lld but no sdy.manual_computation: it relies on automatic SPMD "
-                 "partitioning (sharding annotations), which Loom does not have yet; write it with shard_map or "
-                 "jax.pmap",
-                 (long long)p);
+                 "the module has mhlo.num_replicas = %lld and mhlo.num_partitions = %lld without manual "
+                 "computations: automatic partitioning runs programs with one replica only",
+                 (long long)r, (long long)p);
   } else {
     info->form = r > 1 ? LM_SPMD_REPLICAS : LM_SPMD_SINGLE;
     info->mesh_procs = calloc(info->nproc, sizeof *info->mesh_procs);
@@ -510,7 +505,7 @@ int lm_spmd_analyze(const lm_module *m, lm_spmd_info **out, lm_err *err) {
       bool in = i < f->nargs;
       const lm_type *t = in ? &f->arg_types[i] : &f->result_types[i - f->nargs];
       snprintf(what, sizeof what, "%s %u of main", in ? "argument" : "result", in ? i : i - f->nargs);
-      rc = check_tensor(t, what, &f->loc, err);
+      rc = lm_sp_check_tensor(t, what, &f->loc, err);
       if (rc < 0) break;
       lm_spmd_value *pv = in ? &info->inputs[i] : &info->outputs[i - f->nargs];
       pv->local = *t;
@@ -519,7 +514,7 @@ int lm_spmd_analyze(const lm_module *m, lm_spmd_info **out, lm_err *err) {
       pv->sh.devices = info->mesh_procs;
       if (info->form == LM_SPMD_REPLICAS) {
         if (t->rank + 1 > LM_MAX_RANK) {
-          rc = loc_errf(err, LOOM_UNSUPPORTED, &f->loc, "%s has rank %d: replicated programs take rank < %d", what,
+          rc = lm_sp_loc_errf(err, LOOM_UNSUPPORTED, &f->loc, "%s has rank %d: replicated programs take rank < %d", what,
                         t->rank, LM_MAX_RANK);
           break;
         }
@@ -560,6 +555,21 @@ int lm_spmd_localize(lm_module *m, lm_err *err) {
   LM_TRY(lm_spmd_analyze(m, &info, err));
   if (info->form != LM_SPMD_PARTITIONS) {
     lm_spmd_info_free(info);
+    return 0;
+  }
+  if (info->partitioned) {
+    char *text = NULL;
+    lm_module *nm = NULL;
+    int rc = lm_partition(m, info, &text, NULL, err);
+    lm_spmd_info_free(info);
+    lm_parse_opts po = {.filename = "<partitioned>"};
+    if (rc == 0) rc = lm_parse_module(text, strlen(text), &po, &nm, err);
+    free(text);
+    if (rc < 0) return rc;
+    lm_arena old = m->arena;
+    *m = *nm;
+    free(nm);
+    lm_arena_free(&old);
     return 0;
   }
   lm_func *f = NULL;

@@ -14,13 +14,17 @@
  *               (the mesh's device_ids, else its row-major position). Each process runs the
  *               bodies on its local shards; arguments and results are sharded as the manual
  *               computations' in_shardings / out_shardings say.
- * Anything else that spans several devices (sharding annotations with num_partitions > 1 but
- * no manual computation, ops on global values outside the manual computations, partially
- * manual computations) needs an SPMD partitioner, which Loom does not have: the analysis
- * fails with LOOM_UNSUPPORTED saying so. */
+ *   partitions, partitioned (info->partitioned)
+ *               mhlo.num_partitions = P > 1, one replica, no manual computation: a global program
+ *               with sharding annotations (jax.jit with NamedSharding). The partitioner
+ *               (partition.h) chooses every value's sharding and writes the per-device program.
+ * Anything else that spans several devices (ops on sharded global values outside manual
+ * computations, partially manual computations, several replicas and partitions without manual
+ * computations) fails with LOOM_UNSUPPORTED saying so. */
 #ifndef LM_HLO_SPMD_H
 #define LM_HLO_SPMD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "common/sharding.h"
 #include "hlo/ir.h"
@@ -44,6 +48,8 @@ typedef struct lm_spmd_info {
   lm_spmd_value *inputs;     /* [ninputs] */
   lm_spmd_value *outputs;    /* [noutputs] */
   uint32_t *mesh_procs;      /* [nproc]: the process at each mesh position (what sh.devices point to) */
+  bool partitioned;          /* an annotated global program: the partitioner (partition.h) makes the
+                                per-device program and chose the shardings above */
 } lm_spmd_info;
 
 /* Analyzes m's function "main". On success *out is a new info (free with lm_spmd_info_free).

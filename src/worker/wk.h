@@ -213,6 +213,7 @@ struct wk {
   lm_dp *dp;                   /* data-plane endpoint (NULL if it could not be created) */
   wk_store store;
   wk_program *programs;
+  struct load_job *loading;    /* programs being loaded on the thread pool (wk_exec.c) */
   wk_launch *active;           /* launches with tasks queued or running */
   pthread_mutex_t done_mu;
   wk_launch *finished;         /* finished, RUN_DONE not sent yet */

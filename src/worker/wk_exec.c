@@ -44,50 +44,121 @@ static void unlist_program(wk *w, uint64_t id) {
     }
 }
 
-void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
+/* Loading a program (parse, SPMD analysis, partitioning, executor setup) is heavy work: it runs
+ * on libuv's thread pool, and the loop thread lists the program and acknowledges it after. */
+typedef struct load_job {
+  uv_work_t req;
+  wk *w;
+  lm_conn *conn;        /* the connection the request came on: no reply on another */
+  uint64_t rid, id;
+  char *name, *text;
+  size_t len;
+  bool cancelled;       /* unloaded (or the worker stopped) while loading */
+  struct load_job *next;
+  int rc;
   lm_err err;
+  lm_program *prog;
+  lm_spmd_info *info;
+} load_job;
+
+static void load_work(uv_work_t *req) {
+  load_job *j = req->data;
   lm_module *mod = NULL;
-  lm_spmd_info *info = NULL;
-  lm_program *prog = NULL;
-  const char *name = m->name && m->name[0] ? m->name : "<program>";
-  lm_parse_opts po = {.filename = name};
-  int rc = m->program ? 0 : lm_errf(&err, LOOM_PROTOCOL, "LOAD_PROGRAM without a program id");
-  if (rc == 0) rc = lm_parse_module((const char *)f->payload, (size_t)f->h.payload_len, &po, &mod, &err);
-  if (rc == 0) rc = lm_spmd_analyze(mod, &info, &err);
-  if (rc == 0) rc = lm_spmd_localize(mod, &err);
-  if (rc == 0) {
-    rc = lm_program_create(mod, &prog, &err); /* takes mod, also on failure */
+  lm_parse_opts po = {.filename = j->name};
+  j->rc = lm_parse_module(j->text, j->len, &po, &mod, &j->err);
+  if (j->rc == 0) j->rc = lm_spmd_analyze(mod, &j->info, &j->err);
+  if (j->rc == 0) j->rc = lm_spmd_localize(mod, &j->err);
+  if (j->rc == 0) {
+    j->rc = lm_program_create(mod, &j->prog, &j->err); /* takes mod, also on failure */
     mod = NULL;
   }
-  wk_program *p = NULL;
-  if (rc == 0 && !(p = calloc(1, sizeof *p))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
-  if (rc == 0 && !(p->name = strdup(name))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
-  if (rc < 0) {
-    if (p) free(p->name);
-    free(p);
-    lm_program_destroy(prog);
-    lm_spmd_info_free(info);
-    lm_module_free(mod);
-    lm_warn("cannot load program %llu (%s): %s", (unsigned long long)m->program, name, err.msg);
-    char msg[LM_ERR_MSG_MAX + 64];
-    snprintf(msg, sizeof msg, "worker %u cannot load it: %s", w->worker_id, err.msg);
-    lm_conn_send_error(w->conn, f->h.request_id, rc, msg);
-    return;
-  }
-  p->id = m->program;
-  p->prog = prog;
-  p->info = info;
-  atomic_init(&p->refs, 1);
-  unlist_program(w, p->id);
-  p->next = w->programs;
-  w->programs = p;
-  lm_debug("loaded program %llu (%s): %s, %u processes", (unsigned long long)p->id, name,
-           lm_spmd_form_name(info->form), info->nproc);
-  Lmw__Ack ack = LMW__ACK__INIT;
-  wk_send(w, LM_MSG_ACK, f->h.request_id, &ack.base);
+  lm_module_free(mod);
 }
 
-void wk_on_unload_program(wk *w, const Lmw__UnloadProgram *m) { unlist_program(w, m->program); }
+static void load_done(uv_work_t *req, int status) {
+  load_job *j = req->data;
+  wk *w = j->w;
+  for (load_job **pp = &w->loading; *pp; pp = &(*pp)->next)
+    if (*pp == j) {
+      *pp = j->next;
+      break;
+    }
+  wk_program *p = NULL;
+  int rc = j->rc;
+  lm_err err = j->err;
+  if (status < 0) rc = lm_errf(&err, LOOM_CANCELLED, "loading cancelled");
+  bool reply = !j->cancelled && !w->stopping && w->conn == j->conn;
+  if (rc == 0 && reply && !(p = calloc(1, sizeof *p))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && reply && !(p->name = strdup(j->name))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc < 0 || !reply) {
+    if (p) free(p->name);
+    free(p);
+    lm_program_destroy(j->prog);
+    lm_spmd_info_free(j->info);
+    if (rc < 0) lm_warn("cannot load program %llu (%s): %s", (unsigned long long)j->id, j->name, err.msg);
+    if (rc < 0 && reply) {
+      char msg[LM_ERR_MSG_MAX + 64];
+      snprintf(msg, sizeof msg, "worker %u cannot load it: %s", w->worker_id, err.msg);
+      lm_conn_send_error(w->conn, j->rid, rc, msg);
+    }
+  } else {
+    p->id = j->id;
+    p->prog = j->prog;
+    p->info = j->info;
+    atomic_init(&p->refs, 1);
+    unlist_program(w, p->id);
+    p->next = w->programs;
+    w->programs = p;
+    lm_debug("loaded program %llu (%s): %s%s, %u processes", (unsigned long long)p->id, j->name,
+             lm_spmd_form_name(p->info->form), p->info->partitioned ? " (partitioned)" : "", p->info->nproc);
+    Lmw__Ack ack = LMW__ACK__INIT;
+    wk_send(w, LM_MSG_ACK, j->rid, &ack.base);
+  }
+  free(j->name);
+  free(j->text);
+  free(j);
+}
+
+void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
+  lm_err err;
+  const char *name = m->name && m->name[0] ? m->name : "<program>";
+  if (!m->program) {
+    lm_errf(&err, LOOM_PROTOCOL, "LOAD_PROGRAM without a program id");
+    lm_conn_send_error(w->conn, f->h.request_id, err.code, err.msg);
+    return;
+  }
+  load_job *j = calloc(1, sizeof *j);
+  size_t len = (size_t)f->h.payload_len;
+  if (j) {
+    j->name = strdup(name);
+    j->text = malloc(len ? len : 1);
+  }
+  int rc = -1;
+  if (j && j->name && j->text) {
+    if (len) memcpy(j->text, f->payload, len);
+    j->len = len;
+    j->w = w;
+    j->conn = w->conn;
+    j->rid = f->h.request_id;
+    j->id = m->program;
+    j->req.data = j;
+    rc = uv_queue_work(&w->loop, &j->req, load_work, load_done);
+  }
+  if (rc != 0) {
+    if (j) free(j->name), free(j->text);
+    free(j);
+    lm_conn_send_error(w->conn, f->h.request_id, LOOM_NO_MEMORY, "worker cannot load the program: out of resources");
+    return;
+  }
+  j->next = w->loading;
+  w->loading = j;
+}
+
+void wk_on_unload_program(wk *w, const Lmw__UnloadProgram *m) {
+  for (load_job *j = w->loading; j; j = j->next)
+    if (j->id == m->program) j->cancelled = true;
+  unlist_program(w, m->program);
+}
 
 /* ---- launches ---- */
 

@@ -497,14 +497,13 @@ static int mode_errors(const char *addr, const char *file) {
   CHECK(strstr(loom_errmsg(c), "6 devices were given") != NULL);
   printf("ok device count mismatch: %s\n", loom_errmsg(c));
   free(text);
-  const char *automatic =
+  const char *gspmd =
       "module attributes {mhlo.num_partitions = 8 : i32} {\n"
-      "  sdy.mesh @mesh = <[\"x\"=8]>\n"
-      "  func.func @main(%a: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"x\"}]>}) -> tensor<8xf32> {\n"
+      "  func.func @main(%a: tensor<8xf32> {mhlo.sharding = \"{devices=[8]<=[8]}\"}) -> tensor<8xf32> {\n"
       "    %0 = stablehlo.add %a, %a : tensor<8xf32>\n    return %0 : tensor<8xf32>\n  }\n}\n";
-  CHECK(loom_compile(c, automatic, strlen(automatic), NULL, &bade) == LOOM_UNSUPPORTED);
-  CHECK(strstr(loom_errmsg(c), "automatic SPMD partitioning") != NULL);
-  printf("ok automatic partitioning refused\n");
+  CHECK(loom_compile(c, gspmd, strlen(gspmd), NULL, &bade) == LOOM_UNSUPPORTED);
+  CHECK(strstr(loom_errmsg(c), "GSPMD sharding") != NULL);
+  printf("ok gspmd sharding refused\n");
   loom_executable_destroy(e);
   loom_disconnect(c);
   return 0;

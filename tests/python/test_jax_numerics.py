@@ -262,10 +262,35 @@ def test_wrong_shaped_input_is_a_clear_error(client):
         fut.wait(timeout=30)
 
 
-def test_automatic_partitioning_is_refused(client, mesh):
-    f = lj.jit(lambda a: a * 2, in_shardings=lj.NamedSharding(mesh, P("x", "y")))
-    with pytest.raises(loom.LoomError, match="partition"):
-        f(f32(4, 8))
+@pytest.mark.parametrize("order", ["identity", "permuted"])
+def test_jit_with_named_shardings_is_partitioned(client, order):
+    # no shard_map: Loom's partitioner splits the global program (docs/partitioner.md); on a mesh
+    # whose device order is not the identity, too
+    ids = np.arange(8) if order == "identity" else np.array([6, 4, 5, 7, 2, 0, 3, 1])
+    mesh = lj.Mesh(ids.reshape(2, 4), ("x", "y"))
+    f = lj.jit(lambda a, b: jnp.tanh(a @ b) * 2, in_shardings=(lj.NamedSharding(mesh, P("x", "y")),
+                                                               lj.NamedSharding(mesh, P("y", None))),
+               out_shardings=lj.NamedSharding(mesh, P("x", None)))
+    a, b = f32(4, 8), f32(8, 6)
+    y = f(a, b)
+    np.testing.assert_allclose(y.numpy(), np.tanh(a @ b) * 2, rtol=1e-5, atol=1e-5)
+    g = lj.jit(lambda a: (a * 3).sum(axis=0), in_shardings=lj.NamedSharding(mesh, P("x", "y")))
+    np.testing.assert_allclose(g(a).numpy(), (a * 3).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_plain_jit_over_sharded_arrays_is_partitioned(client, mesh):
+    # no in_shardings: the loom.Arrays' layouts go into the lowering, Loom partitions the program
+    a, w = f32(8, 16), f32(16, 4)
+    xa = lj.put(a, lj.NamedSharding(mesh, P("x", "y")))
+    xw = lj.put(w, lj.NamedSharding(mesh, P("y", None)))
+    f = lj.jit(lambda a, w: jax.nn.relu(a @ w).sum(axis=1))
+    y = f(xa, xw)
+    np.testing.assert_allclose(y.numpy(), np.maximum(a @ w, 0).sum(axis=1), rtol=1e-5, atol=1e-5)
+    exe = f.executable(xa, xw)
+    assert exe.form == "partitions" and len(exe.devices) == 8
+    assert exe.inputs[0].sharding.dim_axes == ((0,), (1,))  # as put
+    # a single-device array still runs on one device
+    assert lj.jit(lambda v: v * 2)(np.ones(3, np.float32)).numpy().tolist() == [2, 2, 2]
 
 
 @pytest.mark.parametrize("spec", [P("x", "y"), P(("x", "y")), P(("y", "x")), P(None, "x"), P("y"), P()],

@@ -293,13 +293,19 @@ static void test_forms_and_errors(void **state) {
   assert_int_equal(info->inputs[0].global.dims[1], 3);
   lm_spmd_info_free(info);
   lm_module_free(m);
-  /* automatic partitioning */
-  expect_error("module attributes {mhlo.num_partitions = 8 : i32} {\n"
-               "  sdy.mesh @mesh = <[\"x\"=8]>\n"
-               "  func.func @main(%a: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"x\"}]>}) -> tensor<8xf32> {\n"
-               "    %0 = stablehlo.add %a, %a : tensor<8xf32>\n"
-               "    return %0 : tensor<8xf32>\n  }\n}\n",
-               LOOM_UNSUPPORTED, "automatic SPMD partitioning");
+  /* an annotated global program: the partitioner's (tests/unit/test_partition.c) */
+  m = parse("module attributes {mhlo.num_partitions = 8 : i32} {\n"
+            "  sdy.mesh @mesh = <[\"x\"=8]>\n"
+            "  func.func @main(%a: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"x\"}]>}) -> tensor<8xf32> {\n"
+            "    %0 = stablehlo.add %a, %a : tensor<8xf32>\n"
+            "    return %0 : tensor<8xf32>\n  }\n}\n");
+  assert_int_equal(lm_spmd_analyze(m, &info, &err), 0);
+  assert_int_equal(info->form, LM_SPMD_PARTITIONS);
+  assert_true(info->partitioned);
+  assert_int_equal(info->inputs[0].local.dims[0], 1);
+  assert_int_equal(info->outputs[0].local.dims[0], 1); /* propagated from the argument */
+  lm_spmd_info_free(info);
+  lm_module_free(m);
   /* an op outside the manual computation */
   expect_error("module attributes {mhlo.num_partitions = 2 : i32} {\n"
                "  sdy.mesh @mesh = <[\"x\"=2]>\n"

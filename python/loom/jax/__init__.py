@@ -16,9 +16,9 @@ does it; when JAX has already started with fewer, the functions that need them s
     y = f(x)                               # loom.Array; y.numpy() waits and fetches
 
 What runs where: jit runs a single-device program (on `device`, default virtual device 0);
-pmap and shard_map run SPMD over their devices or mesh with collectives. Programs that rely on
-JAX's automatic partitioning (jit with sharded in_shardings and no shard_map) are refused by
-Loom with an error saying so. Inputs that are loom.Arrays laid out as the program expects pass
+pmap and shard_map run SPMD over their devices or mesh with collectives; jit with NamedSharding
+in_shardings / out_shardings (and no shard_map) is a global program Loom's partitioner splits
+over the mesh's devices (docs/partitioner.md). Inputs that are loom.Arrays laid out as the program expects pass
 without a copy; other inputs (numpy, JAX arrays, scalars, loom.Arrays laid out otherwise) are
 put on the cluster with the program's sharding (through this host).
 """
@@ -215,10 +215,17 @@ device_put = put
 _SCALARS = (bool, int, float, complex)
 
 
+def _sharding_key(x):
+    """The layout of a loom.Array over several devices (None on one device)."""
+    sh = x.sharding
+    return None if len(sh.devices) <= 1 else (sh.mesh_shape, sh.devices, sh.dim_axes)
+
+
 def _leaf_key(x):
     t = type(x)
     if t is Array:
-        return (x.shape, x.dtype)
+        k = _sharding_key(x)
+        return (x.shape, x.dtype) if k is None else (x.shape, x.dtype, k)
     if t in _SCALARS:
         return t
     if t is np.ndarray or isinstance(x, np.generic):
@@ -241,6 +248,24 @@ def _abstract(x):
     return x
 
 
+def _abstract_sharded(x):
+    """Like _abstract, but a loom.Array over several devices keeps its layout as a NamedSharding
+    over the JAX CPU devices that stand for them: plain jit over sharded arrays lowers to an
+    annotated global program, which Loom partitions."""
+    if type(x) is not Array:
+        return x
+    sh = x.sharding
+    if len(sh.devices) <= 1:
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+    names = sh.axis_names or tuple(f"a{i}" for i in range(len(sh.mesh_shape)))
+    devs = np.array([cpu_device(d) for d in sh.devices], dtype=object).reshape(sh.mesh_shape)
+    mesh = jax.sharding.Mesh(devs, names)
+    spec = [tuple(names[a] for a in ax) or None for ax in sh.dim_axes]
+    spec += [None] * (len(x.shape) - len(spec))
+    ns = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=ns)
+
+
 class _Compiled:
     __slots__ = ("exe", "kept", "out_tree", "text")
 
@@ -259,6 +284,8 @@ class LoomFunction:
         self._static = tuple(sorted(static_argnums))
         self._static_names = frozenset(static_argnames)
         self._device = None if device is None else getattr(device, "id", device)
+        # plain jit (no in_shardings, no device): sharded loom.Array arguments keep their layout
+        self._keep_layouts = False
         self._cache = {}
         self.__name__ = getattr(fun, "__name__", kind)
         self.__doc__ = getattr(fun, "__doc__", None)
@@ -295,8 +322,9 @@ class LoomFunction:
     def _lower(self, args, kwargs):
         st = {i + len(args) if i < 0 else i for i in self._static}
         is_arr = lambda x: type(x) is Array  # noqa: E731
-        largs = tuple(a if i in st else tree_util.tree_map(_abstract, a, is_leaf=is_arr) for i, a in enumerate(args))
-        lkw = {k: v if k in self._static_names else tree_util.tree_map(_abstract, v, is_leaf=is_arr)
+        ab = _abstract_sharded if self._keep_layouts else _abstract
+        largs = tuple(a if i in st else tree_util.tree_map(ab, a, is_leaf=is_arr) for i, a in enumerate(args))
+        lkw = {k: v if k in self._static_names else tree_util.tree_map(ab, v, is_leaf=is_arr)
                for k, v in kwargs.items()}
         client()  # connects and configures JAX before anything lowers
         if self._lowerable is None:
@@ -365,9 +393,10 @@ class LoomFunction:
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), device=None, **jit_kwargs):
     """Compiles fun for one cluster device (`device`: a loom.Device or id; default 0). Extra
-    keyword arguments go to jax.jit (in_shardings etc.; Loom refuses programs that need
-    automatic partitioning). A function that is a jax.shard_map (see shard_map) runs on its
-    mesh's devices instead."""
+    keyword arguments go to jax.jit (in_shardings etc.: with NamedShardings the global program is
+    partitioned by Loom over the mesh's devices). Without in_shardings and device, loom.Array
+    arguments laid out over several devices keep their layout, and the program is partitioned. A function that is a jax.shard_map (see
+    shard_map) runs on its mesh's devices instead."""
     if fun is None:
         return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames, device=device,
                              **jit_kwargs)
@@ -375,9 +404,11 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), device=None, **jit_k
         static_argnums = (static_argnums,)
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
-    return LoomFunction("jit", fun, lambda: jax.jit(fun, static_argnums=static_argnums,
-                                                    static_argnames=static_argnames, **jit_kwargs),
-                        static_argnums, static_argnames, device)
+    lf = LoomFunction("jit", fun, lambda: jax.jit(fun, static_argnums=static_argnums,
+                                                  static_argnames=static_argnames, **jit_kwargs),
+                      static_argnums, static_argnames, device)
+    lf._keep_layouts = device is None and "in_shardings" not in jit_kwargs
+    return lf
 
 
 def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,

@@ -37,7 +37,7 @@ def main():
     # a single-device program: matmul and tanh
     save("single_matmul.mlir",
          jax.jit(lambda a, b: jnp.tanh(a @ b) + 1).lower(jnp.zeros((4, 6), jnp.float32), jnp.zeros((6, 3), jnp.float32)))
-    # jit with sharded inputs and no shard_map: needs automatic partitioning
+    # jit with sharded inputs and no shard_map: Loom's partitioner splits it
     from jax.sharding import NamedSharding
     sh = NamedSharding(mesh8, P("d"))
     save("auto_8.mlir", jax.jit(lambda a: a * 2, in_shardings=sh, out_shardings=sh).lower(jnp.zeros(16, jnp.float32)))
