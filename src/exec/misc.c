@@ -354,6 +354,11 @@ void lm_register_misc_kernels(void) {
   lm_kernel_register(LM_OP_TUPLE, k_tuple, v_tuple, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_GET_TUPLE_ELEMENT, k_get_tuple_element, v_get_tuple_element, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_OPTIMIZATION_BARRIER, k_identity, v_identity, LM_KF_OWN_OUTPUTS);
+  /* sharding hints: the identity on the values (where a program is partitioned, the partitioner
+   * has turned them into data movement before the executor sees it; what remains is a hint on a
+   * program that runs whole on one device, e.g. jax.random's through the IFRT proxy) */
+  lm_kernel_register(LM_OP_SDY_SHARDING_CONSTRAINT, k_identity, v_identity, LM_KF_OWN_OUTPUTS);
+  lm_kernel_register(LM_OP_SDY_RESHARD, k_identity, v_identity, LM_KF_OWN_OUTPUTS);
   lm_kernel_register(LM_OP_AFTER_ALL, k_token, v_token_result, 0);
   lm_kernel_register(LM_OP_CREATE_TOKEN, k_token, v_token_result, 0);
   lm_kernel_register(LM_OP_REPLICA_ID, k_replica_id, v_process_id, 0);
