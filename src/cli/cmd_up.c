@@ -47,6 +47,9 @@ static const char g_usage[] =
     "  --detach                  start the cluster in the background and return\n"
     "  --listen HOST:PORT        the controller's address (default 127.0.0.1:0, any free port)\n"
     "  --timeout SECONDS         how long to wait for the cluster to come up (default 60)\n"
+    "  --backend interp|pjrt     who computes on the workers' devices: Loom's executor (default) or a\n"
+    "                            PJRT plugin (docs/pjrt.md); --pjrt-plugin PATH, --pjrt-option K=V as\n"
+    "                            for `loom worker`\n"
     "  --proxy-port PORT         the IFRT proxy's port on 127.0.0.1 (default $LOOM_PROXY_PORT, else\n"
     "                            29000, skipped with a note when taken); 0 starts no proxy\n"
     "  -h, --help                show this help\n"
@@ -91,6 +94,9 @@ typedef struct sup {
   char secret[4200];     /* the cluster secret's file */
   char tokens[4200];     /* the controller's token store */
   char token[LM_TOKEN_STR_LEN + 1]; /* the local user's token (also in the state dir's `token`) */
+  const char *backend, *pjrt_plugin; /* passed to the workers as they are */
+  const char **pjrt_options;
+  int npjrt_options;
 } sup;
 
 /* Foreground: stderr. Detached: stderr is up.log. */
@@ -277,8 +283,13 @@ static int startup(sup *s, lm_err *err) {
   for (uint32_t i = 0; i < s->workers; i++) {
     char slice[32];
     snprintf(slice, sizeof slice, "slice-%u", (uint32_t)((uint64_t)i * s->slices / s->workers));
-    char *wargv[] = {"loom", "worker", "--controller", s->addr, "--devices", num[0], "--device-memory", num[1],
-                     "--slice", slice, "--secret-file", s->secret, NULL};
+    char *wargv[24 + 2 * 64] = {"loom", "worker", "--controller", s->addr, "--devices", num[0], "--device-memory",
+                                num[1], "--slice", slice, "--secret-file", s->secret};
+    int k = 12;
+    if (s->backend) wargv[k++] = "--backend", wargv[k++] = (char *)s->backend;
+    if (s->pjrt_plugin) wargv[k++] = "--pjrt-plugin", wargv[k++] = (char *)s->pjrt_plugin;
+    for (int j = 0; j < s->npjrt_options; j++) wargv[k++] = "--pjrt-option", wargv[k++] = (char *)s->pjrt_options[j];
+    wargv[k] = NULL;
     LM_TRY(spawn(s, &s->kids[1 + i], wargv, err));
   }
   /* Watch the registrations through an ordinary client session. */
@@ -529,7 +540,9 @@ int cmd_up(int argc, char **argv) {
   const char *cmd = "up";
   sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
            .listen = "127.0.0.1:0", .notify_fd = -1};
-  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY };
+  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT };
+  const char *popts[64];
+  s.pjrt_options = popts;
   static const struct option opts[] = {
       {"workers", required_argument, 0, O_WORKERS},
       {"devices-per-worker", required_argument, 0, O_DPW},
@@ -539,6 +552,9 @@ int cmd_up(int argc, char **argv) {
       {"listen", required_argument, 0, O_LISTEN},
       {"timeout", required_argument, 0, O_TIMEOUT},
       {"proxy-port", required_argument, 0, O_PROXY},
+      {"backend", required_argument, 0, O_BACKEND},
+      {"pjrt-plugin", required_argument, 0, O_PLUGIN},
+      {"pjrt-option", required_argument, 0, O_POPT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -573,6 +589,17 @@ int cmd_up(int argc, char **argv) {
       break;
     case O_MEM:
       if (cli_parse_size(cmd, "--device-memory", optarg, &s.mem) < 0) return 2;
+      break;
+    case O_BACKEND:
+      if (strcmp(optarg, "interp") && strcmp(optarg, "pjrt"))
+        return cli_usage_error(cmd, "--backend is interp or pjrt, not '%s'", optarg);
+      s.backend = optarg;
+      break;
+    case O_PLUGIN: s.pjrt_plugin = optarg; break;
+    case O_POPT:
+      if (!strchr(optarg, '=')) return cli_usage_error(cmd, "--pjrt-option wants NAME=VALUE, not '%s'", optarg);
+      if (s.npjrt_options == 64) return cli_usage_error(cmd, "more than 64 --pjrt-option");
+      popts[s.npjrt_options++] = optarg;
       break;
     case O_DETACH: s.detach = true; break;
     case O_LISTEN: s.listen = optarg; break;

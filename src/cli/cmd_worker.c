@@ -25,6 +25,12 @@ static const char g_usage[] =
     "                              toward the controller, any free port)\n"
     "  --secret-file PATH          the cluster secret to prove to a controller that has one\n"
     "                              (default: $LOOM_SECRET_FILE); the secret never crosses the wire\n"
+    "  --backend interp|pjrt       who computes: Loom's executor (default), or a PJRT plugin (XLA):\n"
+    "                              each per-device program without collectives or custom calls is\n"
+    "                              compiled by the plugin, the rest runs on Loom's executor\n"
+    "  --pjrt-plugin PATH          the plugin (default: $LOOM_PJRT_PLUGIN, else xla-cpu-pjrt's)\n"
+    "  --pjrt-option K=V           a client create option for the plugin (repeat; default\n"
+    "                              cpu_device_count=D)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -36,7 +42,10 @@ int cmd_worker(int argc, char **argv) {
   cfg.controller = getenv("LOOM_CONTROLLER");
   cfg.secret_file = getenv("LOOM_SECRET_FILE");
   if (cfg.secret_file && !*cfg.secret_file) cfg.secret_file = NULL;
-  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET };
+  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET, O_BACKEND, O_PLUGIN, O_POPT };
+  const char **popts = calloc((size_t)argc + 1, sizeof *popts);
+  if (!popts) return cli_fail(cmd, "out of host memory");
+  cfg.pjrt_options = popts;
   static const struct option opts[] = {
       {"controller", required_argument, 0, O_CTL},
       {"devices", required_argument, 0, O_DEV},
@@ -45,6 +54,9 @@ int cmd_worker(int argc, char **argv) {
       {"connect-timeout", required_argument, 0, O_CT},
       {"data-listen", required_argument, 0, O_DATA},
       {"secret-file", required_argument, 0, O_SECRET},
+      {"backend", required_argument, 0, O_BACKEND},
+      {"pjrt-plugin", required_argument, 0, O_PLUGIN},
+      {"pjrt-option", required_argument, 0, O_POPT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -73,6 +85,16 @@ int cmd_worker(int argc, char **argv) {
       break;
     case O_DATA: cfg.data_listen = optarg; break;
     case O_SECRET: cfg.secret_file = optarg; break;
+    case O_BACKEND:
+      if (strcmp(optarg, "interp") && strcmp(optarg, "pjrt"))
+        return cli_usage_error(cmd, "--backend is interp or pjrt, not '%s'", optarg);
+      cfg.backend = optarg;
+      break;
+    case O_PLUGIN: cfg.pjrt_plugin = optarg; break;
+    case O_POPT:
+      if (!strchr(optarg, '=')) return cli_usage_error(cmd, "--pjrt-option wants NAME=VALUE, not '%s'", optarg);
+      popts[cfg.npjrt_options++] = optarg;
+      break;
     }
   }
   if (ch < 0) return o.exit;

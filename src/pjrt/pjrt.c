@@ -240,6 +240,8 @@ int lm_pjrt_compile(lm_pjrt *p, const void *code, size_t len, uint32_t nresults,
   bo.num_partitions = 1;
   Loom__Pjrt__CompileOptions co = LOOM__PJRT__COMPILE_OPTIONS__INIT;
   co.executable_build_options = &bo;
+  co.has_compile_portable_executable = 1; /* one executable for every device of the client */
+  co.compile_portable_executable = 1;
   uint8_t opts[64];
   size_t nopts = loom__pjrt__compile_options__get_packed_size(&co);
   if (nopts > sizeof opts) return lm_errf(err, LOOM_INTERNAL, "compile options too large");

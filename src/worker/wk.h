@@ -76,6 +76,8 @@ typedef struct wk_program {
   uint64_t id;
   atomic_int refs;
   lm_program *prog;            /* the per-device program (lm_spmd_localize'd) */
+  struct lm_pjrt_exe *pjrt;    /* backend pjrt: the same program compiled by the plugin (NULL: Loom's
+                                  executor runs it: no plugin, collectives, or the plugin refused it) */
   lm_spmd_info *info;
   char *name;
   struct wk_program *next;
@@ -189,6 +191,8 @@ typedef struct wk_xfer_stats {
 /* ---- the worker ---- */
 
 struct wk {
+  struct lm_pjrt *pjrt;        /* backend pjrt: the plugin client over this worker's devices */
+  char kind[48];               /* device kind reported to the controller */
   uv_loop_t loop;
   uv_signal_t sigint, sigterm;
   uv_timer_t timer;            /* connection retries, then heartbeats */

@@ -14,6 +14,8 @@
 #include <time.h>
 #include "common/log.h"
 #include "hlo/parse.h"
+#include "hlo/print.h"
+#include "pjrt/pjrt.h"
 #include "worker/wk.h"
 
 #include "worker/spmd_coll.h"
@@ -22,6 +24,7 @@
 
 void wk_program_release(wk_program *p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+  lm_pjrt_exe_free(p->pjrt);
   lm_program_destroy(p->prog);
   lm_spmd_info_free(p->info);
   free(p->name);
@@ -59,7 +62,55 @@ typedef struct load_job {
   lm_err err;
   lm_program *prog;
   lm_spmd_info *info;
+  lm_pjrt_exe *pjrt;
 } load_job;
+
+/* Why the per-device program cannot go to a PJRT plugin as one executable, or NULL: collectives
+ * (the data plane carries them between workers) and, with several processes, ops whose value
+ * depends on which process runs them (a plugin executable compiled for one device says 0). */
+static const char *pjrt_obstacle_in(const lm_region *r, bool multi) {
+  for (uint32_t b = 0; b < r->nblocks; b++)
+    for (uint32_t i = 0; i < r->blocks[b].nops; i++) {
+      const lm_op *op = &r->blocks[b].ops[i];
+      switch (op->code) {
+        case LM_OP_ALL_REDUCE: case LM_OP_ALL_GATHER: case LM_OP_REDUCE_SCATTER: case LM_OP_ALL_TO_ALL:
+        case LM_OP_COLLECTIVE_PERMUTE: case LM_OP_COLLECTIVE_BROADCAST: case LM_OP_SEND: case LM_OP_RECV:
+          return "it has collectives, which Loom's data plane carries";
+        case LM_OP_REPLICA_ID: case LM_OP_PARTITION_ID:
+          if (multi) return "it asks which process runs it";
+          break;
+        case LM_OP_CUSTOM_CALL:
+          return "it has custom calls (a bare plugin lacks jaxlib's handlers)";
+        default: break;
+      }
+      for (uint32_t k = 0; k < op->nregions; k++) {
+        const char *why = pjrt_obstacle_in(&op->regions[k], multi);
+        if (why) return why;
+      }
+    }
+  return NULL;
+}
+
+/* backend pjrt: compiles the per-device program with the plugin too. Anything the plugin cannot
+ * take runs on Loom's executor, with the reason in the worker's log. */
+static lm_pjrt_exe *pjrt_compile(load_job *j, const lm_module *mod) {
+  const lm_func *main = lm_module_func(mod, "main");
+  if (!main && mod->nfuncs == 1) main = &mod->funcs[0];
+  const char *why = !main ? "it has no @main" : NULL;
+  for (uint32_t f = 0; !why && f < mod->nfuncs; f++) why = pjrt_obstacle_in(&mod->funcs[f].body, j->info->nproc > 1);
+  lm_pjrt_exe *x = NULL;
+  lm_err err;
+  if (!why) {
+    char *text = lm_module_print(mod);
+    if (!text) why = "out of host memory";
+    else if (lm_pjrt_compile(j->w->pjrt, text, strlen(text), main->nresults, &x, &err) < 0) why = err.msg;
+    free(text);
+  }
+  if (why) lm_info("program %llu (%s) runs on Loom's executor, not the PJRT plugin: %.600s", (unsigned long long)j->id,
+                   j->name, why);
+  else lm_info("program %llu (%s) compiled by the PJRT plugin", (unsigned long long)j->id, j->name);
+  return x;
+}
 
 static void load_work(uv_work_t *req) {
   load_job *j = req->data;
@@ -68,6 +119,7 @@ static void load_work(uv_work_t *req) {
   j->rc = lm_parse_module(j->text, j->len, &po, &mod, &j->err);
   if (j->rc == 0) j->rc = lm_spmd_analyze(mod, &j->info, &j->err);
   if (j->rc == 0) j->rc = lm_spmd_localize(mod, &j->err);
+  if (j->rc == 0 && j->w->pjrt) j->pjrt = pjrt_compile(j, mod);
   if (j->rc == 0) {
     j->rc = lm_program_create(mod, &j->prog, &j->err); /* takes mod, also on failure */
     mod = NULL;
@@ -95,6 +147,7 @@ static void load_done(uv_work_t *req, int status) {
     free(p);
     lm_program_destroy(j->prog);
     lm_spmd_info_free(j->info);
+    lm_pjrt_exe_free(j->pjrt);
     if (rc < 0) lm_warn("cannot load program %llu (%s): %s", (unsigned long long)j->id, j->name, err.msg);
     if (rc < 0 && reply) {
       char msg[LM_ERR_MSG_MAX + 64];
@@ -105,6 +158,7 @@ static void load_done(uv_work_t *req, int status) {
     p->id = j->id;
     p->prog = j->prog;
     p->info = j->info;
+    p->pjrt = j->pjrt;
     atomic_init(&p->refs, 1);
     unlist_program(w, p->id);
     p->next = w->programs;
@@ -278,7 +332,14 @@ static void run_task(wk_dev *d, wk_task *t) {
     o.cancel = &l->cancel;
     if (l->coll) lm_spmd_coll_opts(l->coll, &o);
     memset(res, 0, t->nout * sizeof *res);
-    rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
+    if (l->prog->pjrt) { /* device d->idx of the plugin serves Loom's device d->idx */
+      const lm_module *pm = lm_program_module(l->prog->prog);
+      const lm_func *main = lm_module_func(pm, "main");
+      if (!main) main = &pm->funcs[0];
+      rc = lm_pjrt_run(l->prog->pjrt, (int)d->idx, args, nargs, d->dev, main->result_types, res, t->nout, &err);
+    } else {
+      rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
+    }
   }
   for (uint32_t i = 0; i < nargs; i++) lm_buffer_release(args[i]);
   if (rc == 0) {

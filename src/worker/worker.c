@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include "common/log.h"
+#include "pjrt/pjrt.h"
 #include "worker/wk.h"
 
 #define RETRY_MS 200 /* between connection attempts while the controller is not up yet */
@@ -116,7 +117,7 @@ static void send_register(wk *w) {
   for (uint32_t i = 0; i < n; i++) {
     lmw__device_spec__init(&specs[i]);
     specs[i].local_index = i;
-    specs[i].kind = "cpu";
+    specs[i].kind = w->kind;
     specs[i].memory_capacity = lm_device_capacity(w->devs[i].dev);
     ptrs[i] = &specs[i];
   }
@@ -378,6 +379,42 @@ static void default_data_listen(wk *w, char *buf, size_t cap) {
   close(fd);
 }
 
+/* backend pjrt: the plugin's client, with this worker's device count where the user named no
+ * create options (cpu_device_count, which XLA:CPU reads; a plugin that refuses it is asked
+ * again without options). Its devices 0..D-1 serve Loom's devices 0..D-1. */
+static int open_pjrt(wk *w, lm_err *err) {
+  const char *plugin = w->cfg.pjrt_plugin ? w->cfg.pjrt_plugin : lm_pjrt_default_plugin();
+  int rc;
+  if (w->cfg.npjrt_options) {
+    rc = lm_pjrt_open(plugin, w->cfg.pjrt_options, w->cfg.npjrt_options, &w->pjrt, err);
+  } else {
+    char opt[64];
+    snprintf(opt, sizeof opt, "cpu_device_count=%u", w->cfg.devices);
+    const char *opts[1] = {opt};
+    rc = lm_pjrt_open(plugin, opts, 1, &w->pjrt, err);
+    if (rc < 0 && rc != LOOM_NOT_FOUND) rc = lm_pjrt_open(plugin, NULL, 0, &w->pjrt, err);
+  }
+  if (rc < 0) return rc;
+  if ((uint32_t)lm_pjrt_device_count(w->pjrt) < w->cfg.devices) {
+    rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "PJRT plugin %s has %d devices; --devices asks for %u", plugin,
+                 lm_pjrt_device_count(w->pjrt), w->cfg.devices);
+    lm_pjrt_close(w->pjrt);
+    w->pjrt = NULL;
+    return rc;
+  }
+  /* the controller knows CPU devices only (the kind says what the device is, not who computes) */
+  snprintf(w->kind, sizeof w->kind, "%s", lm_pjrt_platform(w->pjrt));
+  if (strcmp(w->kind, "cpu")) {
+    rc = lm_errf(err, LOOM_UNSUPPORTED, "PJRT plugin %s serves %s devices; Loom's controller places work on cpu "
+                 "devices only so far", plugin, w->kind[0] ? w->kind : "unnamed");
+    lm_pjrt_close(w->pjrt);
+    w->pjrt = NULL;
+    return rc;
+  }
+  lm_info("devices through PJRT plugin %s (%s, %d devices)", plugin, w->kind, lm_pjrt_device_count(w->pjrt));
+  return 0;
+}
+
 int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   if (!cfg->controller) return lm_errf(err, LOOM_INVALID_ARGUMENT, "no controller address (--controller HOST:PORT)");
   if (cfg->devices == 0 || cfg->devices > LM_WORKER_MAX_DEVICES)
@@ -396,7 +433,12 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
     w->have_secret = rc == 0;
   }
   if (rc == 0) rc = lm_addr_resolve(cfg->controller, &w->addr, &sl, err);
+  snprintf(w->kind, sizeof w->kind, "cpu");
+  if (rc == 0 && cfg->backend && !strcmp(cfg->backend, "pjrt")) rc = open_pjrt(w, err);
+  else if (rc == 0 && cfg->backend && strcmp(cfg->backend, "interp"))
+    rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "--backend is interp or pjrt, not '%s'", cfg->backend);
   if (rc < 0) {
+    lm_pjrt_close(w->pjrt);
     free(w);
     return rc;
   }
@@ -446,6 +488,7 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);
   free(w->devs);
   lm_auth_wipe(w->secret, sizeof w->secret);
+  lm_pjrt_close(w->pjrt);
   free(w);
   return rc;
 }

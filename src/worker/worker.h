@@ -20,6 +20,10 @@ typedef struct lm_worker_config {
   const char *data_listen;       /* "HOST:PORT" of the data port; NULL: this host's address toward
                                     the controller, any free port */
   const char *secret_file;       /* the cluster secret to prove to the controller (NULL: none) */
+  const char *backend;           /* "interp" (Loom's executor, default) or "pjrt" */
+  const char *pjrt_plugin;       /* backend pjrt: the plugin (NULL: lm_pjrt_default_plugin()) */
+  const char *const *pjrt_options; /* its client create options, "name=value" */
+  int npjrt_options;
 } lm_worker_config;
 
 void lm_worker_config_default(lm_worker_config *c);
