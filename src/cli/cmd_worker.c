@@ -43,8 +43,7 @@ int cmd_worker(int argc, char **argv) {
   cfg.secret_file = getenv("LOOM_SECRET_FILE");
   if (cfg.secret_file && !*cfg.secret_file) cfg.secret_file = NULL;
   enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET, O_BACKEND, O_PLUGIN, O_POPT };
-  const char **popts = calloc((size_t)argc + 1, sizeof *popts);
-  if (!popts) return cli_fail(cmd, "out of host memory");
+  const char *popts[64];
   cfg.pjrt_options = popts;
   static const struct option opts[] = {
       {"controller", required_argument, 0, O_CTL},
@@ -93,6 +92,7 @@ int cmd_worker(int argc, char **argv) {
     case O_PLUGIN: cfg.pjrt_plugin = optarg; break;
     case O_POPT:
       if (!strchr(optarg, '=')) return cli_usage_error(cmd, "--pjrt-option wants NAME=VALUE, not '%s'", optarg);
+      if (cfg.npjrt_options == 64) return cli_usage_error(cmd, "more than 64 --pjrt-option");
       popts[cfg.npjrt_options++] = optarg;
       break;
     }
