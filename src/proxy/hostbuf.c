@@ -4,6 +4,7 @@
  * list under one lock will do; waiters sleep on a condition variable. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 #include "proxy/proxy.h"
@@ -19,6 +20,15 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv; /* CLOCK_MONOTONIC, set up once */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static hb *g_list;
+/* sessions whose client is gone: their waiters stop waiting (px_hb_abandon) */
+static uint64_t *g_gone;
+static size_t g_ngone, g_capgone;
+
+static bool gone(uint64_t session) {
+  for (size_t i = 0; i < g_ngone; i++)
+    if (g_gone[i] == session) return true;
+  return false;
+}
 
 static void init_cv(void) {
   pthread_condattr_t a;
@@ -76,10 +86,29 @@ int px_hb_take(uint64_t session, uint64_t handle, int64_t wait_ms, uint8_t **dat
       free(n);
       return 0;
     }
+    if (gone(session)) {
+      pthread_mutex_unlock(&g_mu);
+      return LOOM_CANCELLED;
+    }
     if (wait_ms <= 0 || pthread_cond_timedwait(&g_cv, &g_mu, &dl) == ETIMEDOUT) break;
   }
   pthread_mutex_unlock(&g_mu);
   return LOOM_NOT_FOUND;
+}
+
+void px_hb_abandon(uint64_t session) {
+  pthread_once(&g_once, init_cv);
+  pthread_mutex_lock(&g_mu);
+  if (!gone(session)) {
+    if (g_ngone == g_capgone) {
+      size_t nc = g_capgone ? 2 * g_capgone : 16;
+      uint64_t *nv = realloc(g_gone, nc * sizeof *nv);
+      if (nv) g_gone = nv, g_capgone = nc;
+    }
+    if (g_ngone < g_capgone) g_gone[g_ngone++] = session;
+  }
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
 }
 
 int px_hb_delete(uint64_t session, uint64_t handle) {
@@ -97,6 +126,8 @@ int px_hb_delete(uint64_t session, uint64_t handle) {
 
 void px_hb_drop_session(uint64_t session) {
   pthread_mutex_lock(&g_mu);
+  for (size_t i = 0; i < g_ngone; i++) /* its waiters are done: forget it */
+    if (g_gone[i] == session) g_gone[i--] = g_gone[--g_ngone];
   hb *drop = NULL;
   for (hb **p = &g_list; *p;) {
     if ((*p)->session == session) {

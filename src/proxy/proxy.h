@@ -43,13 +43,17 @@ int px_code_of(int loom_status);
 /* ---- host buffers (hostbuf.c) ---- */
 /* Stores data[0..len) (ownership passes; malloc'd) under (session, handle), replacing any. */
 void px_hb_put(uint64_t session, uint64_t handle, uint8_t *data, size_t len);
-/* Takes the buffer out of the store: 0 with *data and *len set (caller frees), or LOOM_NOT_FOUND.
+/* Takes the buffer out of the store: 0 with *data and *len set (caller frees), or LOOM_NOT_FOUND
+ * (LOOM_CANCELLED once the session is abandoned).
  * With wait_ms > 0 it waits that long for a HostBufferStore that has not arrived yet. */
 int px_hb_take(uint64_t session, uint64_t handle, int64_t wait_ms, uint8_t **data, size_t *len);
 /* Removes it if present; returns whether it was. */
 int px_hb_delete(uint64_t session, uint64_t handle);
 /* Frees every buffer of a session (when its stream ends). */
 void px_hb_drop_session(uint64_t session);
+/* The session's client is gone: px_hb_take calls waiting for its buffers return LOOM_CANCELLED
+ * at once instead of waiting out their time (until px_hb_drop_session). */
+void px_hb_abandon(uint64_t session);
 
 /* ---- sessions (session.c), driven by grpc.c ---- */
 typedef struct px_stream px_stream;

@@ -1856,4 +1856,5 @@ void px_session_close(px_session *s, int end) {
   if (s->closing != 2) s->closing = end ? 1 : 2;
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
+  if (!end) px_hb_abandon(s->id); /* no HostBufferStore will come: stop waiting for one */
 }
