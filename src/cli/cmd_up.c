@@ -30,7 +30,7 @@
 
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
-    "               [--proxy-port PORT]\n"
+    "               [--proxy-port PORT] [--backend interp|pjrt]\n"
     "\n"
     "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
     "slices; waits until every device has registered and prints the controller's address. An IFRT\n"
