@@ -444,10 +444,17 @@ typedef struct bc_opread {
   const uint8_t *pblob;        /* a registered op's properties encoding */
   size_t npblob;
   uint32_t nres, nin, nregions;
-  const lm_type **res;
-  uint32_t *in;
+  const lm_type **res;         /* res_small or malloc'd */
+  uint32_t *in;                /* in_small or malloc'd */
   bool isolated;
+  const lm_type *res_small[4]; /* most ops have few results and operands: no allocation for them */
+  uint32_t in_small[8];
 } bc_opread;
+
+static void opread_free(bc_opread *o) {
+  if (o->res != o->res_small) free(o->res);
+  if (o->in != o->in_small) free(o->in);
+}
 
 static int read_region(lm_bc *bc, bc_cur *c, lm_region *r, bc_parent parent, const lm_type *want_args, uint32_t nwant);
 
@@ -670,14 +677,14 @@ static int read_op(lm_bc *bc, bc_cur *c, bc_rstate *rs, bc_parent parent, lm_op 
     uint64_t n;
     LM_TRY(bc_count(bc, c, 1, &n));
     o.nres = (uint32_t)n;
-    o.res = malloc((n ? n : 1) * sizeof *o.res);
+    o.res = n <= 4 ? o.res_small : malloc(n * sizeof *o.res);
     if (!o.res) return bc_fail(bc, LOOM_NO_MEMORY, "out of host memory");
     for (uint64_t i = 0; i < n; i++) {
       uint64_t ti;
       int rc = bc_varint(bc, c, &ti);
       if (rc == 0) rc = bc_value_type(bc, ti, &o.res[i]);
       if (rc < 0) {
-        free(o.res);
+        opread_free(&o);
         return rc;
       }
     }
@@ -688,7 +695,7 @@ static int read_op(lm_bc *bc, bc_cur *c, bc_rstate *rs, bc_parent parent, lm_op 
     rc = bc_count(bc, c, 1, &n);
     if (rc == 0) {
       o.nin = (uint32_t)n;
-      o.in = malloc((n ? n : 1) * sizeof *o.in);
+      o.in = n <= 8 ? o.in_small : malloc(n * sizeof *o.in);
       if (!o.in) rc = bc_fail(bc, LOOM_NO_MEMORY, "out of host memory");
       for (uint64_t i = 0; i < n && rc == 0; i++) rc = operand(bc, c, &o.in[i]);
     }
@@ -788,8 +795,7 @@ static int read_op(lm_bc *bc, bc_cur *c, bc_rstate *rs, bc_parent parent, lm_op 
   if (rc == 0) rc = results_to_values(bc, rs, &o, slot0, &local);
   (*ops)[idx] = local;
 done:
-  free(o.res);
-  free(o.in);
+  opread_free(&o);
   return rc;
 }
 
