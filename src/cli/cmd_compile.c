@@ -44,35 +44,14 @@ static void put_value(FILE *o, const char *kind, uint32_t i, const lm_spmd_value
 }
 
 int cmd_compile(int argc, char **argv) {
-  const char *in = NULL, *out = NULL;
+  const char *in, *out;
   bool explain = false, print = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(argv[i], "--explain")) explain = true;
-    else if (!strcmp(argv[i], "--print")) print = true;
-    else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-    else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "loom compile: unknown or incomplete option '%s'\n\n", argv[i]);
-      usage(stderr);
-      return 2;
-    } else if (!in) in = argv[i];
-    else {
-      fprintf(stderr, "loom compile: one file at a time\n");
-      return 2;
-    }
-  }
-  if (!in) {
-    usage(stderr);
-    return 2;
-  }
+  const cli_flag flags[] = {{"explain", &explain}, {"print", &print}};
+  int st = cli_one_file_args("compile", argc, argv, flags, 2, usage, &in, &out);
+  if (st >= 0) return st;
   size_t n;
-  char *buf = cli_read_file(in, &n);
-  if (!buf) {
-    fprintf(stderr, "loom compile: cannot read %s: %s\n", in, strerror(errno));
-    return 1;
-  }
+  char *buf = cli_read_input("compile", in, &n);
+  if (!buf) return 1;
   lm_parse_opts po = {.filename = in};
   lm_module *m = NULL;
   lm_spmd_info *info = NULL;

@@ -30,35 +30,14 @@ static void usage(FILE *f) {
 }
 
 int cmd_dump(int argc, char **argv) {
-  const char *in = NULL, *out = NULL;
+  const char *in, *out;
   bool ir = false, no_verify = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(argv[i], "--ir")) ir = true;
-    else if (!strcmp(argv[i], "--no-verify")) no_verify = true;
-    else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-    else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "loom dump: unknown or incomplete option '%s'\n\n", argv[i]);
-      usage(stderr);
-      return 2;
-    } else if (!in) in = argv[i];
-    else {
-      fprintf(stderr, "loom dump: one file at a time\n");
-      return 2;
-    }
-  }
-  if (!in) {
-    usage(stderr);
-    return 2;
-  }
+  const cli_flag flags[] = {{"ir", &ir}, {"no-verify", &no_verify}};
+  int st = cli_one_file_args("dump", argc, argv, flags, 2, usage, &in, &out);
+  if (st >= 0) return st;
   size_t n;
-  char *buf = cli_read_file(in, &n);
-  if (!buf) {
-    fprintf(stderr, "loom dump: cannot read %s: %s\n", in, strerror(errno));
-    return 1;
-  }
+  char *buf = cli_read_input("dump", in, &n);
+  if (!buf) return 1;
   lm_parse_opts po = {.filename = in, .no_verify = no_verify};
   lm_module *m;
   lm_err err;

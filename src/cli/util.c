@@ -310,3 +310,39 @@ double cli_now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+int cli_one_file_args(const char *cmd, int argc, char **argv, const cli_flag *flags, int nflags,
+                      void (*usage)(FILE *), const char **in, const char **out) {
+  *in = *out = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    int k = 0;
+    while (k < nflags && !(a[0] == '-' && a[1] == '-' && !strcmp(a + 2, flags[k].name))) k++;
+    if (k < nflags) *flags[k].set = true;
+    else if (!strcmp(a, "-o") && i + 1 < argc) *out = argv[++i];
+    else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "loom %s: unknown or incomplete option '%s'\n\n", cmd, a);
+      usage(stderr);
+      return 2;
+    } else if (!*in) *in = a;
+    else {
+      fprintf(stderr, "loom %s: one file at a time\n", cmd);
+      return 2;
+    }
+  }
+  if (!*in) {
+    usage(stderr);
+    return 2;
+  }
+  return -1;
+}
+
+char *cli_read_input(const char *cmd, const char *path, size_t *len) {
+  char *buf = cli_read_file(path, len);
+  if (!buf) fprintf(stderr, "loom %s: cannot read %s: %s\n", cmd, path, strerror(errno));
+  return buf;
+}

@@ -100,6 +100,21 @@ void cli_json_string(FILE *f, const char *s);
  * NULL with errno set when it cannot be opened or read (ENOMEM when out of memory). */
 char *cli_read_file(const char *path, size_t *len);
 
+/* A boolean option of a one-file command: --name sets *set. */
+typedef struct cli_flag {
+  const char *name;
+  bool *set;
+} cli_flag;
+
+/* The arguments of a command that reads one program file (`loom dump`, `loom compile`): the
+ * flags, `-o FILE`, `--help`, and exactly one file. Returns -1 when the command goes on with
+ * *in (and *out, NULL for standard output), else the exit status to return (usage printed). */
+int cli_one_file_args(const char *cmd, int argc, char **argv, const cli_flag *flags, int nflags,
+                      void (*usage)(FILE *), const char **in, const char **out);
+
+/* cli_read_file, saying "loom CMD: cannot read PATH: why" on stderr when it fails. */
+char *cli_read_input(const char *cmd, const char *path, size_t *len);
+
 /* Seconds on the monotonic clock. */
 double cli_now(void);
 

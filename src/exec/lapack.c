@@ -231,6 +231,15 @@ static void *scratch(lm_kctx *k, size_t bytes) {
   return p;
 }
 
+/* The work array LAPACK asked for in its workspace query (q, its first element), of *lw
+ * elements of es bytes. On failure mem (the kernel's other scratch) is freed and NULL returned. */
+static void *workspace(lm_kctx *k, const void *q, prec p, size_t es, lp_int *lw, void *mem) {
+  *lw = ws_size(q, p, 1);
+  void *w = scratch(k, (size_t)*lw * es);
+  if (!w) free(mem);
+  return w;
+}
+
 static void zero_outputs(lm_buffer **out, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) memset(out[i]->data, 0, lm_type_nbytes(&out[i]->type));
 }
@@ -260,14 +269,9 @@ static int k_gesdd(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     case P_C: cgesdd_(&jobz, &m, &n, A, &lda, S, U, &ldu, VT, &ldvt, W, LW, rwork, iwork, &info, 1); break;  \
     case P_Z: zgesdd_(&jobz, &m, &n, A, &lda, S, U, &ldu, VT, &ldvt, W, LW, rwork, iwork, &info, 1); break;  \
   }
-  to_colmajor(A, in[0]->data, 0, m, n, es);
   GESDD(q, &lw);
-  lw = ws_size(q, p, 1);
-  void *work = scratch(k, (size_t)lw * es);
-  if (!work) {
-    free(mem);
-    return LOOM_NO_MEMORY;
-  }
+  void *work = workspace(k, q, p, es, &lw, mem);
+  if (!work) return LOOM_NO_MEMORY;
   int32_t *infos = out[4]->data;
   for (int64_t bi = 0, nb = nbatch(a); bi < nb; bi++) {
     to_colmajor(A, in[0]->data, bi, m, n, es);
@@ -306,7 +310,6 @@ static int k_syevd(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     case P_C: cheevd_(&jobz, &uplo, &n, A, &lda, W, WK, LW, RW, LRW, IW, LIW, &info, 1, 1); break; \
     case P_Z: zheevd_(&jobz, &uplo, &n, A, &lda, W, WK, LW, RW, LRW, IW, LIW, &info, 1, 1); break; \
   }
-  to_colmajor(A, in[0]->data, 0, n, n, es);
   SYEVD(q, &lw, qr, &lrw, &qi, &liw);
   lw = ws_size(q, p, 1);
   lrw = p >= P_C ? ws_size(qr, p == P_C ? P_S : P_D, 1) : 0;
@@ -384,14 +387,9 @@ static int k_geev(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     case P_C: cgeev_(&jl, &jr, &n, A, &lda, W1, VL, &lda, VR, &lda, WK, LW, rwork, &info, 1, 1); break;    \
     case P_Z: zgeev_(&jl, &jr, &n, A, &lda, W1, VL, &lda, VR, &lda, WK, LW, rwork, &info, 1, 1); break;    \
   }
-  to_colmajor(A, in[0]->data, 0, n, n, es);
   GEEV(q, &lw);
-  lw = ws_size(q, p, 1);
-  void *work = scratch(k, (size_t)lw * es);
-  if (!work) {
-    free(mem);
-    return LOOM_NO_MEMORY;
-  }
+  void *work = workspace(k, q, p, es, &lw, mem);
+  if (!work) return LOOM_NO_MEMORY;
   int32_t *infos = out[nout - 1]->data;
   lm_buffer *vl = out[nout - 3], *vr = out[nout - 2];
   for (int64_t bi = 0, nb = nbatch(a); bi < nb; bi++) {
@@ -439,14 +437,9 @@ static int k_gees(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     case P_C: cgees_(&jobvs, &sort, NULL, &n, A, &lda, &sdim, W1, VS, &lda, WK, LW, rwork, bwork, &info, 1, 1); break;  \
     case P_Z: zgees_(&jobvs, &sort, NULL, &n, A, &lda, &sdim, W1, VS, &lda, WK, LW, rwork, bwork, &info, 1, 1); break;  \
   }
-  to_colmajor(A, in[0]->data, 0, n, n, es);
   GEES(q, &lw);
-  lw = ws_size(q, p, 1);
-  void *work = scratch(k, (size_t)lw * es);
-  if (!work) {
-    free(mem);
-    return LOOM_NO_MEMORY;
-  }
+  void *work = workspace(k, q, p, es, &lw, mem);
+  if (!work) return LOOM_NO_MEMORY;
   int32_t *sdims = out[nout - 2]->data, *infos = out[nout - 1]->data;
   for (int64_t bi = 0, nb = nbatch(a); bi < nb; bi++) {
     to_colmajor(A, in[0]->data, bi, n, n, es);
@@ -483,14 +476,9 @@ static int k_gehrd(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     case P_C: cgehrd_(&n, &lo, &hi, A, &lda, TAU, WK, LW, &info); break;    \
     case P_Z: zgehrd_(&n, &lo, &hi, A, &lda, TAU, WK, LW, &info); break;    \
   }
-  to_colmajor(A, in[0]->data, 0, n, n, es);
   GEHRD(q, &lw);
-  lw = ws_size(q, p, 1);
-  void *work = scratch(k, (size_t)lw * es);
-  if (!work) {
-    free(mem);
-    return LOOM_NO_MEMORY;
-  }
+  void *work = workspace(k, q, p, es, &lw, mem);
+  if (!work) return LOOM_NO_MEMORY;
   int32_t *infos = out[2]->data;
   for (int64_t bi = 0, nb = nbatch(a); bi < nb; bi++) {
     to_colmajor(A, in[0]->data, bi, n, n, es);
@@ -524,14 +512,9 @@ static int k_sytrd(lm_kctx *k, lm_buffer *const *in, lm_buffer **out) {
     case P_C: chetrd_(&uplo, &n, A, &lda, D, E, TAU, WK, LW, &info, 1); break; \
     case P_Z: zhetrd_(&uplo, &n, A, &lda, D, E, TAU, WK, LW, &info, 1); break; \
   }
-  to_colmajor(A, in[0]->data, 0, n, n, es);
   SYTRD(q, &lw);
-  lw = ws_size(q, p, 1);
-  void *work = scratch(k, (size_t)lw * es);
-  if (!work) {
-    free(mem);
-    return LOOM_NO_MEMORY;
-  }
+  void *work = workspace(k, q, p, es, &lw, mem);
+  if (!work) return LOOM_NO_MEMORY;
   int32_t *infos = out[4]->data;
   for (int64_t bi = 0, nb = nbatch(a); bi < nb; bi++) {
     to_colmajor(A, in[0]->data, bi, n, n, es);

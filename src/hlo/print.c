@@ -325,6 +325,23 @@ static void put_types(pbuf *b, const lm_func *fn, const uint32_t *vals, uint32_t
 static void put_block(pbuf *b, const lm_func *fn, const lm_block *blk, int indent, bool header);
 static void put_func(pbuf *b, const lm_func *fn);
 
+/* An op's regions and attribute dictionary, between its operands and its type. */
+static void put_regions_attrs(pbuf *b, const lm_func *fn, const lm_op *op, int indent) {
+  if (op->nregions) {
+    put(b, " (");
+    for (uint32_t r = 0; r < op->nregions; r++) {
+      put(b, "%s{\n", r ? ", " : "");
+      for (uint32_t k = 0; k < op->regions[r].nblocks; k++) put_block(b, fn, &op->regions[r].blocks[k], indent + 2, true);
+      put(b, "%*s}", indent, "");
+    }
+    put(b, ")");
+  }
+  if (op->nattrs) {
+    put(b, " ");
+    put_dict(b, op->attrs, op->nattrs);
+  }
+}
+
 static void put_op(pbuf *b, const lm_func *fn, const lm_op *op, int indent) {
   put(b, "%*s", indent, "");
   if (op->nout) {
@@ -341,19 +358,7 @@ static void put_op(pbuf *b, const lm_func *fn, const lm_op *op, int indent) {
     put_val(b, op->in[i]);
   }
   put(b, ")");
-  if (op->nregions) {
-    put(b, " (");
-    for (uint32_t r = 0; r < op->nregions; r++) {
-      put(b, "%s{\n", r ? ", " : "");
-      for (uint32_t k = 0; k < op->regions[r].nblocks; k++) put_block(b, fn, &op->regions[r].blocks[k], indent + 2, true);
-      put(b, "%*s}", indent, "");
-    }
-    put(b, ")");
-  }
-  if (op->nattrs) {
-    put(b, " ");
-    put_dict(b, op->attrs, op->nattrs);
-  }
+  put_regions_attrs(b, fn, op, indent);
   put(b, " : ");
   put_types(b, fn, op->in, op->nin);
   put(b, " -> ");
@@ -373,19 +378,7 @@ void lm_tb_put_op_as(lm_textbuf *b, const lm_func *fn, const lm_op *op, const ch
   put(b, "(");
   for (uint32_t i = 0; i < op->nin; i++) put(b, "%s%%%s%u", i ? ", " : "", prefix, ins[i]);
   put(b, ")");
-  if (op->nregions) {
-    put(b, " (");
-    for (uint32_t r = 0; r < op->nregions; r++) {
-      put(b, "%s{\n", r ? ", " : "");
-      for (uint32_t k = 0; k < op->regions[r].nblocks; k++) put_block(b, fn, &op->regions[r].blocks[k], indent + 2, true);
-      put(b, "%*s}", indent, "");
-    }
-    put(b, ")");
-  }
-  if (op->nattrs) {
-    put(b, " ");
-    put_dict(b, op->attrs, op->nattrs);
-  }
+  put_regions_attrs(b, fn, op, indent);
   put(b, " : (");
   for (uint32_t i = 0; i < op->nin; i++) {
     if (i) put(b, ", ");

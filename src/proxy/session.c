@@ -222,6 +222,13 @@ static void future_put(px_session *s, uint64_t h, int code, const char *msg, loo
   else if (old) pfuture_free(old);
 }
 
+/* A new handle whose future is already done, successfully (deletes, compiles). */
+static uint64_t ready_future(px_session *s) {
+  uint64_t h = new_handle(s);
+  future_put(s, h, PX_OK, NULL, NULL);
+  return h;
+}
+
 /* The future's outcome, waiting for its launch if it has one. */
 static int future_code(pfuture *f) {
   if (f->lf) {
@@ -795,8 +802,7 @@ static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, 
   memcpy(dl, info.devices, sizeof(int32_t) * (size_t)info.num_devices);
   *e = (pexec){.exe = exe, .num_inputs = info.num_inputs, .num_outputs = info.num_outputs,
                .num_devices = info.num_devices, .devices = dl};
-  uint64_t fh = new_handle(s);
-  future_put(s, fh, PX_OK, NULL, NULL);
+  uint64_t fh = ready_future(s);
   Xla__Ifrt__Proxy__CompileResponse *o =
       NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
   o->has_loaded_executable_handle = 1;
@@ -1573,8 +1579,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
         a->b = NULL;
       }
     }
-    uint64_t fh = new_handle(s);
-    future_put(s, fh, PX_OK, NULL, NULL);
+    uint64_t fh = ready_future(s);
     Xla__Ifrt__Proxy__DeleteArrayResponse *o =
         NEW(Xla__Ifrt__Proxy__DeleteArrayResponse, XLA__IFRT__PROXY__DELETE_ARRAY_RESPONSE__INIT);
     o->has_deletion_future_handle = 1;
@@ -1606,8 +1611,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     pexec *e = exec_get(s, q->loaded_executable_delete_request->loaded_executable_handle, &rc);
     if (!e) return rc;
     e->deleted = true;
-    uint64_t fh = new_handle(s);
-    future_put(s, fh, PX_OK, NULL, NULL);
+    uint64_t fh = ready_future(s);
     Xla__Ifrt__Proxy__LoadedExecutableDeleteResponse *o =
         NEW(Xla__Ifrt__Proxy__LoadedExecutableDeleteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_DELETE_RESPONSE__INIT);
     o->has_future_handle = 1;

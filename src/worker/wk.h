@@ -78,6 +78,7 @@ typedef struct wk_program {
   lm_program *prog;            /* the per-device program (lm_spmd_localize'd) */
   struct lm_pjrt_exe *pjrt;    /* backend pjrt: the same program compiled by the plugin (NULL: Loom's
                                   executor runs it: no plugin, collectives, or the plugin refused it) */
+  const struct lm_type *pjrt_results; /* with pjrt: the result types of the program's @main */
   lm_spmd_info *info;
   char *name;
   struct wk_program *next;

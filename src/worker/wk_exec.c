@@ -159,6 +159,11 @@ static void load_done(uv_work_t *req, int status) {
     p->prog = j->prog;
     p->info = j->info;
     p->pjrt = j->pjrt;
+    if (p->pjrt) { /* found once here, not per launch */
+      const lm_module *pm = lm_program_module(p->prog);
+      const lm_func *main = lm_module_func(pm, "main");
+      p->pjrt_results = (main ? main : &pm->funcs[0])->result_types;
+    }
     atomic_init(&p->refs, 1);
     unlist_program(w, p->id);
     p->next = w->programs;
@@ -333,10 +338,7 @@ static void run_task(wk_dev *d, wk_task *t) {
     if (l->coll) lm_spmd_coll_opts(l->coll, &o);
     memset(res, 0, t->nout * sizeof *res);
     if (l->prog->pjrt) { /* device d->idx of the plugin serves Loom's device d->idx */
-      const lm_module *pm = lm_program_module(l->prog->prog);
-      const lm_func *main = lm_module_func(pm, "main");
-      if (!main) main = &pm->funcs[0];
-      rc = lm_pjrt_run(l->prog->pjrt, (int)d->idx, args, nargs, d->dev, main->result_types, res, t->nout, &err);
+      rc = lm_pjrt_run(l->prog->pjrt, (int)d->idx, args, nargs, d->dev, l->prog->pjrt_results, res, t->nout, &err);
     } else {
       rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
     }
