@@ -1,7 +1,9 @@
 """Trains an MLP data-parallel across every device of a Loom cluster, on synthetic data, and the
 same training run in plain JAX on one CPU device; prints both final losses.
 
-Each step is one shard_map over a 1-d mesh of all devices: every device takes its slice of the
+It is plain JAX: loom.jax.initialize() points JAX's IFRT proxy backend at the cluster (keeping
+this host's CPU backend for the reference run), so jax.devices() are the cluster's devices and
+the arrays are jax.Arrays. Each step is one jitted shard_map over a 1-d mesh of all devices: every device takes its slice of the
 batch, computes its slice's loss, the batch's loss is their mean (pmean, an all_reduce across
 workers), and the gradient of that mean (summed over devices by another all_reduce) updates
 the replicated parameters with SGD; parameters stay on the cluster between steps
@@ -20,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import loom.jax
-from loom.jax import P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 
 def init_params(key, sizes):
@@ -90,21 +93,24 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-3, help="tolerance between Loom's and JAX's final loss")
     args = ap.parse_args()
 
-    client = loom.jax.initialize(patch_jax=False)
-    n = client.device_count()
+    loom.jax.initialize(keep_cpu=True)  # jax.devices(): the cluster's; jax.devices("cpu"): this host's
+    devices = jax.devices()
+    n = len(devices)
+    cpu0 = jax.devices("cpu")[0]
     if args.batch % n:
         sys.exit(f"train_mlp: --batch {args.batch} does not split over {n} devices")
     d_in, d_out = 16, 4
     sizes = [d_in, args.hidden, args.hidden, d_out]
     batches = 16
     x_all, y_all = synthetic_data(args.seed, batches * args.batch, d_in, d_out)
-    params0 = init_params(jax.random.PRNGKey(args.seed), sizes)
+    with jax.default_device(cpu0):
+        params0 = jax.device_get(init_params(jax.random.PRNGKey(args.seed), sizes))
     lr = np.float32(args.lr)
     print(f"MLP {sizes}, {args.steps} steps of SGD (lr {args.lr}), global batch {args.batch} "
           f"over {n} Loom devices ({args.batch // n} per device)")
 
     # Data-parallel on the cluster: a shard_map over all devices; gradients averaged with pmean.
-    mesh = loom.jax.make_mesh((n,), ("data",))
+    mesh = Mesh(np.array(devices), ("data",))
 
     def dp_step(params, x, y):
         # The batch's loss is the mean of the devices' losses (pmean: an all_reduce). Its gradient
@@ -116,18 +122,18 @@ def main():
         loss, grads = jax.value_and_grad(batch_loss)(params)
         return sgd(params, grads, lr), loss
 
-    step = loom.jax.shard_map(dp_step, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=(P(), P()))
-    replicated = loom.jax.NamedSharding(mesh, P())
-    params = jax.tree_util.tree_map(lambda a: loom.jax.put(np.asarray(a), replicated), params0)
-    data = loom.jax.NamedSharding(mesh, P("data"))
+    step = jax.jit(jax.shard_map(dp_step, mesh=mesh, in_specs=(P(), P("data"), P("data")),
+                                 out_specs=(P(), P())))
+    params = jax.device_put(params0, NamedSharding(mesh, P()))
+    data = NamedSharding(mesh, P("data"))
 
     losses = []
     bar = Progress(args.steps, "loom")
     t0 = time.monotonic()
     for i in range(args.steps):
         b = i % batches
-        xb = loom.jax.put(x_all[b * args.batch:(b + 1) * args.batch], data)
-        yb = loom.jax.put(y_all[b * args.batch:(b + 1) * args.batch], data)
+        xb = jax.device_put(x_all[b * args.batch:(b + 1) * args.batch], data)
+        yb = jax.device_put(y_all[b * args.batch:(b + 1) * args.batch], data)
         params, loss = step(params, xb, yb)
         losses.append(loss)
         if (i + 1) % 10 == 0 or i + 1 == args.steps:
@@ -137,19 +143,18 @@ def main():
 
     # The same run in plain JAX on one CPU device.
     @jax.jit
-    def ref_step(params, x, y):
+    def ref_step(params, x, y):  # runs on cpu0, where its inputs are
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         return sgd(params, grads, lr), loss
 
-    cpu0 = jax.devices("cpu")[0]
     ref_params = jax.device_put(params0, cpu0)
     ref_losses = []
     bar = Progress(args.steps, "jax ")
     t0 = time.monotonic()
     for i in range(args.steps):
         b = i % batches
-        ref_params, loss = ref_step(ref_params, x_all[b * args.batch:(b + 1) * args.batch],
-                                    y_all[b * args.batch:(b + 1) * args.batch])
+        ref_params, loss = ref_step(ref_params, jax.device_put(x_all[b * args.batch:(b + 1) * args.batch], cpu0),
+                                    jax.device_put(y_all[b * args.batch:(b + 1) * args.batch], cpu0))
         ref_losses.append(loss)
         if (i + 1) % 10 == 0 or i + 1 == args.steps:
             bar.update(i + 1, float(loss))

@@ -35,8 +35,9 @@ echo; echo "== loom run examples/distributed_sum.mlir      (jax.pmap(lambda v: l
 "$loom" run "$src/examples/distributed_sum.mlir"
 echo; echo "== loom run examples/distributed_psum.mlir --input 0=examples/arange8.npy      (psum(v * v) across both workers)"
 "$loom" run "$src/examples/distributed_psum.mlir" --input "0=$src/examples/arange8.npy"
-echo; echo "== python examples/tpu_workload.py      (the how-to's JAX program, run on the cluster by loom.jax)"
-"${PYTHON:-python3}" "$src/examples/tpu_workload.py"
+echo; echo "== python examples/tpu_workload.py      (the how-to's JAX program; loom.jax.initialize() points JAX at the proxy)"
+"${PYTHON:-python3}" "$src/examples/tpu_workload.py" 2> "$state/loom-jax-client.log" ||
+  { cat "$state/loom-jax-client.log" >&2; exit 1; }
 echo; echo "== JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://127.0.0.1:$proxy_port python examples/proxy/tpu_workload.py      (the how-to unchanged: pathwaysutils, the IFRT proxy)"
 JAX_PLATFORMS=proxy JAX_BACKEND_TARGET="grpc://127.0.0.1:$proxy_port" IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true \
   "${PYTHON:-python3}" "$src/examples/proxy/tpu_workload.py" 2> "$state/proxy-client.log" ||

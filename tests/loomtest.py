@@ -5,6 +5,7 @@ Importable as `loomtest` from any test directory: pytest puts tests/ on sys.path
 tests/conftest.py (the rootdir's pytest.ini makes it a conftest of every test file)."""
 import os
 import signal
+import socket
 import subprocess
 import time
 from contextlib import contextmanager
@@ -23,6 +24,13 @@ def run_loom(*args, timeout=60, check=False, env=None):
     if check and r.returncode != 0:
         raise AssertionError(f"loom {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(cond, timeout, interval=0.05, what="condition"):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loomtest import SOURCE_DIR, run_loom, time_limit
+from loomtest import SOURCE_DIR, free_port, run_loom, time_limit
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("pathwaysutils")
@@ -24,12 +24,6 @@ from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
 CAPTURE = SOURCE_DIR / "tests" / "data" / "ifrt-proxy" / "seed"
 SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
 JAX_TIMEOUT = 240
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loomtest import BUILD_DIR, SOURCE_DIR, run_loom, time_limit, wait_for  # noqa: F401 (for the tests)
+from loomtest import BUILD_DIR, SOURCE_DIR, free_port, run_loom, time_limit, wait_for  # noqa: F401 (for the tests)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
@@ -38,11 +38,13 @@ if "LOOM_BUILD_DIR" in os.environ and _build_info is not None and \
 class LocalCluster:
     """A cluster started with `loom up --detach` in its own state directory."""
 
-    def __init__(self, state_dir, workers=2, devices_per_worker=4, device_memory=None):
+    def __init__(self, state_dir, workers=2, devices_per_worker=4, device_memory=None, proxy=False):
         self.state = Path(state_dir)
-        self.env = {k: v for k, v in os.environ.items() if k != "LOOM_CONTROLLER"}
+        self.env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "JAX_BACKEND_TARGET")}
         self.env["LOOM_STATE_DIR"] = str(self.state)
         args = ["up", "--detach", "--workers", str(workers), "--devices-per-worker", str(devices_per_worker)]
+        if proxy:  # an IFRT proxy on a free port (the tests' default, LOOM_PROXY_PORT=0, starts none)
+            args += ["--proxy-port", str(free_port())]
         if device_memory:
             args += ["--device-memory", str(device_memory)]
         self.up_output = run_loom(*args, env=self.env, timeout=90, check=True).stdout

@@ -1,16 +1,22 @@
-"""loom.jax: JAX functions on a Loom cluster. jit, pmap and shard_map lower the function with the
-installed JAX (for CPU), Loom compiles the StableHLO once per input signature, and each call
-launches it on the cluster's devices and returns lazy loom.Arrays (their .numpy(), printing or
-np.asarray fetch the values).
+"""loom.jax: JAX on a Loom cluster, two ways.
+
+initialize() points JAX's own IFRT proxy backend at the cluster's proxy (what JAX_PLATFORMS=proxy
+and pathwaysutils.initialize() do): unmodified JAX code then runs on the cluster with real
+jax.Arrays. That is the way to run JAX programs; the rest of this module is the older way.
+
+jit, pmap and shard_map here lower the function with the installed JAX (for CPU), Loom compiles
+the StableHLO once per input signature, and each call launches it through Loom's own client and
+returns lazy loom.Arrays (their .numpy(), printing or np.asarray fetch the values).
 
 Devices: JAX lowers against its own CPU devices, one per cluster device: JAX's CPU device k
 stands for Loom's virtual device k (so a jax.sharding.Mesh, NamedSharding or PartitionSpec over
 those CPU devices names cluster devices). That needs JAX configured with as many CPU devices as
-the cluster has *before* JAX's backend starts: initialize() (or the first use of this module)
-does it; when JAX has already started with fewer, the functions that need them say so.
+the cluster has *before* JAX's backend starts: initialize(patch_jax=False) (or the first use of
+these functions) does it; when JAX has already started with fewer, the functions that need them
+say so.
 
     import loom.jax
-    loom.jax.initialize()                  # connect; jax.devices()/jax.pmap now use the cluster
+    loom.jax.initialize(patch_jax=False)   # connect the client loom.jax's functions use
     mesh = loom.jax.make_mesh((2, 4), ("x", "y"))
     f = loom.jax.shard_map(body, mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
     y = f(x)                               # loom.Array; y.numpy() waits and fetches
@@ -36,7 +42,7 @@ from .. import errors
 from ..client import Array, Client
 from ..sharding import Sharding
 
-__all__ = ["initialize", "client", "devices", "device_count", "Mesh", "make_mesh", "jit", "pmap", "shard_map", "put",
+__all__ = ["initialize", "use_proxy", "client", "devices", "device_count", "Mesh", "make_mesh", "jit", "pmap", "shard_map", "put",
            "device_put", "NamedSharding", "PartitionSpec", "P", "cpu_device", "loom_device"]
 
 NamedSharding = jax.sharding.NamedSharding
@@ -100,18 +106,98 @@ def _need_cpu_devices(n):
     return cpus
 
 
-def initialize(address=None, *, patch_jax=True, timeout=30.0):
-    """Connects the default client (address as for loom.connect), gives JAX one CPU device per
-    cluster device, and with patch_jax (default) routes jax.devices(), jax.device_count(),
-    jax.local_devices(), jax.local_device_count() and jax.pmap to the cluster, so programs
-    written for a single-controller runtime run as they are. Returns the client."""
+def initialize(address=None, *, proxy=None, keep_cpu=False, patch_jax=None, timeout=30.0):
+    """Points JAX at the cluster. By default (patch_jax None) this is a thin helper: JAX's own
+    IFRT proxy backend is aimed at the cluster's proxy (`proxy` as "HOST:PORT" or
+    "grpc://HOST:PORT"; else $JAX_BACKEND_TARGET; else, when address and $LOOM_CONTROLLER are
+    unset, the proxy the local `loom up` started), exactly what JAX_PLATFORMS=proxy and
+    pathwaysutils.initialize() do. Plain jax.devices(), jax.jit, jax.pmap and NamedSharding then
+    run on the cluster and return real jax.Arrays. keep_cpu also keeps JAX's CPU backend
+    (jax.devices("cpu"): this host's CPU, for reference runs beside the cluster's). Returns the
+    proxy target ("grpc://...").
+
+    The fallback, used when no proxy is found or JAX's backend has already started (it cannot be
+    switched then), and chosen explicitly with patch_jax=True or False: connect the default Loom
+    client (address as for loom.connect), give JAX one CPU device per cluster device and, with
+    patch_jax, route jax.devices(), jax.device_count(), jax.local_devices(),
+    jax.local_device_count() and jax.pmap to the cluster (results are loom.Arrays). Returns the
+    Client. The fallback warns (RuntimeWarning) when the default chose it."""
+    if patch_jax is None:
+        target, why = _proxy_target(address, proxy)
+        if target is not None and not _backends_started():
+            return use_proxy(target, keep_cpu=keep_cpu)
+        if target is not None:
+            why = ("JAX's backend had already started, so it cannot be pointed at the IFRT proxy "
+                   f"{target} (call loom.jax.initialize() before the first JAX computation)")
+        if proxy is not None:
+            raise RuntimeError(f"loom.jax.initialize: {why}")
+        warnings.warn(f"loom.jax.initialize: {why}; falling back to loom.jax's patched jax.devices()/jax.pmap "
+                      f"(results are loom.Arrays)", RuntimeWarning, stacklevel=2)
+        patch_jax = True
+    return _initialize_client(address, patch_jax, timeout)
+
+
+def use_proxy(target, *, keep_cpu=False):
+    """Makes JAX's "proxy" backend (jaxlib's IFRT proxy client) its default and only one (with
+    keep_cpu, CPU as a second) and aims it at target ("HOST:PORT" or "grpc://HOST:PORT"). Must
+    run before JAX's backend starts. Loom's proxy
+    speaks plain HTTP/2 (no TLS), so IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS is set unless the
+    environment already sets it. Returns the target."""
+    from jax.extend import backend
+    from jax.extend.backend import ifrt_proxy
+    if _backends_started():
+        raise RuntimeError("loom.jax.use_proxy: JAX's backend has already started; call it before the first "
+                           "JAX computation")
+    if "://" not in target:
+        target = "grpc://" + target
+    os.environ.setdefault("IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS", "true")
+
+    def make_client():
+        return ifrt_proxy.get_client(target, ifrt_proxy.ClientConnectionOptions())
+
+    jax.config.update("jax_platforms", "proxy,cpu" if keep_cpu else "proxy")
+    jax.config.update("jax_backend_target", target)
+    backend.register_backend_factory("proxy", make_client, priority=-1)
+    return target
+
+
+def _state_dir():
+    d = os.environ.get("LOOM_STATE_DIR")
+    if d:
+        return d
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(run, "loom") if run else f"/tmp/loom-{os.getuid()}"
+
+
+def _proxy_target(address, proxy):
+    """(target, None), or (None, why no proxy was found)."""
+    if proxy:
+        return proxy, None
+    env = os.environ.get("JAX_BACKEND_TARGET")
+    if env:
+        return env, None
+    if address is not None or os.environ.get("LOOM_CONTROLLER"):
+        return None, ("no IFRT proxy was named for that cluster (pass proxy=\"HOST:PORT\" or set "
+                      "JAX_BACKEND_TARGET)")
+    state = os.path.join(_state_dir(), "cluster")
+    try:
+        with open(state) as f:
+            rec = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    except OSError:
+        return None, f"no local cluster is running ({state} does not exist; start one with `loom up`)"
+    if not rec.get("proxy"):
+        return None, "the local cluster runs no IFRT proxy (`loom up --proxy-port 0`, or its port was taken)"
+    return rec["proxy"], None
+
+
+def _initialize_client(address, patch_jax, timeout):
     global _default
     with _lock:
         if _default is None or _default.closed:
             _default = Client(address, timeout=timeout, name="python (loom.jax)")
         if not configure_jax(_default.device_count()):
             warnings.warn(f"loom.jax: {_jax_note}; single-device jit works, pmap and shard_map over more "
-                          f"devices will not", RuntimeWarning, stacklevel=2)
+                          f"devices will not", RuntimeWarning, stacklevel=3)
         if patch_jax:
             jax.devices, jax.device_count = devices, device_count
             jax.local_devices, jax.local_device_count = _local_devices, _local_device_count
@@ -123,7 +209,7 @@ def client():
     """The default client (connected by initialize(), or on first use)."""
     c = _default
     if c is None or c.closed:
-        c = initialize(patch_jax=False)
+        c = _initialize_client(None, False, 30.0)
     return c
 
 
