@@ -546,6 +546,13 @@ static int array_add(px_session *s, uint64_t h, parray *a) {
   return 0;
 }
 
+/* The Loom shard slot of sharding sh held by device dev, or -1. */
+static int32_t slot_of(const loom_sharding *sh, int32_t dev) {
+  for (int32_t k = 0; k < sh->num_devices; k++)
+    if (sh->devices[k] == dev) return k;
+  return -1;
+}
+
 /* A view of shard i of a's Loom array (or of a itself when it is one device already). */
 static parray *array_view(px_session *s, parray *a, int32_t i, int *rc) {
   parray *v = calloc(1, sizeof *v);
@@ -1002,8 +1009,14 @@ static int do_disassemble(px_session *s, const Xla__Ifrt__Proxy__DisassembleInto
           XLA__IFRT__PROXY__DISASSEMBLE_INTO_SINGLE_DEVICE_ARRAYS_RESPONSE__INIT);
   o->n_array_handles = (size_t)n;
   o->array_handles = ARR(uint64_t, n);
+  loom_sharding sh = {.struct_size = sizeof sh};
+  if (a->shard < 0) loom_array_sharding(a->b->arr, &sh);
   for (int32_t i = 0; i < n; i++) {
-    parray *v = array_view(s, a, i, &rc);
+    /* result i is the shard on the i-th device of the client's list (Loom's shards are in
+     * tile order, which differs where the mesh axes are transposed) */
+    int32_t slot = a->shard >= 0 ? 0 : i < a->nilist ? slot_of(&sh, a->ilist[i]) : -1;
+    if (slot < 0) return fail(s, PX_INTERNAL, "Disassemble: the array has no shard on its device %d", i);
+    parray *v = array_view(s, a, slot, &rc);
     if (!v) return rc;
     uint64_t h = q->n_result_handles ? q->result_handles[i] : new_handle(s);
     if ((rc = array_add(s, h, v)) != 0) return rc;
@@ -1450,6 +1463,263 @@ static int do_assemble(px_session *s, const Xla__Ifrt__Proxy__AssembleArrayFromS
   return 0;
 }
 
+/* ---- arrays remade under a new spec: ReshardArrays, BitcastArrays, RemapArrays, MakeErrorArrays ---- */
+
+/* With DONATE_INPUT the input is gone once its successor exists (as DeleteArray leaves it). */
+static void donate_input(parray *a, int sem) {
+  if (sem != XLA__IFRT__PROTO__ARRAY_COPY_SEMANTICS__ARRAY_COPY_SEMANTICS_DONATE_INPUT || a->deleted) return;
+  a->deleted = true;
+  base_unref(a->b);
+  a->b = NULL;
+}
+
+/* A new array under spec holding bytes[0..n) (the whole array, row-major); *h: the handle. */
+static int put_under_spec(px_session *s, const Xla__Ifrt__ArraySpecProto *spec, const parray *like,
+                          const uint8_t *bytes, size_t n, bool same_type, uint64_t *h, const char *what) {
+  parray t;
+  size_t want;
+  int rc = parse_type(s, spec->dtype, spec->shape, &t, &want, what);
+  if (rc) return rc;
+  if (same_type && (t.dtype != like->dtype || t.rank != like->rank ||
+                    memcmp(t.dims, like->dims, sizeof(int64_t) * (size_t)t.rank)))
+    return fail(s, PX_INVALID_ARGUMENT, "%s: the new spec changes the array's dtype or shape", what);
+  if (want != n)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: the new spec holds %zu bytes, the array %zu", what, want, n);
+  int32_t *dv = malloc(sizeof(int32_t) * 8192), nlist = 0;
+  if (!dv) return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  loom_sharding sh;
+  rc = sharding_from_proto(s, spec->sharding, t.rank, &sh, dv, 4096, dv + 4096, &nlist);
+  loom_array *arr = NULL;
+  if (!rc) {
+    loom_put_args pa;
+    loom_put_args_initialize(&pa);
+    pa.dtype = t.dtype;
+    pa.rank = t.rank;
+    pa.dims = t.dims;
+    pa.sharding = &sh;
+    pa.data = bytes;
+    pa.data_size = n;
+    int st = loom_array_put(s->client, &pa, &arr);
+    if (st != LOOM_OK) rc = loom_fail(s, st, what);
+  }
+  if (!rc) rc = add_new_array(s, &t, arr, h, dv + 4096, nlist);
+  free(dv);
+  return rc;
+}
+
+/* ReshardArrays (pathwaysutils.reshard) and BitcastArrays: each array's values under a new spec,
+ * same dtype and shape (reshard) or the same bytes reinterpreted (bitcast). The data passes
+ * through the proxy (get, then put). */
+static int remake_arrays(px_session *s, const uint64_t *in, size_t n_in, Xla__Ifrt__ArraySpecProto *const *specs,
+                         size_t n_specs, const uint64_t *res, size_t n_res, int sem, bool same_type,
+                         uint64_t **out, const char *what) {
+  if (n_specs != n_in || (n_res && n_res != n_in))
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu arrays, %zu specs, %zu result handles", what, n_in, n_specs, n_res);
+  *out = ARR(uint64_t, n_in ? n_in : 1);
+  for (size_t i = 0; i < n_in; i++) {
+    int rc = 0;
+    parray *a = array_get(s, in[i], &rc);
+    if (!a) return rc;
+    if (!specs[i]) return fail(s, PX_INVALID_ARGUMENT, "%s: array %zu has no spec", what, i);
+    size_t n = 0;
+    uint8_t *buf = fetch(s, a, &n, &rc);
+    if (!buf) return rc;
+    uint64_t h = n_res ? res[i] : 0;
+    rc = put_under_spec(s, specs[i], a, buf, n, same_type, &h, what);
+    free(buf);
+    if (rc) return rc;
+    donate_input(a, sem);
+    (*out)[i] = h;
+  }
+  return 0;
+}
+
+/* The bytes of a shard of a Loom array under sharding sh with global dims (each dim split
+ * evenly over its mesh axes). */
+static size_t shard_bytes(const loom_sharding *sh, loom_dtype dt, int32_t rank, const int64_t *dims) {
+  size_t n = dtype_size(dt);
+  for (int32_t d = 0; d < rank; d++) {
+    int64_t parts = 1;
+    for (int k = 0; k < LOOM_MAX_MESH_AXES && sh->dim_axes[d][k] >= 0; k++) parts *= sh->mesh_shape[sh->dim_axes[d][k]];
+    n *= (size_t)(dims[d] / (parts ? parts : 1));
+  }
+  return n;
+}
+
+typedef struct remap_out {
+  parray t;
+  loom_sharding sh;
+  int32_t *dv;        /* [8192]: the sharding's devices, then the IFRT list (dv + 4096) */
+  int32_t nlist;
+  size_t sbytes;      /* bytes of each of its shards */
+  uint8_t **shard;    /* [num_devices]: the data of Loom shard slot k */
+} remap_out;
+
+/* RemapArrays (pathwaysutils' split_by_mesh_axis / concatenate_by_mesh_axis): output arrays made
+ * of the input arrays' shards, moved whole between arrays. Mapping m takes the shards at IFRT
+ * list positions from_start:from_end:from_step of input in_array to positions
+ * to_start:to_end:to_step of output out_array (one or more such intervals each, paired in
+ * order). Every output shard must be given, by a shard of the same size on the same device. The
+ * shards pass through the proxy (get, then put). */
+static int do_remap(px_session *s, const Xla__Ifrt__Proxy__RemapArraysRequest *q, Resp *r) {
+  const char *what = "RemapArrays";
+  const Xla__Ifrt__RemapPlanProto *p = q->plan;
+  if (!p) return fail(s, PX_INVALID_ARGUMENT, "%s without a plan", what);
+  if (p->n_input_specs != q->n_array_handles)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: the plan takes %zu arrays, %zu given", what, p->n_input_specs,
+                q->n_array_handles);
+  if (q->n_result_handles && q->n_result_handles != p->n_output_specs)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu result handles for %zu outputs", what, q->n_result_handles,
+                p->n_output_specs);
+  if (p->n_output_specs == 0 || p->n_output_specs > 4096)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu outputs", what, p->n_output_specs);
+  int rc = 0;
+  size_t no = p->n_output_specs;
+  remap_out *os = calloc(no, sizeof *os);
+  if (!os) return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t m = 0; m < no && !rc; m++) {
+    remap_out *o = &os[m];
+    size_t want;
+    if (!p->output_specs[m]) rc = fail(s, PX_INVALID_ARGUMENT, "%s: output %zu has no spec", what, m);
+    if (!rc) rc = parse_type(s, p->output_specs[m]->dtype, p->output_specs[m]->shape, &o->t, &want, what);
+    if (!rc && !(o->dv = malloc(sizeof(int32_t) * 8192))) rc = fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+    if (!rc) rc = sharding_from_proto(s, p->output_specs[m]->sharding, o->t.rank, &o->sh, o->dv, 4096, o->dv + 4096,
+                                      &o->nlist);
+    if (!rc && !(o->shard = calloc((size_t)o->sh.num_devices, sizeof *o->shard)))
+      rc = fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+    if (!rc) o->sbytes = shard_bytes(&o->sh, o->t.dtype, o->t.rank, o->t.dims);
+  }
+  for (size_t k = 0; k < p->n_mappings && !rc; k++) {
+    const Xla__Ifrt__RemapPlanProto__MappingProto *mp = p->mappings[k];
+    if (mp->in_array < 0 || (size_t)mp->in_array >= q->n_array_handles || mp->out_array < 0 ||
+        (size_t)mp->out_array >= no) {
+      rc = fail(s, PX_INVALID_ARGUMENT, "%s: mapping %zu names input %d, output %d", what, k, mp->in_array,
+                mp->out_array);
+      break;
+    }
+    size_t ni = mp->n_from_start;
+    if (mp->n_from_end != ni || mp->n_from_step != ni || mp->n_to_start != ni || mp->n_to_end != ni ||
+        mp->n_to_step != ni) {
+      rc = fail(s, PX_INVALID_ARGUMENT, "%s: mapping %zu has intervals of unequal counts", what, k);
+      break;
+    }
+    parray *a = array_get(s, q->array_handles[mp->in_array], &rc);
+    if (!a) break;
+    remap_out *o = &os[mp->out_array];
+    loom_sharding ish = {.struct_size = sizeof ish};
+    if (a->shard < 0) loom_array_sharding(a->b->arr, &ish);
+    for (size_t iv = 0; iv < ni && !rc; iv++) {
+      int64_t f = mp->from_start[iv], fe = mp->from_end[iv], fs = mp->from_step[iv];
+      int64_t t = mp->to_start[iv], te = mp->to_end[iv], ts = mp->to_step[iv];
+      if (fs < 1 || ts < 1 || f < 0 || t < 0 || fe > a->nilist || te > o->nlist) {
+        rc = fail(s, PX_INVALID_ARGUMENT, "%s: mapping %zu interval %zu is out of range", what, k, iv);
+        break;
+      }
+      for (; f < fe && t < te && !rc; f += fs, t += ts) {
+        int32_t dev = a->ilist[f], oslot = slot_of(&o->sh, o->dv[4096 + t]);
+        if (dev != o->dv[4096 + t] || oslot < 0) {
+          rc = fail(s, PX_INVALID_ARGUMENT, "%s: shard %" PRId64 " of input %d is on device %d, output %d's shard %"
+                    PRId64 " on device %d (remapping moves no data between devices)", what, f, mp->in_array, dev,
+                    mp->out_array, t, o->dv[4096 + t]);
+          break;
+        }
+        int32_t islot = a->shard < 0 ? slot_of(&ish, dev) : a->shard;
+        loom_shard_desc d = {.struct_size = sizeof d};
+        if (islot < 0 || loom_array_shard_info(a->b->arr, islot, &d) != LOOM_OK) {
+          rc = fail(s, PX_INTERNAL, "%s: input %d has no shard on device %d", what, mp->in_array, dev);
+          break;
+        }
+        size_t nb = dtype_size(a->dtype);
+        for (int32_t j = 0; j < d.rank; j++) nb *= (size_t)d.dims[j];
+        if (a->dtype != o->t.dtype || nb != o->sbytes) {
+          rc = fail(s, PX_INVALID_ARGUMENT, "%s: a %zu-byte shard of input %d cannot be a %zu-byte shard of output %d",
+                    what, nb, mp->in_array, o->sbytes, mp->out_array);
+          break;
+        }
+        if (o->shard[oslot]) continue; /* given twice: the first one stands */
+        if (!(o->shard[oslot] = malloc(nb ? nb : 1))) {
+          rc = fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+          break;
+        }
+        int st = loom_array_get_shard(a->b->arr, islot, o->shard[oslot], nb);
+        if (st != LOOM_OK) rc = loom_fail(s, st, what);
+      }
+      if (!rc && (f < fe) != (t < te))
+        rc = fail(s, PX_INVALID_ARGUMENT, "%s: mapping %zu interval %zu pairs intervals of unequal lengths", what, k, iv);
+    }
+  }
+  Xla__Ifrt__Proxy__RemapArraysResponse *resp = NULL;
+  if (!rc) {
+    resp = NEW(Xla__Ifrt__Proxy__RemapArraysResponse, XLA__IFRT__PROXY__REMAP_ARRAYS_RESPONSE__INIT);
+    resp->n_array_handles = no;
+    resp->array_handles = ARR(uint64_t, no);
+  }
+  for (size_t m = 0; m < no && !rc; m++) {
+    remap_out *o = &os[m];
+    for (int32_t k = 0; k < o->sh.num_devices && !rc; k++)
+      if (!o->shard[k]) rc = fail(s, PX_INVALID_ARGUMENT, "%s: no shard is mapped to device %d of output %zu", what,
+                                  o->sh.devices[k], m);
+    loom_array *arr = NULL;
+    if (!rc) {
+      loom_put_args pa;
+      loom_put_args_initialize(&pa);
+      pa.dtype = o->t.dtype;
+      pa.rank = o->t.rank;
+      pa.dims = o->t.dims;
+      pa.sharding = &o->sh;
+      pa.shard_data = (const void **)o->shard;
+      int st = loom_array_put(s->client, &pa, &arr);
+      if (st != LOOM_OK) rc = loom_fail(s, st, what);
+    }
+    uint64_t h = q->n_result_handles ? q->result_handles[m] : 0;
+    if (!rc) rc = add_new_array(s, &o->t, arr, &h, o->dv + 4096, o->nlist);
+    if (!rc) resp->array_handles[m] = h;
+  }
+  for (size_t m = 0; m < no; m++) {
+    for (int32_t k = 0; os[m].shard && k < os[m].sh.num_devices; k++) free(os[m].shard[k]);
+    free(os[m].shard);
+    free(os[m].dv);
+  }
+  free(os);
+  if (rc) return rc;
+  for (size_t i = 0; i < q->n_array_handles; i++) {
+    parray *a = pm_get(&s->arrays, q->array_handles[i]);
+    if (a) donate_input(a, q->copy_semantics);
+  }
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_REMAP_ARRAYS_RESPONSE;
+  r->remap_arrays_response = resp;
+  return 0;
+}
+
+/* MakeErrorArrays: arrays whose every use fails with the given error. */
+static int do_make_error_arrays(px_session *s, const Xla__Ifrt__Proxy__MakeErrorArraysRequest *q, Resp *r) {
+  if (q->n_array_handles && q->n_array_handles != q->n_array_specs)
+    return fail(s, PX_INVALID_ARGUMENT, "MakeErrorArrays: %zu handles for %zu specs", q->n_array_handles,
+                q->n_array_specs);
+  int code = q->error && q->error->has_code && q->error->code != 0 ? (int)q->error->code : PX_UNKNOWN;
+  const char *msg = q->error && q->error->message ? q->error->message : "an error array (MakeErrorArrays)";
+  Xla__Ifrt__Proxy__MakeErrorArraysResponse *o =
+      NEW(Xla__Ifrt__Proxy__MakeErrorArraysResponse, XLA__IFRT__PROXY__MAKE_ERROR_ARRAYS_RESPONSE__INIT);
+  o->n_array_handles = q->n_array_specs;
+  o->array_handles = ARR(uint64_t, q->n_array_specs ? q->n_array_specs : 1);
+  for (size_t i = 0; i < q->n_array_specs; i++) {
+    parray *a = calloc(1, sizeof *a);
+    if (!a || !(a->errmsg = strdup(msg))) {
+      free(a);
+      return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    a->err = code;
+    a->shard = -1;
+    uint64_t h = q->n_array_handles ? q->array_handles[i] : new_handle(s);
+    int rc = array_add(s, h, a);
+    if (rc) return rc;
+    o->array_handles[i] = h;
+  }
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_MAKE_ERROR_ARRAYS_RESPONSE;
+  r->make_error_arrays_response = o;
+  return 0;
+}
+
 /* GetDefaultDeviceAssignment: devices 0.. in order, replica-major (replica r, partition p ->
  * device r * num_partitions + p). */
 static int do_default_assignment(px_session *s, const Xla__Ifrt__Proxy__GetDefaultDeviceAssignmentRequest *q,
@@ -1632,6 +1902,35 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     r->loaded_executable_is_deleted_response = o;
     return 0;
   }
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_RESHARD_ARRAYS_REQUEST: {
+    const Xla__Ifrt__Proxy__ReshardArraysRequest *x = q->reshard_arrays_request;
+    Xla__Ifrt__Proxy__ReshardArraysResponse *o =
+        NEW(Xla__Ifrt__Proxy__ReshardArraysResponse, XLA__IFRT__PROXY__RESHARD_ARRAYS_RESPONSE__INIT);
+    int rc = remake_arrays(s, x->array_handles, x->n_array_handles, x->array_specs, x->n_array_specs,
+                           x->result_handles, x->n_result_handles, x->copy_semantics, true, &o->array_handles,
+                           "ReshardArrays");
+    if (rc) return rc;
+    o->n_array_handles = x->n_array_handles;
+    r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_RESHARD_ARRAYS_RESPONSE;
+    r->reshard_arrays_response = o;
+    return 0;
+  }
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_BITCAST_ARRAYS_REQUEST: {
+    const Xla__Ifrt__Proxy__BitcastArraysRequest *x = q->bitcast_arrays_request;
+    Xla__Ifrt__Proxy__BitcastArraysResponse *o =
+        NEW(Xla__Ifrt__Proxy__BitcastArraysResponse, XLA__IFRT__PROXY__BITCAST_ARRAYS_RESPONSE__INIT);
+    int rc = remake_arrays(s, x->array_handles, x->n_array_handles, x->array_specs, x->n_array_specs,
+                           x->result_handles, x->n_result_handles, x->copy_semantics, false, &o->array_handles,
+                           "BitcastArrays");
+    if (rc) return rc;
+    o->n_array_handles = x->n_array_handles;
+    r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_BITCAST_ARRAYS_RESPONSE;
+    r->bitcast_arrays_response = o;
+    return 0;
+  }
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_REMAP_ARRAYS_REQUEST: return do_remap(s, q->remap_arrays_request, r);
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ERROR_ARRAYS_REQUEST:
+    return do_make_error_arrays(s, q->make_error_arrays_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_GET_DEFAULT_LAYOUT_REQUEST:
     return fail(s, PX_UNIMPLEMENTED, "get_default_layout_request: Loom uses the default (row-major) layouts");
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST__NOT_SET:
@@ -1669,6 +1968,18 @@ static void error_arrays(px_session *s, const Req *q, int code) {
     break;
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_FULLY_REPLICATED_SHARD_REQUEST:
     one = q->fully_replicated_shard_request->result_handle;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_RESHARD_ARRAYS_REQUEST:
+    hs = q->reshard_arrays_request->result_handles;
+    n = q->reshard_arrays_request->n_result_handles;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_BITCAST_ARRAYS_REQUEST:
+    hs = q->bitcast_arrays_request->result_handles;
+    n = q->bitcast_arrays_request->n_result_handles;
+    break;
+  case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_REMAP_ARRAYS_REQUEST:
+    hs = q->remap_arrays_request->result_handles;
+    n = q->remap_arrays_request->n_result_handles;
     break;
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_LOADED_EXECUTABLE_EXECUTE_REQUEST: {
     const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *e = q->loaded_executable_execute_request;

@@ -142,6 +142,83 @@ def test_jax_random_through_the_proxy(cluster, tmp_path):
     assert all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(got, want)) and len(got) == 4, (got, want)
 
 
+def test_pathwaysutils_reshard_split_concatenate(cluster, tmp_path):
+    """pathwaysutils.reshard (ReshardArrays, donation too), split_by_mesh_axis and
+    concatenate_by_mesh_axis (RemapArrays) through the proxy: values and shardings as asked; each
+    shard of an array over transposed mesh axes holds its own slice (Disassemble once returned
+    the shards in tile order, not the client's device order)."""
+    script = tmp_path / "remap.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "from pathwaysutils import reshard as rs\n"
+        "from pathwaysutils.experimental import split_by_mesh_axis as sbm, concatenate_by_mesh_axis as cbm\n"
+        "mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ('x', 'y'))\n"
+        "x = np.arange(64, dtype=np.float32).reshape(8, 8)\n"
+        "a = jax.device_put(x, NamedSharding(mesh, P('x', 'y')))\n"
+        "b = rs.reshard(a, NamedSharding(mesh, P('y', 'x')))\n"
+        "print('reshard:', np.array_equal(np.asarray(b), x), b.sharding.spec,\n"
+        "      [s.data.shape for s in b.addressable_shards][:1], a.is_deleted())\n"
+        "t = jax.device_put(x, NamedSharding(mesh, P('y', 'x')))  # mesh axes transposed: shards not in device order\n"
+        "print('shards:', all(np.array_equal(np.asarray(s.data), x[s.index]) for s in t.addressable_shards),\n"
+        "      all(np.array_equal(np.asarray(s.data), x[s.index]) for s in b.addressable_shards))\n"
+        "c = rs.reshard(b, NamedSharding(mesh, P(None, 'y')), donate=True)\n"
+        "print('donated:', b.is_deleted(), np.array_equal(np.asarray(c), x))\n"
+        "lo, hi = sbm.split_by_mesh_axis(a, 'x')\n"
+        "print('split:', np.array_equal(np.asarray(lo), x[:4]), np.array_equal(np.asarray(hi), x[4:]),\n"
+        "      sorted(d.id for d in lo.devices()), sorted(d.id for d in hi.devices()))\n"
+        "r = jax.device_put(x, NamedSharding(mesh, P(None, 'y')))\n"
+        "r0, r1 = sbm.split_by_mesh_axis(r, 'x')\n"
+        "print('replicated:', np.array_equal(np.asarray(r0), x), np.array_equal(np.asarray(r1), x))\n"
+        "whole = cbm.concatenate_by_mesh_axis([lo, hi], 'x')\n"
+        "print('concat:', np.array_equal(np.asarray(whole), x), whole.sharding.spec, len(whole.devices()))\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.splitlines()
+    assert "reshard: True P('y', 'x') [(2, 4)] False" in out, r.stdout + r.stderr
+    assert "shards: True True" in out, r.stdout
+    assert "donated: True True" in out, r.stdout
+    assert "split: True True [0, 1, 2, 3] [4, 5, 6, 7]" in out, r.stdout
+    assert "replicated: True True" in out, r.stdout
+    assert "concat: True P('x', 'y') 8" in out, r.stdout
+
+
+def _varint(v):
+    out = b""
+    while True:
+        b, v = v & 0x7F, v >> 7
+        if not v:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def _msg(num, body):
+    return _varint(num << 3 | 2) + _varint(len(body)) + body
+
+
+def _request(op_id, num, body):
+    return _msg(1, b"\x09" + op_id.to_bytes(8, "little")) + _msg(num, body)
+
+
+def test_make_error_arrays(cluster):
+    """MakeErrorArrays: arrays whose every use fails with the error given; the session goes on."""
+    init = _request(1, 2, b"")
+    # error {code: 9 (FAILED_PRECONDITION), message: "boom"}, two empty specs, handles 5 and 6
+    err = _msg(1, b"\x08\x09" + _msg(2, b"boom")) + _msg(2, b"") + _msg(2, b"") + \
+        _msg(3, (5).to_bytes(8, "little") + (6).to_bytes(8, "little"))
+    make = _request(2, 26, err)
+    use = _request(3, 6, b"\x09" + (77).to_bytes(8, "little") + b"\x11" + (6).to_bytes(8, "little"))
+    with time_limit(60), channel(cluster) as ch:
+        got = list(ch.stream_stream(SERVICE + "IfrtSession")(iter([init, make, use]), metadata=session_metadata(),
+                                                              timeout=30))
+    assert len(got) == 3
+    assert field(field(got[1], 1), 2) is None
+    made = field(got[1], 26)
+    assert made is not None and field(made, 1) == (5).to_bytes(8, "little") + (6).to_bytes(8, "little")
+    st = field(field(got[2], 1), 2)
+    assert field(st, 1) == 9 and b"boom" in field(st, 2)
+
+
 def channel(cluster):
     return grpc.insecure_channel(f"127.0.0.1:{cluster['port']}")
 
