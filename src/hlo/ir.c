@@ -34,6 +34,13 @@ const lm_func *lm_module_func(const lm_module *m, const char *name) {
   return NULL;
 }
 
+bool lm_func_arg_donated(const lm_func *fn, uint32_t i) {
+  if (i >= fn->nargs || fn->arg_attrs[i].kind != LM_ATTR_DICT) return false;
+  const lm_attr *d = &fn->arg_attrs[i];
+  const lm_attr *b = lm_attrs_get(d->fields, d->n, "jax.buffer_donor");
+  return (b && b->kind == LM_ATTR_BOOL && b->i) || lm_attrs_get(d->fields, d->n, "tf.aliasing_output") != NULL;
+}
+
 const lm_attr *lm_attrs_get(const lm_named_attr *attrs, uint32_t n, const char *name) {
   for (uint32_t i = 0; i < n; i++)
     if (strcmp(attrs[i].name, name) == 0) return &attrs[i].value;

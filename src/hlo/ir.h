@@ -206,6 +206,9 @@ typedef struct lm_module {
 
 void lm_module_free(lm_module *m); /* frees the arena and the module itself; NULL is a no-op */
 const lm_func *lm_module_func(const lm_module *m, const char *name);
+/* Whether argument i of fn is donated: JAX marks it `jax.buffer_donor = true` or, when it
+ * aliases an output, `tf.aliasing_output = N`. */
+bool lm_func_arg_donated(const lm_func *fn, uint32_t i);
 const lm_attr *lm_attrs_get(const lm_named_attr *attrs, uint32_t n, const char *name);
 const lm_attr *lm_op_attr(const lm_op *op, const char *name);
 const lm_attr *lm_module_attr(const lm_module *m, const char *name);

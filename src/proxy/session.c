@@ -17,6 +17,8 @@
 #include <time.h>
 #include "common/arena.h"
 #include "common/log.h"
+#include "hlo/ir.h"
+#include "hlo/parse.h"
 #include "loom/loom.h"
 #include "proxy/proxy.h"
 #include "loom/compile_options_subset.pb-c.h"
@@ -129,6 +131,8 @@ typedef struct pexec {
   loom_executable *exe;
   int32_t num_inputs, num_outputs, num_devices;
   int32_t *devices;
+  bool *donated;               /* [num_inputs]: the program donates that input (JAX's donate_argnums) */
+  int32_t num_donated;
   bool deleted;
 } pexec;
 
@@ -197,6 +201,7 @@ static void pexec_free(pexec *e) {
   if (!e) return;
   loom_executable_destroy(e->exe);
   free(e->devices);
+  free(e->donated);
   free(e);
 }
 
@@ -746,6 +751,21 @@ static int do_init(px_session *s, Resp *r) {
   return 0;
 }
 
+/* Which inputs the program donates (its main's argument attributes; Loom compiled it already, so
+ * it parses). Donated inputs are deleted once a launch has taken them, as JAX expects. */
+static void find_donated(pexec *e, const char *prog, size_t len) {
+  lm_module *m = NULL;
+  lm_err err;
+  lm_parse_opts po = {.no_verify = true};
+  if (lm_parse_module(prog, len, &po, &m, &err) != 0) return;
+  const lm_func *fn = lm_module_func(m, "main");
+  if (fn && (int32_t)fn->nargs == e->num_inputs && e->num_inputs > 0 &&
+      (e->donated = calloc((size_t)e->num_inputs, sizeof *e->donated)) != NULL)
+    for (int32_t i = 0; i < e->num_inputs; i++)
+      if ((e->donated[i] = lm_func_arg_donated(fn, (uint32_t)i))) e->num_donated++;
+  lm_module_free(m);
+}
+
 static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
   if (!q->program || !q->program->type_name) return fail(s, PX_INVALID_ARGUMENT, "Compile without a program");
   if (strcmp(q->program->type_name, "xla::ifrt::XlaProgram"))
@@ -809,6 +829,7 @@ static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, 
   memcpy(dl, info.devices, sizeof(int32_t) * (size_t)info.num_devices);
   *e = (pexec){.exe = exe, .num_inputs = info.num_inputs, .num_outputs = info.num_outputs,
                .num_devices = info.num_devices, .devices = dl};
+  find_donated(e, (const char *)q->program->data.data, q->program->data.len);
   uint64_t fh = ready_future(s);
   Xla__Ifrt__Proxy__CompileResponse *o =
       NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
@@ -892,12 +913,38 @@ static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMe
       XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
   o->donated_input_indices = NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__DonatedInputIndices,
                                  XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES__INIT);
+  if (e->num_donated) {
+    o->donated_input_indices->donated_input_indices = ARR(uint32_t, e->num_donated);
+    for (int32_t i = 0; i < e->num_inputs; i++)
+      if (e->donated[i])
+        o->donated_input_indices->donated_input_indices[o->donated_input_indices->n_donated_input_indices++] = (uint32_t)i;
+  }
   o->compiled_memory_stats_oneof_case =
       XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__COMPILED_MEMORY_STATS_ONEOF_COMPILED_MEMORY_STATS_ERROR;
   o->compiled_memory_stats_error = status_proto(s, PX_UNIMPLEMENTED, "not available from Loom");
   r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
   r->loaded_executable_metadata_response = o;
   return 0;
+}
+
+/* The launch has taken its inputs: the donated ones (those the client did not mark
+ * non-donatable) are deleted, as DeleteArray would (the launch still reads them first: Loom
+ * orders a session's deletes after its launches). */
+static void donate_inputs(px_session *s, const pexec *e, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q) {
+  if (!e->num_donated) return;
+  const Xla__Ifrt__ExecuteOptionsProto *xo = q->execute_options;
+  for (int32_t i = 0; i < e->num_inputs; i++) {
+    if (!e->donated[i]) continue;
+    bool keep = false;
+    for (size_t k = 0; xo && k < xo->n_non_donatable_input_indices && !keep; k++)
+      keep = xo->non_donatable_input_indices[k] == i;
+    parray *a = keep ? NULL : pm_get(&s->arrays, q->args_handles[i]);
+    if (a && !a->deleted && !a->err) {
+      a->deleted = true;
+      base_unref(a->b);
+      a->b = NULL;
+    }
+  }
 }
 
 static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q, Resp *r) {
@@ -933,6 +980,7 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
     free(out);
     return rc;
   }
+  donate_inputs(s, e, q);
   Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse *o =
       NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__INIT);
   o->n_outputs = (size_t)e->num_outputs;
