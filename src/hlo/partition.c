@@ -225,7 +225,9 @@ static int vsh_from_attr(pt *P, const lm_attr *sh, const lm_type *t, vsh *s, con
 
 /* ---- per-op rules ---- */
 
-typedef enum rule_kind { R_MAP = 0, R_DOT, R_REDUCE, R_IOTA, R_CONST, R_IDENT, R_SLICE, R_DSLICE, R_DUS, R_FALLBACK } rule_kind;
+typedef enum rule_kind {
+  R_MAP = 0, R_DOT, R_REDUCE, R_IOTA, R_CONST, R_IDENT, R_SLICE, R_DSLICE, R_DUS, R_GATHER, R_FALLBACK
+} rule_kind;
 
 /* How an op relates its operands' dimensions to its (single) result's. */
 typedef struct rule {
@@ -557,6 +559,108 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
           r->prod[d] = true;
         }
       r->kind = R_MAP;
+      return;
+    }
+    case LM_OP_CONVOLUTION: {
+      /* the batch dim (lhs -> result) and the output features (kernel -> result) keep their split
+       * when no grouping ties them to other dims */
+      const lm_attr *dn = lm_op_attr(op, "dimension_numbers");
+      if (op->nin != 2 || !dn || lm_attr_int_or(lm_op_attr(op, "feature_group_count"), 1) != 1 ||
+          lm_attr_int_or(lm_op_attr(op, "batch_group_count"), 1) != 1)
+        return;
+      int64_t ib = lm_attr_int_or(lm_sp_field(dn, "input_batch_dimension"), -1);
+      int64_t ko = lm_attr_int_or(lm_sp_field(dn, "kernel_output_feature_dimension"), -1);
+      int64_t ob = lm_attr_int_or(lm_sp_field(dn, "output_batch_dimension"), -1);
+      int64_t of = lm_attr_int_or(lm_sp_field(dn, "output_feature_dimension"), -1);
+      const lm_type *lt = vtype(P, op->in[0]), *kt = vtype(P, op->in[1]);
+      if (ib < 0 || ib >= lt->rank || ko < 0 || ko >= kt->rank || ob < 0 || ob >= rrank || of < 0 || of >= rrank ||
+          lt->dims[ib] != rt->dims[ob] || kt->dims[ko] != rt->dims[of])
+        return;
+      r->map[0][ib] = (int8_t)ob;
+      r->map[1][ko] = (int8_t)of;
+      r->prod[ob] = r->prod[of] = true;
+      r->kind = R_MAP;
+      return;
+    }
+    case LM_OP_SELECT_AND_SCATTER: {
+      /* dims the window leaves alone keep their split in operand, source and result */
+      if (op->nin != 3 || vtype(P, op->in[0])->rank != rrank || vtype(P, op->in[1])->rank != rrank) return;
+      int64_t wd[LM_MAX_RANK], ws[LM_MAX_RANK], pad[2 * LM_MAX_RANK];
+      int nwd = ints(op, "window_dimensions", wd, LM_MAX_RANK), nws = ints(op, "window_strides", ws, LM_MAX_RANK);
+      int np = ints(op, "padding", pad, 2 * LM_MAX_RANK);
+      if ((nwd >= 0 && nwd != rrank) || (nws >= 0 && nws != rrank) || (np >= 0 && np != 2 * rrank)) return;
+      for (int d = 0; d < rrank; d++)
+        if ((nwd < 0 || wd[d] == 1) && (nws < 0 || ws[d] == 1) && (np < 0 || (pad[2 * d] == 0 && pad[2 * d + 1] == 0)) &&
+            vtype(P, op->in[1])->dims[d] == rt->dims[d]) {
+          r->map[0][d] = r->map[1][d] = (int8_t)d;
+          r->prod[d] = true;
+        }
+      r->kind = R_MAP;
+      return;
+    }
+    case LM_OP_GATHER:
+    case LM_OP_SCATTER: {
+      /* Operand dims sliced whole and not indexed (offset / window dims that pass through) keep
+       * their split, as do the indices' batch dims (gather); the index vectors stay whole. */
+      bool sc = op->code == LM_OP_SCATTER;
+      if (op->nin != (sc ? 3u : 2u)) return; /* variadic scatter: fallback */
+      const lm_attr *dn = lm_op_attr(op, sc ? "scatter_dimension_numbers" : "dimension_numbers");
+      int64_t off[LM_MAX_RANK], coll[LM_MAX_RANK], obat[LM_MAX_RANK], ibat[LM_MAX_RANK], smap[LM_MAX_RANK];
+      int noff = lm_attr_ints(lm_sp_field(dn, sc ? "update_window_dims" : "offset_dims"), off, LM_MAX_RANK);
+      int ncoll = lm_attr_ints(lm_sp_field(dn, sc ? "inserted_window_dims" : "collapsed_slice_dims"), coll, LM_MAX_RANK);
+      int nobat = lm_attr_ints(lm_sp_field(dn, sc ? "input_batching_dims" : "operand_batching_dims"), obat, LM_MAX_RANK);
+      int nibat = lm_attr_ints(lm_sp_field(dn, sc ? "scatter_indices_batching_dims" : "start_indices_batching_dims"),
+                               ibat, LM_MAX_RANK);
+      int nmap = lm_attr_ints(lm_sp_field(dn, sc ? "scatter_dims_to_operand_dims" : "start_index_map"), smap, LM_MAX_RANK);
+      const lm_attr *iva = lm_sp_field(dn, "index_vector_dim");
+      int64_t ivd = iva ? lm_attr_int_or(iva, -1) : 0;
+      const lm_type *ot = vtype(P, op->in[0]), *it = vtype(P, op->in[1]);
+      if (!dn) return;
+      if (noff < 0) noff = 0;
+      if (ncoll < 0) ncoll = 0;
+      if (nobat < 0) nobat = 0;
+      if (nibat < 0) nibat = 0;
+      if (nmap < 0) nmap = 0;
+      if (noff + ncoll + nobat != ot->rank || (!sc && ot->rank > LM_MAX_RANK)) return;
+      int64_t ss[LM_MAX_RANK];
+      if (!sc && ints(op, "slice_sizes", ss, LM_MAX_RANK) != ot->rank) return;
+      const lm_type *ut = sc ? vtype(P, op->in[2]) : rt; /* where the window dims are */
+      int k = 0;
+      for (int d = 0; d < ot->rank; d++) {
+        bool skip = false;
+        for (int j = 0; j < ncoll; j++) skip = skip || coll[j] == d;
+        for (int j = 0; j < nobat; j++) skip = skip || obat[j] == d;
+        if (skip) continue;
+        int64_t wdim = off[k++];
+        bool indexed = false;
+        for (int j = 0; j < nmap; j++) indexed = indexed || smap[j] == d;
+        if (indexed || wdim < 0 || wdim >= ut->rank || ut->dims[wdim] != ot->dims[d] || (!sc && ss[d] != ot->dims[d]))
+          continue;
+        r->map[0][d] = (int8_t)(sc ? d : wdim);
+        if (sc) r->map[2][wdim] = (int8_t)d;
+        r->prod[sc ? d : wdim] = true;
+      }
+      if (!sc) { /* the indices' batch dims -> the result's non-offset dims, in order */
+        int o = 0;
+        for (int i = 0; i < it->rank; i++) {
+          if (i == ivd) continue;
+          while (o < rrank) {
+            bool isoff = false;
+            for (int j = 0; j < noff; j++) isoff = isoff || off[j] == o;
+            if (!isoff) break;
+            o++;
+          }
+          if (o >= rrank) return;
+          bool ib = false;
+          for (int j = 0; j < nibat; j++) ib = ib || ibat[j] == i;
+          if (!ib && it->dims[i] == rt->dims[o]) {
+            r->map[1][i] = (int8_t)o;
+            r->prod[o] = true;
+          }
+          o++;
+        }
+      }
+      r->kind = sc ? R_MAP : R_GATHER;
       return;
     }
     case LM_OP_REVERSE: {
@@ -1489,6 +1593,21 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
                 ts(&ot), ts(&ot));
       lm_tb_put(&P->ex, "    iota offset by this shard's position along dim %lld\n", (long long)idim);
     }
+  } else if (r.kind == R_GATHER) {
+    /* slice_sizes of the split operand dims become their local sizes */
+    lm_op g = *op;
+    lm_named_attr at[32];
+    int64_t ss[LM_MAX_RANK];
+    if (op->nattrs > 32) return lm_errf(P->err, LOOM_UNSUPPORTED, "a gather with %u attributes", op->nattrs);
+    memcpy(at, op->attrs, sizeof(lm_named_attr) * op->nattrs);
+    for (uint32_t a = 0; a < op->nattrs; a++) {
+      if (strcmp(at[a].name, "slice_sizes") || at[a].value.kind != LM_ATTR_INTS || (int)at[a].value.n != it[0].rank)
+        continue;
+      for (int d = 0; d < it[0].rank; d++) ss[d] = r.map[0][d] >= 0 ? it[0].dims[d] : at[a].value.ints[d];
+      at[a].value.ints = ss;
+    }
+    g.attrs = at;
+    lm_tb_put_op_as(&P->out, P->f, &g, "p", ins, it, &res, &ot, 4);
   } else {
     lm_tb_put_op_as(&P->out, P->f, op, "p", ins, it, &res, &ot, 4);
   }

@@ -137,6 +137,36 @@ def main():
          m24, [x, w1], [P("data"), P(None, "model")], P("data", "model"))
     case("broadcast_bias", lambda a, v: a * v[None, :] + v.sum(), mxy, [a, r(32)], [P("x", "y"), P("y")], P("x", "y"))
 
+    # gather (an embedding lookup: table rows split over "d", ids split by batch) and scatter-add
+    table, ids = r(64, 16), rng.integers(0, 64, size=(32,)).astype(np.int32)
+    case("embedding_gather", lambda t, i: jnp.take(t, i, axis=0) * 2.0, m8, [table, ids], [P(None, "d"), P("d")],
+         P("d"))
+    case("scatter_add_rows", lambda a, i, u: a.at[i].add(u), m8, [a, rng.integers(0, 16, size=(8,)).astype(np.int32),
+                                                                r(8, 32)], [P(None, "d"), none, P(None, "d")],
+         P(None, "d"))
+    # a convolution with the batch split (NHWC), and a 2x2 max pool and its gradient
+    img, ker = r(8, 10, 10, 3), r(3, 3, 3, 4)
+
+    def conv(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    case("conv_batch", conv, m8, [img, ker], [P("d"), none], P("d"))
+
+    def maxpool(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    case("maxpool_batch", maxpool, m24, [r(8, 10, 10, 4)], [P("data", None, None, "model")], P("data"))
+    case("maxpool_grad", lambda x: jax.grad(lambda v: maxpool(v).sum())(x), m8, [img], [P("d")], P("d"))
+    # random numbers made inside a partitioned program equal the unpartitioned ones
+    case("rng_inside", lambda a, k: a + jax.random.normal(jax.random.wrap_key_data(k), a.shape), mxy,
+         [a, np.array([0, 42], np.uint32)], [P("x", "y"), none], P("x", "y"))
+    # a fori_loop, pad, reverse, dynamic_slice and top_k along dims the sharding leaves whole
+    case("fori_loop", lambda a: jax.lax.fori_loop(0, 5, lambda i, v: jnp.sin(v) + i, a), m8, [a], [P("d")], P("d"))
+    case("pad_reverse", lambda a: jnp.pad(a, ((0, 0), (2, 3)))[:, ::-1] * 3.0, m8, [a], [P("d")], P("d"))
+    case("dynamic_slice_cols", lambda a, i: jax.lax.dynamic_slice(a, (0, i), (16, 8)), mxy, [a, np.int32(7)],
+         [P("x", "y"), none], P("x"))
+    case("top_k_rows", lambda a: jax.lax.top_k(a, 3)[0], m8, [a], [P("d")], P("d"))
+
 
 if __name__ == "__main__":
     main()
