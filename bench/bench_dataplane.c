@@ -4,7 +4,11 @@
  * beside a plain memcpy of the same sizes. Figures are the best of --runs sweeps.
  *
  *   build/bench/bench_dataplane [--procs P] [--devices D] [--max-bytes N] [--runs R]
- *                               [--no-mpi] [--only allreduce|put]
+ *                               [--no-mpi] [--no-keyed] [--only allreduce|put]
+ *
+ * The all_reduce sweep runs twice: with keyless peers, and keyed as under a controller (every
+ * message carries a MAC of its header proving its sender: docs/dataplane.md), side by side;
+ * --no-keyed skips the second.
  *
  * Worker processes are forked from this one and exchange their data-plane addresses through
  * a temporary directory, as the controller would. Results are checked, not only timed. */
@@ -24,7 +28,8 @@
 #include "bench_util.h"
 #include "dataplane/dataplane.h"
 
-static int g_procs = 4, g_devs = 1, g_runs = 3, g_mpi = 1;
+static int g_procs = 4, g_devs = 1, g_runs = 3, g_mpi = 1, g_keyed_too = 1;
+static int g_keyed; /* this round's workers use pair keys */
 static size_t g_max = 64u << 20;
 static const char *g_only = NULL;
 static char g_dir[PATH_MAX];
@@ -58,7 +63,9 @@ static void exchange(lm_dp *dp, int me, int n) {
     size_t got = fread(buf, 1, sizeof buf, g);
     fclose(g);
     lm_err e;
-    if (lm_dp_peer_add(dp, buf, got, NULL, &e) < 0) die("adding a peer", &e);
+    uint8_t key[LM_DP_KEY_SIZE]; /* the pair's key (the controller derives real ones) */
+    for (int k = 0; k < LM_DP_KEY_SIZE; k++) key[k] = (uint8_t)((me < i ? me : i) * 17 + (me < i ? i : me) * 5 + k);
+    if (lm_dp_peer_add_keyed(dp, buf, got, g_keyed ? key : NULL, NULL, &e) < 0) die("adding a peer", &e);
   }
 }
 
@@ -125,6 +132,7 @@ static void ar_worker(int me) {
   lm_dp_config_init(&c);
   c.self_id = (uint64_t)me + 1;
   c.num_devices = (uint32_t)g_devs;
+  c.require_keys = g_keyed;
   lm_dp *dp;
   lm_err e;
   if (lm_dp_create(&c, &dp, &e) < 0) die("lm_dp_create", &e);
@@ -150,7 +158,7 @@ static void ar_worker(int me) {
   }
   if (me == 0) {
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/loom.txt", g_dir);
+    snprintf(path, sizeof path, "%s/%s.txt", g_dir, g_keyed ? "keyed" : "loom");
     FILE *f = fopen(path, "w");
     for (int s = 0; s < nsizes; s++) fprintf(f, "%zu %.9f\n", size_at(s), best[s]);
     fclose(f);
@@ -226,42 +234,63 @@ static void fmt_size(size_t b, char *out, size_t cap) {
   else snprintf(out, cap, "%zu B", b);
 }
 
-static int bench_allreduce(const char *self) {
-  int nsizes = 0;
-  while (size_at(nsizes) <= g_max) nsizes++;
-  if (run_children(ar_worker, g_procs)) {
-    fprintf(stderr, "bench_dataplane: a Loom worker failed\n");
-    return 1;
+static void clear_addresses(void) {
+  for (int i = 0; i < g_procs; i++) {
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/addr.%d", g_dir, i);
+    unlink(p);
   }
-  double *loom = calloc(nsizes, sizeof *loom), *mpi = calloc(nsizes, sizeof *mpi);
+}
+
+static void read_times(const char *name, double *t, int nsizes) {
   char path[PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/loom.txt", g_dir);
+  snprintf(path, sizeof path, "%s/%s.txt", g_dir, name);
   FILE *f = fopen(path, "r");
   size_t sz;
   double sec;
   while (f && fscanf(f, "%zu %lf", &sz, &sec) == 2)
     for (int s = 0; s < nsizes; s++)
-      if (size_at(s) == sz) loom[s] = sec;
+      if (size_at(s) == sz) t[s] = sec;
   if (f) fclose(f);
+}
+
+static int bench_allreduce(const char *self) {
+  int nsizes = 0;
+  while (size_at(nsizes) <= g_max) nsizes++;
+  for (g_keyed = 0; g_keyed <= g_keyed_too; g_keyed++) {
+    clear_addresses();
+    if (run_children(ar_worker, g_procs)) {
+      fprintf(stderr, "bench_dataplane: a Loom worker failed%s\n", g_keyed ? " (keyed)" : "");
+      return 1;
+    }
+  }
+  g_keyed = 0;
+  double *loom = calloc(nsizes, sizeof *loom), *mpi = calloc(nsizes, sizeof *mpi), *keyed = calloc(nsizes, sizeof *keyed);
+  read_times("loom", loom, nsizes);
+  if (g_keyed_too) read_times("keyed", keyed, nsizes);
   int have_mpi = g_mpi && g_devs == 1 ? run_mpi(self, mpi, nsizes) == 0 : 0;
   int n = g_procs * g_devs;
   double bw = 2.0 * (n - 1) / n;
   printf("\nall_reduce f32 sum, %d processes x %d devices (best of %d; busbw = 2(n-1)/n * bytes / time)\n", g_procs,
          g_devs, g_runs);
   printf("%10s | %12s %12s |", "size", "Loom us", "Loom GB/s");
+  if (g_keyed_too) printf(" %12s %9s |", "keyed us", "keyed/Loom");
   if (have_mpi) printf(" %12s %12s | %9s", "MPI us", "MPI GB/s", "Loom/MPI");
   printf("\n");
   for (int s = 0; s < nsizes; s++) {
     char b[32];
     fmt_size(size_at(s), b, sizeof b);
     printf("%10s | %12.2f %12.3f |", b, loom[s] * 1e6, bw * size_at(s) / loom[s] / 1e9);
+    if (g_keyed_too) printf(" %12.2f %9.2fx |", keyed[s] * 1e6, keyed[s] / loom[s]);
     if (have_mpi && mpi[s] > 0)
       printf(" %12.2f %12.3f | %8.2fx", mpi[s] * 1e6, bw * size_at(s) / mpi[s] / 1e9, mpi[s] / loom[s]);
     printf("\n");
   }
-  printf("(Loom/MPI > 1: Loom is faster)\n");
+  printf("(keyed: peers with pair keys, every message's sender proven by a MAC, as under a controller;\n"
+         " keyed/Loom > 1: the MACs cost that much. Loom/MPI > 1: Loom is faster)\n");
   free(loom);
   free(mpi);
+  free(keyed);
   return 0;
 }
 
@@ -381,9 +410,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) g_runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) g_max = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "--no-mpi")) g_mpi = 0;
+    else if (!strcmp(argv[i], "--no-keyed")) g_keyed_too = 0;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--procs P] [--devices D] [--max-bytes N] [--runs R] [--no-mpi] [--only allreduce|put]\n",
+      fprintf(stderr, "usage: %s [--procs P] [--devices D] [--max-bytes N] [--runs R] [--no-mpi] [--no-keyed] [--only allreduce|put]\n",
               argv[0]);
       return 2;
     }
@@ -400,11 +430,7 @@ int main(int argc, char **argv) {
   int rc = 0;
   if (!g_only || !strcmp(g_only, "allreduce")) rc |= bench_allreduce(argv[0]);
   if (!g_only || !strcmp(g_only, "put")) {
-    for (int i = 0; i < 2; i++) {
-      char p[PATH_MAX + 32];
-      snprintf(p, sizeof p, "%s/addr.%d", g_dir, i);
-      unlink(p);
-    }
+    clear_addresses();
     rc |= bench_put();
   }
   char cmd[PATH_MAX + 16];

@@ -530,23 +530,31 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
     return;
   }
-  Lmw__Peer self = LMW__PEER__INIT, *selfp = &self;
-  self.worker_id = p->worker_id;
-  self.dataplane_address = m->address;
-  Lmw__Peers one = LMW__PEERS__INIT;
-  one.n_peers = 1;
-  one.peers = &selfp;
+  /* each pair gets its own key: the new worker learns the others' (with their keys to it), and
+   * each of them learns the new one's */
   uint32_t n = lm_registry_worker_count(c->reg), k = 0;
   Lmw__Peer *all = calloc(n ? n : 1, sizeof *all);
   Lmw__Peer **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-  for (uint32_t i = 0; all && ptrs && i < n; i++) {
+  uint8_t (*keys)[LM_AUTH_PAIR_KEY_SIZE] = calloc(n ? n : 1, sizeof *keys);
+  for (uint32_t i = 0; all && ptrs && keys && i < n; i++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
     if (i == p->worker_id || w->state != LM_WORKER_ALIVE || !w->dataplane_len || !c->worker_peer[i]) continue;
+    lm_auth_pair_key(c->dp_master, p->worker_id, c->worker_key[p->worker_id], i, c->worker_key[i], keys[k]);
+    Lmw__Peer self = LMW__PEER__INIT, *selfp = &self;
+    self.worker_id = p->worker_id;
+    self.dataplane_address = m->address;
+    self.pair_key.data = keys[k];
+    self.pair_key.len = LM_AUTH_PAIR_KEY_SIZE;
+    Lmw__Peers one = LMW__PEERS__INIT;
+    one.n_peers = 1;
+    one.peers = &selfp;
     ctl_worker_send(c, i, LM_MSG_PEERS, 0, &one.base, NULL, 0, NULL);
     lmw__peer__init(&all[k]);
     all[k].worker_id = i;
     all[k].dataplane_address.data = w->dataplane;
     all[k].dataplane_address.len = w->dataplane_len;
+    all[k].pair_key.data = keys[k];
+    all[k].pair_key.len = LM_AUTH_PAIR_KEY_SIZE;
     ptrs[k] = &all[k];
     k++;
   }
@@ -556,6 +564,8 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     others.peers = ptrs;
     ctl_worker_send(c, p->worker_id, LM_MSG_PEERS, 0, &others.base, NULL, 0, NULL);
   }
+  if (keys) lm_auth_wipe(keys, (n ? n : 1) * sizeof *keys);
+  free(keys);
   free(all);
   free(ptrs);
 }
@@ -818,6 +828,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
   c->dev_refs = calloc(LM_REG_MAX_DEVICES, sizeof *c->dev_refs);
   if (!c->log || !c->dev_refs) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0) rc = lm_auth_random(c->dp_master, sizeof c->dp_master, err);
   if (rc == 0 && c->cfg.secret_file) {
     rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
     c->have_secret = rc == 0;

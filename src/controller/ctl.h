@@ -153,6 +153,7 @@ struct ctl {
   /* authentication (net/auth.h) */
   bool have_secret;
   uint8_t secret[LM_AUTH_SECRET_SIZE];
+  uint8_t dp_master[LM_AUTH_SECRET_SIZE]; /* random per controller: the workers' data-plane pair keys */
   lm_token_store tokens;     /* loaded from cfg.tokens_file, reloaded when the file changes */
   struct { int64_t mtime_ns, size, ino; bool loaded; } tokens_sig;
   int tokens_err;            /* < 0: the file could not be read (tokens_msg says why): refuse clients */

@@ -33,6 +33,9 @@ typedef struct lm_dp_config {
   const char *net_devices;  /* UCX network devices to use, e.g. "lo" or "eth0" (UCX_NET_DEVICES
                                syntax; shared memory is unaffected); NULL: UCX's choice. The
                                environment's UCX_NET_DEVICES wins */
+  int32_t require_keys;     /* 1: every peer must be added with a pair key, and a message is
+                               accepted only with a valid MAC from a keyed peer (workers under a
+                               controller); 0 (default): keys are optional (tests, benchmarks) */
 } lm_dp_config;
 
 void lm_dp_config_init(lm_dp_config *c);
@@ -54,6 +57,11 @@ int lm_dp_address_id(const void *blob, size_t len, uint64_t *id, lm_err *err);
  * first use. Adding a failed peer again (even with the same blob) revives it with a new
  * connection. A blob naming this endpoint itself is accepted and ignored. Thread-safe. */
 int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, lm_err *err);
+/* The same with the key of this (self, peer) pair (LM_DP_KEY_SIZE bytes, from the controller):
+ * messages to the peer carry a MAC under it and messages claiming to come from it must. */
+#define LM_DP_KEY_SIZE 16
+int lm_dp_peer_add_keyed(lm_dp *dp, const void *blob, size_t len, const uint8_t *key, uint64_t *peer_id,
+                         lm_err *err);
 /* Declares a peer dead (the controller saw it go): every pending and later operation involving
  * it fails with LOOM_WORKER_LOST and `why`, until lm_dp_peer_add brings it back. */
 int lm_dp_peer_fail(lm_dp *dp, uint64_t peer_id, const char *why);
@@ -223,6 +231,7 @@ typedef struct lm_dp_stats {
   uint64_t bytes_sent, bytes_recv;
   uint64_t unexpected;                /* messages that arrived before their receive */
   uint64_t dropped;                   /* malformed, stale or over-limit messages dropped */
+  uint64_t forged;                    /* of those, ones whose MAC did not prove their sender */
   uint64_t blocks;                    /* times a waiting thread blocked on the event fd */
   uint64_t held;                      /* transfers UCX works on now (a call's buffers in use) */
   uint64_t orphaned;                  /* of those, ones left to UCX for good: their peer is gone */

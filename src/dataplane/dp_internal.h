@@ -13,10 +13,14 @@
 /* ---- wire formats (little-endian, fixed offsets; never packed structs) ----
  *
  * Message header (every data-plane active message carries one; DP_HDR_SIZE bytes):
- *   0  u32 magic 'LMDP'          4  u8 version (1)   5  u8 kind   6  u16 zero
+ *   0  u32 magic 'LMDP'          4  u8 version (2)   5  u8 kind   6  u16 zero
  *   8  u64 sender worker id      16 u64 tag           24 u64 key2 (group key; 0 for p2p)
  *   32 u32 slot (message index within the call)       36 u32 zero
  *   40 u64 sig (hash of the call's kind and sizes: a mismatched call is an error, not garbage)
+ *   48 16 bytes MAC: SipHash-2-4 (128-bit tag) of bytes 0..47 under the key of the (sender,
+ *      receiver) pair, which only those two workers and the controller know; zero for a peer
+ *      added without a key (lm_dp_peer_add). It proves the sender id: a process that is not
+ *      that worker cannot make a header the receiver accepts as coming from it.
  * Kind ABORT carries a reason text (at most DP_ABORT_MAX bytes) as payload.
  *
  * Address blob (lm_dp_address):
@@ -27,11 +31,14 @@
  * Memory blob (lm_dp_mem_blob):
  *   0  u32 magic 'LMDM'  4 u32 packed rkey length  8 u64 address  16 u64 length
  *   24 u64 owner worker id  32 packed rkey */
-#define DP_HDR_SIZE 48
+#define DP_HDR_SIZE 64
+#define DP_MAC_OFF 48
+#define DP_MAC_SIZE 16
 #define DP_MAGIC 0x50444d4cu       /* "LMDP" */
 #define DP_ADDR_MAGIC 0x41444d4cu  /* "LMDA" */
 #define DP_MEM_MAGIC 0x4d444d4cu   /* "LMDM" */
-#define DP_VERSION 1
+#define DP_VERSION 2        /* message headers */
+#define DP_ADDR_VERSION 1   /* address blobs */
 #define DP_ADDR_HDR 56
 #define DP_MEM_HDR 32
 #define DP_AM_ID 7
@@ -100,7 +107,13 @@ typedef struct dp_peer {
   int64_t retry_at_ns;
   uint32_t connect_failures;  /* in a row: the backoff doubles from 100 ms to 5 s */
   uint64_t generation;        /* bumped by lm_dp_peer_add replacing it */
+  struct evp_mac_ctx_st *mac; /* SipHash keyed with the pair's key, or NULL (no key) */
 } dp_peer;
+
+/* The header's MAC for peer p into h + DP_MAC_OFF (zeros without a key); dp_mac_ok checks a
+ * received one. Both take dp->mu. */
+void dp_mac_put_locked(dp_peer *p, uint8_t *h);
+bool dp_mac_ok_locked(dp_peer *p, const uint8_t *h);
 
 /* ---- requests: one message sent or received, or one UCX RMA operation ---- */
 
@@ -170,6 +183,7 @@ struct lm_dp {
   size_t eager_max;            /* messages up to this size are sent eagerly (0: UCX decides) */
   /* UCX; every call on the worker is made holding mu */
   pthread_mutex_t mu;
+  struct evp_mac_st *siphash;  /* OpenSSL's SipHash, for the peers' MAC contexts */
   ucp_context_h ctx;
   ucp_worker_h w;
   int efd;                     /* the worker's event fd */

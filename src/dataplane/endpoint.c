@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include "common/log.h"
 #include "dataplane/dp_internal.h"
 
@@ -230,6 +233,7 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   if ((v = getenv("LOOM_DP_EAGER_MAX")) && *v) dp->eager_max = strtoull(v, NULL, 0);
   pthread_mutex_init(&dp->mu, NULL);
   pthread_mutex_init(&dp->gmu, NULL);
+  dp->siphash = EVP_MAC_fetch(NULL, "SIPHASH", NULL); /* checked where a key needs it */
   dp_cond_init(&dp->cv);
   dp_cond_init(&dp->bg_cv);
 
@@ -306,7 +310,7 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   }
   uint8_t *b = dp->addr_blob;
   dp_put32(b, DP_ADDR_MAGIC);
-  b[4] = DP_VERSION;
+  b[4] = DP_ADDR_VERSION;
   dp_put64(b + 8, c->self_id);
   dp_put32(b + 16, (uint32_t)getpid());
   dp_put32(b + 20, (uint32_t)ualen);
@@ -348,8 +352,8 @@ static int dp_blob_check(const void *blob, size_t len, lm_err *err) {
   const uint8_t *b = blob;
   if (!b || len < DP_ADDR_HDR) return lm_errf(err, LOOM_PROTOCOL, "data plane address: %zu bytes, too short", len);
   if (dp_get32(b) != DP_ADDR_MAGIC) return lm_errf(err, LOOM_PROTOCOL, "data plane address: bad magic");
-  if (b[4] != DP_VERSION)
-    return lm_errf(err, LOOM_VERSION_MISMATCH, "data plane address: version %u, this build speaks %u", b[4], DP_VERSION);
+  if (b[4] != DP_ADDR_VERSION)
+    return lm_errf(err, LOOM_VERSION_MISMATCH, "data plane address: version %u, this build speaks %u", b[4], DP_ADDR_VERSION);
   uint32_t ulen = dp_get32(b + 20);
   if (ulen == 0 || ulen != len - DP_ADDR_HDR)
     return lm_errf(err, LOOM_PROTOCOL, "data plane address: UCX address length %u does not match the blob (%zu)", ulen,
@@ -513,13 +517,59 @@ int dp_peer_ep_locked(lm_dp *dp, dp_peer *p, ucp_ep_h *out, lm_err *err) {
 }
 
 int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, lm_err *err) {
+  return lm_dp_peer_add_keyed(dp, blob, len, NULL, peer_id, err);
+}
+
+/* ---- message MACs: SipHash-2-4 with a 128-bit tag, through OpenSSL ---- */
+
+static EVP_MAC_CTX *dp_mac_new(lm_dp *dp, const uint8_t *key, lm_err *err) {
+  if (!dp->siphash) {
+    lm_errf(err, LOOM_UNSUPPORTED, "data plane: this OpenSSL has no SipHash (needed to authenticate messages)");
+    return NULL;
+  }
+  EVP_MAC_CTX *m = EVP_MAC_CTX_new(dp->siphash);
+  size_t tag = DP_MAC_SIZE;
+  OSSL_PARAM prm[] = {OSSL_PARAM_construct_size_t(OSSL_MAC_PARAM_SIZE, &tag), OSSL_PARAM_construct_end()};
+  if (!m || !EVP_MAC_init(m, key, LM_DP_KEY_SIZE, prm)) {
+    EVP_MAC_CTX_free(m);
+    lm_errf(err, LOOM_INTERNAL, "data plane: cannot key a message MAC");
+    return NULL;
+  }
+  return m;
+}
+
+static bool dp_mac(dp_peer *p, const uint8_t *h, uint8_t *tag) {
+  size_t n = 0;
+  return p->mac && EVP_MAC_init(p->mac, NULL, 0, NULL) && EVP_MAC_update(p->mac, h, DP_MAC_OFF) &&
+         EVP_MAC_final(p->mac, tag, &n, DP_MAC_SIZE) && n == DP_MAC_SIZE;
+}
+
+void dp_mac_put_locked(dp_peer *p, uint8_t *h) {
+  if (!dp_mac(p, h, h + DP_MAC_OFF)) memset(h + DP_MAC_OFF, 0, DP_MAC_SIZE);
+}
+
+bool dp_mac_ok_locked(dp_peer *p, const uint8_t *h) {
+  uint8_t tag[DP_MAC_SIZE];
+  return dp_mac(p, h, tag) && CRYPTO_memcmp(tag, h + DP_MAC_OFF, DP_MAC_SIZE) == 0;
+}
+
+int lm_dp_peer_add_keyed(lm_dp *dp, const void *blob, size_t len, const uint8_t *key, uint64_t *peer_id,
+                         lm_err *err) {
   LM_TRY(dp_blob_check(blob, len, err));
   const uint8_t *b = blob;
   uint64_t id = dp_get64(b + 8);
   if (peer_id) *peer_id = id;
   if (id == dp->cfg.self_id) return 0;
+  if (!key && dp->cfg.require_keys)
+    return lm_errf(err, LOOM_PERMISSION, "data plane: peer worker %" PRIu64 " comes without a key (this endpoint "
+                   "accepts only authenticated peers)", id);
+  EVP_MAC_CTX *mac = key ? dp_mac_new(dp, key, err) : NULL;
+  if (key && !mac) return err->code;
   uint8_t *copy = malloc(len);
-  if (!copy) return lm_errf(err, LOOM_NO_MEMORY, "data plane: out of memory");
+  if (!copy) {
+    EVP_MAC_CTX_free(mac);
+    return lm_errf(err, LOOM_NO_MEMORY, "data plane: out of memory");
+  }
   memcpy(copy, blob, len);
   uint8_t my_boot[16];
   memcpy(my_boot, dp->addr_blob + 32, 16);
@@ -534,14 +584,20 @@ int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, l
     if (!p) {
       pthread_mutex_unlock(&dp->mu);
       free(copy);
+      EVP_MAC_CTX_free(mac);
       return lm_errf(err, LOOM_NO_MEMORY, "data plane: out of memory");
     }
     p->id = id;
     p->dp = dp;
     p->next = dp->peers;
     dp->peers = p;
-  } else if (!p->failed && p->blob && p->blob_len == len && memcmp(p->blob, blob, len) == 0) {
-    pthread_mutex_unlock(&dp->mu); /* the same address again */
+  } else if (!p->failed && p->blob && p->blob_len == len && memcmp(p->blob, blob, len) == 0 && (p->mac != NULL) == (mac != NULL)) {
+    /* the same address again (the key too: a new key comes with a new registration, hence a
+     * new blob) */
+    EVP_MAC_CTX *old = p->mac;
+    p->mac = mac;
+    pthread_mutex_unlock(&dp->mu);
+    EVP_MAC_CTX_free(old);
     free(copy);
     return 0;
   } else {
@@ -552,6 +608,8 @@ int lm_dp_peer_add(lm_dp *dp, const void *blob, size_t len, uint64_t *peer_id, l
     free(p->blob);
     p->generation++;
   }
+  EVP_MAC_CTX_free(p->mac);
+  p->mac = mac;
   p->blob = copy;
   p->blob_len = len;
   p->pid = dp_get32(b + 16);
@@ -701,6 +759,7 @@ void dp_send_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
   dp_put64(h + 24, key2);
   dp_put32(h + 32, slot);
   dp_put64(h + 40, sig);
+  dp_mac_put_locked(p, h);
   ucp_ep_h ep;
   lm_err e;
   if (dp_peer_ep_locked(dp, p, &ep, &e) < 0) {
@@ -904,6 +963,13 @@ static ucs_status_t dp_am_cb(void *arg, const void *header, size_t hlen, void *d
   dp_key k = {.src = dp_get64(h + 8), .tag = dp_get64(h + 16), .key2 = dp_get64(h + 24), .slot = dp_get32(h + 32),
               .kind = kind};
   uint64_t sig = dp_get64(h + 40);
+  /* the sender id must be proven where that peer has a key (always, under a controller) */
+  dp_peer *from = dp_peer_find_locked(dp, k.src);
+  if (((from && from->mac) || dp->cfg.require_keys) && (!from || !dp_mac_ok_locked(from, h))) {
+    dp->stats.dropped++;
+    dp->stats.forged++;
+    return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
   if (kind == DP_KIND_ABORT) {
     if (rndv || length > DP_ABORT_MAX) {
       dp->stats.dropped++;
@@ -1356,9 +1422,11 @@ void lm_dp_destroy(lm_dp *dp) {
   while (dp->peers) {
     dp_peer *p = dp->peers;
     dp->peers = p->next;
+    EVP_MAC_CTX_free(p->mac);
     free(p->blob);
     free(p);
   }
+  EVP_MAC_free(dp->siphash);
   free(dp->closing);
   free(dp->closing_req);
   free(dp->addr_blob);

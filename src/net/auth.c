@@ -53,6 +53,32 @@ void lm_auth_transfer_key(const uint8_t secret[LM_AUTH_SECRET_SIZE], const uint8
   OPENSSL_cleanse(full, sizeof full);
 }
 
+void lm_auth_pair_key(const uint8_t master[LM_AUTH_SECRET_SIZE], uint32_t a, const uint8_t key_a[LM_TOKEN_KEY_SIZE],
+                      uint32_t b, const uint8_t key_b[LM_TOKEN_KEY_SIZE], uint8_t out[LM_AUTH_PAIR_KEY_SIZE]) {
+  if (b < a) {
+    uint32_t t = a;
+    a = b;
+    b = t;
+    const uint8_t *tk = key_a;
+    key_a = key_b;
+    key_b = tk;
+  }
+  uint8_t msg[12 + 2 * (4 + LM_TOKEN_KEY_SIZE)], full[32];
+  size_t o = 0;
+  memcpy(msg, "loom-dp-pair", 12);
+  o = 12;
+  for (int k = 0; k < 2; k++) {
+    uint32_t id = k ? b : a;
+    for (int i = 0; i < 4; i++) msg[o++] = (uint8_t)(id >> (8 * i));
+    memcpy(msg + o, k ? key_b : key_a, LM_TOKEN_KEY_SIZE);
+    o += LM_TOKEN_KEY_SIZE;
+  }
+  unsigned outlen = 32;
+  if (!HMAC(EVP_sha256(), master, LM_AUTH_SECRET_SIZE, msg, o, full, &outlen)) memset(full, 0, sizeof full);
+  memcpy(out, full, LM_AUTH_PAIR_KEY_SIZE);
+  OPENSSL_cleanse(full, sizeof full);
+}
+
 static int hexval(int ch) {
   if (ch >= '0' && ch <= '9') return ch - '0';
   if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;

@@ -34,6 +34,14 @@ void lm_auth_worker_proof(const uint8_t secret[LM_AUTH_SECRET_SIZE], const uint8
 void lm_auth_transfer_key(const uint8_t secret[LM_AUTH_SECRET_SIZE], const uint8_t nonce[LM_AUTH_NONCE_SIZE],
                           const uint8_t challenge[LM_AUTH_NONCE_SIZE], uint8_t out[LM_TOKEN_KEY_SIZE]);
 
+/* The data-plane key of workers a and b (either order): HMAC(master, "loom-dp-pair" || lo ||
+ * key_lo || hi || key_hi), first LM_AUTH_PAIR_KEY_SIZE bytes, with lo < hi the two ids and key_x
+ * worker x's transfer key of its current registration (so a new registration makes new pair
+ * keys). master is the controller's own random secret: workers get only their pairs' keys. */
+#define LM_AUTH_PAIR_KEY_SIZE 16
+void lm_auth_pair_key(const uint8_t master[LM_AUTH_SECRET_SIZE], uint32_t a, const uint8_t key_a[LM_TOKEN_KEY_SIZE],
+                      uint32_t b, const uint8_t key_b[LM_TOKEN_KEY_SIZE], uint8_t out[LM_AUTH_PAIR_KEY_SIZE]);
+
 /* Writes text to path (mode 0600; a temporary file, then rename). */
 int lm_auth_write_private(const char *path, const char *text, lm_err *err);
 /* Reads a secret file (64 hex digits and a newline). Refuses a file that others can read. */

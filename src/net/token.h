@@ -14,7 +14,7 @@
 
 enum { LM_TOKEN_PUT = 1, LM_TOKEN_GET = 2 };
 
-/* SipHash-2-4 of data[0..n) under key (Aumasson and Bernstein, 2012). */
+/* SipHash-2-4 of data[0..n) under key (Aumasson and Bernstein, 2012), computed by OpenSSL. */
 uint64_t lm_siphash24(const uint8_t key[LM_TOKEN_KEY_SIZE], const void *data, size_t n);
 
 /* The token for `kind` on (session, array, worker, local device); for puts also the shard's

@@ -169,6 +169,7 @@ static void start_dataplane(wk *w) {
   char ifname[64];
   if (interface_of(w->data_addr, ifname, sizeof ifname)) dc.net_devices = ifname;
   dc.num_devices = w->cfg.devices;
+  dc.require_keys = 1; /* peers come from the controller with pair keys; messages must prove their sender */
   lm_err err;
   if (lm_dp_create(&dc, &w->dp, &err) < 0) {
     w->dp = NULL;
@@ -191,7 +192,9 @@ static void on_peers(wk *w, const Lmw__Peers *m) {
   for (size_t i = 0; i < m->n_peers && w->dp; i++) {
     uint64_t id;
     lm_err err;
-    if (lm_dp_peer_add(w->dp, m->peers[i]->dataplane_address.data, m->peers[i]->dataplane_address.len, &id, &err) < 0)
+    const Lmw__Peer *pe = m->peers[i];
+    const uint8_t *key = pe->pair_key.len == LM_DP_KEY_SIZE ? pe->pair_key.data : NULL; /* else refused */
+    if (lm_dp_peer_add_keyed(w->dp, pe->dataplane_address.data, pe->dataplane_address.len, key, &id, &err) < 0)
       lm_warn("cannot add data-plane peer worker %u: %s", m->peers[i]->worker_id, err.msg);
     else
       lm_debug("data-plane peer worker %llu added", (unsigned long long)id);

@@ -51,7 +51,14 @@ typedef struct h_opts {
   void *arg;
   int deadline_s;             /* the whole run (0: 90) */
   uint32_t expect_killed;     /* bit i: child i is expected to die by SIGKILL */
+  int keyed;                  /* peers added with pair keys (h_pair_key), endpoints require them */
 } h_opts;
+
+/* The test's data-plane key of processes a and b (what the controller derives in a cluster). */
+static inline void h_pair_key(int a, int b, uint8_t key[LM_DP_KEY_SIZE]) {
+  int lo = a < b ? a : b, hi = a < b ? b : a;
+  for (int i = 0; i < LM_DP_KEY_SIZE; i++) key[i] = (uint8_t)(0x5a ^ (lo * 31 + hi * 7 + i * 13));
+}
 
 static atomic_int h_fails;
 
@@ -109,6 +116,7 @@ static inline void h_child(const h_opts *o, int proc, const char *dir) {
   c.self_id = H_ID(proc);
   c.num_devices = (uint32_t)o->ndev;
   c.timeout_ms = o->timeout_ms ? o->timeout_ms : 20000;
+  c.require_keys = o->keyed;
   lm_err e;
   if (lm_dp_create(&c, &w.dp, &e) < 0) {
     fprintf(stderr, "child %d: lm_dp_create: %s\n", proc, e.msg);
@@ -126,7 +134,9 @@ static inline void h_child(const h_opts *o, int proc, const char *dir) {
     snprintf(name, sizeof name, "addr.%d", i);
     long n = h_read_file(dir, name, buf, sizeof buf, 30);
     uint64_t id = 0;
-    if (n < 0 || lm_dp_peer_add(w.dp, buf, (size_t)n, &id, &e) < 0 || id != H_ID(i)) {
+    uint8_t key[LM_DP_KEY_SIZE];
+    h_pair_key(proc, i, key);
+    if (n < 0 || lm_dp_peer_add_keyed(w.dp, buf, (size_t)n, o->keyed ? key : NULL, &id, &e) < 0 || id != H_ID(i)) {
       fprintf(stderr, "child %d: adding peer %d: %s\n", proc, i, n < 0 ? "no address" : e.msg);
       _exit(2);
     }

@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include "dataplane_harness.h"
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
 #include "dataplane/dp_internal.h" /* wire constants, for the malformed-message test */
 
 /* ---- reference values and reductions (independent of src/dataplane/reduce.c) ---- */
@@ -913,6 +915,91 @@ static void test_malformed_messages(void **state) {
   assert_int_equal(h_run(&o), 0);
 }
 
+/* Keyed endpoints (as under a controller): worker 2 knows only its own pair keys. It sends
+ * worker 0 messages claiming to come from worker 1, for the tag worker 0 is about to receive
+ * from worker 1 on, with a forged MAC, no MAC, and a MAC under its own key with worker 0. Worker
+ * 0 must drop all three (counted as forged) and get worker 1's real message, and all_reduce
+ * among the three must still be exact. */
+static int spoof_body(h_worker *w) {
+  lm_err e;
+  uint8_t x = 0;
+  if (w->proc == 2) {
+    uint8_t blob[65536];
+    long n = h_read_file(w->dir, "addr.0", blob, sizeof blob, 10);
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_context_h ctx;
+    ucp_worker_h wk;
+    ucp_ep_h ep;
+    ucp_worker_params_t wp = {0};
+    H_CHECK(ucp_init(&p, NULL, &ctx) == UCS_OK, "ucp_init");
+    H_CHECK(ucp_worker_create(ctx, &wp, &wk) == UCS_OK, "worker");
+    ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                            .address = (const ucp_address_t *)(blob + DP_ADDR_HDR)};
+    if (n <= DP_ADDR_HDR || ucp_ep_create(wk, &ep_p, &ep) != UCS_OK) {
+      H_CHECK(0, "cannot reach worker 0 with raw UCX");
+      return 1;
+    }
+    uint8_t hdr[DP_HDR_SIZE], forged[8] = {6, 6, 6, 6, 6, 6, 6, 6};
+    memset(hdr, 0, sizeof hdr);
+    dp_put32(hdr, DP_MAGIC);
+    hdr[4] = DP_VERSION;
+    hdr[5] = DP_KIND_P2P;
+    dp_put64(hdr + 8, H_ID(1)); /* "from worker 1" */
+    dp_put64(hdr + 16, 5);
+    raw_send(wk, ep, hdr, DP_HDR_SIZE, forged, sizeof forged, 0); /* no MAC */
+    memset(hdr + DP_MAC_OFF, 0x77, DP_MAC_SIZE);
+    raw_send(wk, ep, hdr, DP_HDR_SIZE, forged, sizeof forged, 0); /* a made-up MAC */
+    dp_peer self = {0};             /* a MAC under the key worker 2 does have (with worker 0) */
+    uint8_t k02[LM_DP_KEY_SIZE];
+    h_pair_key(0, 2, k02);
+    EVP_MAC *sip = EVP_MAC_fetch(NULL, "SIPHASH", NULL);
+    size_t tag = DP_MAC_SIZE;
+    OSSL_PARAM prm[] = {OSSL_PARAM_construct_size_t(OSSL_MAC_PARAM_SIZE, &tag), OSSL_PARAM_construct_end()};
+    self.mac = EVP_MAC_CTX_new(sip);
+    H_CHECK(self.mac && EVP_MAC_init(self.mac, k02, sizeof k02, prm), "siphash");
+    dp_mac_put_locked(&self, hdr);
+    raw_send(wk, ep, hdr, DP_HDR_SIZE, forged, sizeof forged, 0);
+    EVP_MAC_CTX_free(self.mac);
+    EVP_MAC_free(sip);
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *cr = ucp_ep_close_nbx(ep, &cp);
+    if (cr && !UCS_PTR_IS_ERR(cr)) {
+      while (ucp_request_check_status(cr) == UCS_INPROGRESS) ucp_worker_progress(wk);
+      ucp_request_free(cr);
+    }
+    ucp_worker_destroy(wk);
+    ucp_cleanup(ctx);
+    h_write_file(w->dir, "spoofed", "1", 1);
+  } else if (w->proc == 1) {
+    char b[4];
+    H_CHECK(h_read_file(w->dir, "spoofed", b, sizeof b, 30) >= 0, "worker 2 never spoofed");
+    usleep(200000); /* let the forgeries arrive first */
+    uint64_t real = 0x0102030405060708ull;
+    H_CHECK(lm_dp_send(w->dp, H_ID(0), 5, &real, sizeof real, NULL, &e) == 0, "%s", e.msg);
+  } else {
+    uint64_t got = 0;
+    H_CHECK(lm_dp_recv(w->dp, H_ID(1), 5, &got, sizeof got, NULL, &e) == 0, "%s", e.msg);
+    H_CHECK(got == 0x0102030405060708ull, "worker 0 took a forged message: %016" PRIx64, got);
+    lm_dp_stats st;
+    lm_dp_get_stats(w->dp, &st);
+    H_CHECK(st.forged >= 3, "forged %" PRIu64 " (dropped %" PRIu64 ")", st.forged, st.dropped);
+  }
+  /* the three together, keyed */
+  lm_dp_group *g = h_full_group(w);
+  int32_t a[4] = {w->proc + 1, 2, 3, 4}, b[4];
+  lm_dp_reduction sum = {.dtype = LOOM_DTYPE_S32, .op = LM_DP_SUM};
+  H_CHECK(lm_dp_all_reduce(g, (uint32_t)w->proc, 9, a, b, 4, &sum, NULL, &e) == 0, "%s", e.msg);
+  H_CHECK(b[0] == 6 && b[1] == 6 && b[3] == 12, "sum %d %d %d", b[0], b[1], b[3]);
+  lm_dp_group_release(g);
+  (void)x;
+  return 0;
+}
+
+static void test_spoofed_sender(void **state) {
+  h_opts o = {.nproc = 3, .ndev = 1, .body = spoof_body, .keyed = 1};
+  assert_int_equal(h_run(&o), 0);
+}
+
 /* ---- a call that ends while its transfer is under way ----
  *
  * Worker 0 sends 32 MiB to worker 1, which the parent has frozen with SIGSTOP; the send times
@@ -1033,6 +1120,7 @@ int main(void) {
       cmocka_unit_test(test_reconnect_after_failed_connect),
       cmocka_unit_test(test_killed_peer),       cmocka_unit_test(test_killed_peer_tcp),
       cmocka_unit_test(test_timeout_and_mismatch), cmocka_unit_test(test_malformed_messages),
+      cmocka_unit_test(test_spoofed_sender),
       cmocka_unit_test(test_abandoned_transfer_local), cmocka_unit_test(test_abandoned_transfer_tcp),
   };
   if (getenv("LOOM_TEST_FILTER")) cmocka_set_test_filter(getenv("LOOM_TEST_FILTER")); /* e.g. "*killed*" */
