@@ -488,7 +488,7 @@ int lm_listen_local(uv_loop_t *loop, uv_pipe_t *server, const char *name, uv_con
   }
   rc = uv_pipe_open(server, fd); /* the handle owns fd from here on */
   if (rc < 0) close(fd);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)server, 128, on_connection);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)server, LM_LISTEN_BACKLOG, on_connection);
   if (rc < 0) {
     uv_close((uv_handle_t *)server, NULL);
     return lm_errf(err, LOOM_IO, "cannot listen on the local socket @%s: %s", name, uv_strerror(rc));
@@ -504,7 +504,7 @@ int lm_listen(uv_loop_t *loop, uv_tcp_t *server, const char *addr, uv_connection
   int rc = uv_tcp_init(loop, server);
   if (rc < 0) return lm_errf(err, LOOM_IO, "cannot listen on %s: %s", addr, uv_strerror(rc));
   rc = uv_tcp_bind(server, (struct sockaddr *)&ss, 0);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)server, 128, on_connection);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)server, LM_LISTEN_BACKLOG, on_connection);
   if (rc < 0) {
     uv_close((uv_handle_t *)server, NULL);
     return lm_errf(err, LOOM_IO, "cannot listen on %s: %s", addr, uv_strerror(rc));

@@ -76,6 +76,11 @@ void lm_conn_set_user(lm_conn *c, void *user);
 /* The socket's descriptor (for getsockopt, dup); -1 once closed. Owned by the connection. */
 int lm_conn_fd(const lm_conn *c);
 
+/* The kernel queue of connections not yet accepted (capped by net.core.somaxconn): a burst of
+ * a thousand workers or clients connecting at once is taken at once instead of waiting out
+ * SYN retransmissions (1 s, 2 s, 4 s, ...). */
+#define LM_LISTEN_BACKLOG 4096
+
 /* Binds and listens on "HOST:PORT" (port 0: any free port). The bound address goes to bound. */
 int lm_listen(uv_loop_t *loop, uv_tcp_t *server, const char *addr, uv_connection_cb on_connection, char *bound,
               size_t boundcap, lm_err *err);

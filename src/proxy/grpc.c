@@ -730,7 +730,7 @@ int px_serve(const px_options *opts, lm_err *err) {
   if (lfd < 0) return lm_errf(err, LOOM_IO, "socket: %s", strerror(errno));
   int one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(lfd, (struct sockaddr *)&ss, sl) != 0 || listen(lfd, 128) != 0) {
+  if (bind(lfd, (struct sockaddr *)&ss, sl) != 0 || listen(lfd, 4096) != 0 /* as LM_LISTEN_BACKLOG */) {
     int e = errno;
     close(lfd);
     return lm_errf(err, LOOM_IO, "cannot listen on %s: %s", opts->listen, strerror(e));

@@ -433,3 +433,59 @@ def test_a_worker_whose_data_plane_cannot_start_is_unhealthy(procs, tmp_path):
     prog = EXAMPLES.parent / "tests" / "integration" / "programs" / "spin_4.mlir"
     r = run_loom("run", str(prog), "--devices", ",".join(str(x["id"]) for x in d), "--controller", c.addr)
     assert r.returncode != 0 and "data plane did not start" in r.stderr, r.stderr
+
+
+def test_a_thousand_idle_connections_lock_nobody_out(acluster):
+    """1,000 idle TCP connections to the controller's port and to each of a worker's ports (its
+    data port and UCX's): a real client still runs a distributed program meanwhile and after, and
+    the controller's and the data port close the idle ones (handshake timeouts: 2 s and 5 s,
+    accepted as the listen backlog lets them in). UCX's own port keeps its connections (UCX
+    gives Loom no hook to close them); they cost descriptors, not service."""
+    import resource
+    import socket
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 4 * 1000 + 256
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"needs {need} file descriptors, the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+    host, port = acluster.addr.rsplit(":", 1)
+    w = acluster.workers[0]
+    wports = [p for ip, p in listening_addresses(w.pid)]
+    targets = [(host, int(port))] + [("127.0.0.1", p) for p in wports]
+    socks = {t: [] for t in targets}
+    try:
+        for t in targets:
+            for _ in range(1000):
+                socks[t].append(socket.create_connection(t, timeout=10))
+        r, _ = loom_run(acluster.addr, EXAMPLES / "distributed_sum.mlir", "--devices", "0-7")
+        assert r.returncode == 0 and r.stdout == "[8 8 8 8 8 8 8 8]\n", r.stderr
+
+        def closed(s):
+            s.setblocking(False)
+            try:
+                return s.recv(65536) == b""
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+
+        # the controller's port and the worker's data port drop connections that never say HELLO
+        ctl_idle = socks[targets[0]]
+        n_open = lambda: sum(not closed(s) for s in ctl_idle)  # noqa: E731
+        try:
+            wait_for(lambda: n_open() == 0, 30, what="the controller closing 1,000 idle connections")
+        except AssertionError:
+            raise AssertionError(f"{n_open()} of 1,000 idle connections to the controller still open after 30 s")
+        import re
+        m = re.search(r"data port 127\.0\.0\.1:(\d+)", acluster.procs.log(w))
+        assert m, acluster.procs.log(w)
+        data = socks[("127.0.0.1", int(m.group(1)))]
+        t0 = time.monotonic()
+        wait_for(lambda: all(closed(s) for s in data), 90, what="the worker's data port closing 1,000 idle connections")
+        print(f"data port: 1,000 idle connections closed after {time.monotonic() - t0:.1f} s more")
+        r, _ = loom_run(acluster.addr, EXAMPLES / "distributed_sum.mlir", "--devices", "0-7")
+        assert r.returncode == 0 and r.stdout == "[8 8 8 8 8 8 8 8]\n", r.stderr
+    finally:
+        for ss in socks.values():
+            for s in ss:
+                s.close()
