@@ -191,7 +191,7 @@ static int dataconn(loom_client *c, const char *addr, lm_dataconn **out, lm_err 
     return 0;
   }
   pthread_mutex_unlock(&c->data_mu);
-  lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data"};
+  lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data", .peer = "the worker"};
   o.limits.max_payload = LM_FRAME_PAYLOAD_HARD_MAX; /* shards land in the caller's buffers */
   o.local_offer = c->xfer_mode != LM_XFER_TCP;
   lm_cconn *conn, *lc = NULL;

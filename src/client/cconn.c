@@ -50,7 +50,8 @@ struct lm_cconn {
   uint64_t next_rid;
   bool broken;
   lm_err broken_err;
-  lm_err peer_err;            /* an ERROR the controller sent outside any request (why it drops us) */
+  lm_err peer_err;            /* an ERROR the peer sent outside any request (why it drops us) */
+  char peer[48];              /* what the peer is called in errors ("the controller", "the worker") */
   bool have_peer_err;
   lm_call *sink_call;         /* the call whose dst is being written by the receiver */
   lm_frame_reader reader;     /* receiver thread only */
@@ -185,18 +186,21 @@ static void *rx_main(void *arg) {
     bool direct = w == 1 && n >= DIRECT_MIN;
     ssize_t k = direct ? recv(c->fd, p, n, 0) : recv(c->fd, c->rbuf, RBUF_SIZE, 0);
     if (k < 0 && errno == EINTR) continue;
+    /* a worker's data port drops what it cannot serve (out of descriptors) without a word */
+    const char *hint = strcmp(c->peer, "the controller") ? " (it may have exited, or run out of file descriptors: "
+                                                           "its log says)" : "";
     if (k == 0) {
-      rc = lm_errf(&err, LOOM_CLOSED, "the controller closed the connection");
+      rc = lm_errf(&err, LOOM_CLOSED, "%s closed the connection%s", c->peer, hint);
       break;
     }
     if (k < 0) {
-      rc = lm_errf(&err, LOOM_CLOSED, "connection to the controller failed: %s", strerror(errno));
+      rc = lm_errf(&err, LOOM_CLOSED, "connection to %s failed: %s%s", c->peer, strerror(errno), hint);
       break;
     }
     rc = direct ? lm_frame_reader_advance(&c->reader, (size_t)k, rx_frame, c, &err)
                 : lm_frame_reader_feed(&c->reader, c->rbuf, (size_t)k, rx_frame, c, &err);
     if (rc < 0) {
-      lm_err_prefix(&err, "bad frame from the controller");
+      lm_err_prefix(&err, "bad frame from %s", c->peer);
       break;
     }
   }
@@ -326,7 +330,7 @@ int lm_call_wait(lm_call *call, int64_t timeout_ms, lm_interrupt_fn intr, void *
       pthread_mutex_lock(&c->mu);
       if (stop && call->state != CALL_DONE) {
         pthread_mutex_unlock(&c->mu);
-        return lm_errf(err, LOOM_CANCELLED, "interrupted while waiting for the controller");
+        return lm_errf(err, LOOM_CANCELLED, "interrupted while waiting for %s", c->peer);
       }
       if (call->state == CALL_DONE) break;
     }
@@ -335,7 +339,7 @@ int lm_call_wait(lm_call *call, int64_t timeout_ms, lm_interrupt_fn intr, void *
       uint64_t now = lm_now_ms();
       if (now >= deadline) {
         pthread_mutex_unlock(&c->mu);
-        return lm_errf(err, LOOM_TIMEOUT, "no reply from the controller within %lld ms", (long long)timeout_ms);
+        return lm_errf(err, LOOM_TIMEOUT, "no reply from %s within %lld ms", c->peer, (long long)timeout_ms);
       }
       if (deadline - now < slice) slice = deadline - now;
     }
@@ -413,7 +417,7 @@ int lm_cconn_call(lm_cconn *c, unsigned type, const ProtobufCMessage *m, unsigne
   if (rc < 0) return rc;
   if (r.type != expect) {
     lm_reply_free(&r);
-    return lm_errf(err, LOOM_PROTOCOL, "the controller answered %s with %s (expected %s)", lm_msg_name(type),
+    return lm_errf(err, LOOM_PROTOCOL, "%s answered %s with %s (expected %s)", c->peer, lm_msg_name(type),
                    lm_msg_name(r.type), lm_msg_name(expect));
   }
   *reply_msg = r.msg;
@@ -457,6 +461,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   }
   snprintf(c->addr, sizeof c->addr, "%s", addr);
+  snprintf(c->peer, sizeof c->peer, "%s", o.peer ? o.peer : "the controller");
   c->send_timeout_ms = o.timeout_ms;
   c->intr = o.intr;
   c->intr_arg = o.intr_arg;
@@ -511,7 +516,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
       snprintf(c->software, sizeof c->software, "%s", hr->software);
       save_local(&c->local, hr);
       if (hr->protocol_version != LM_PROTOCOL_VERSION)
-        rc = lm_errf(err, LOOM_VERSION_MISMATCH, "the controller speaks protocol version %u, this client %d",
+        rc = lm_errf(err, LOOM_VERSION_MISMATCH, "%s speaks protocol version %u, this client %d", c->peer,
                      hr->protocol_version, LM_PROTOCOL_VERSION);
       lm_msg_free(rm);
     }

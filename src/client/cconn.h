@@ -21,6 +21,7 @@ typedef struct lm_cconn_options {
   lm_interrupt_fn intr;        /* optional, polled while waiting */
   void *intr_arg;
   const char *name;            /* the client's name, shown by `loom status` (may be NULL) */
+  const char *peer;            /* what the peer is called in errors; NULL: "the controller" */
   const void *auth_token;      /* the client token, sent in HELLO (lm_locate_token finds it) */
   size_t auth_token_len;
   lm_frame_limits limits;      /* what this side accepts; zeros = defaults */

@@ -171,7 +171,7 @@ int lm_local_connect(loom_client *c, lm_cconn *data, lm_cconn **out, bool *ptrac
   lm_cconn *lc = NULL;
   hello_check hc = {.suggested = li->ptracer_pid};
   if (rc == 0) {
-    lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data",
+    lm_cconn_options o = {.timeout_ms = c->timeout_ms, .intr = c->intr, .intr_arg = c->intr_arg, .name = "data", .peer = "the worker",
                           .local_probe = probe, .on_connected = check_worker, .on_connected_arg = &hc};
     o.limits.max_payload = LM_FRAME_PAYLOAD_HARD_MAX; /* stream fallbacks land in the caller's buffers */
     rc = lm_cconn_open(li->socket, &o, &lc, err);

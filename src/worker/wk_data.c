@@ -615,7 +615,16 @@ static void refuse_connection(wk *w, uv_stream_t *server, bool local) {
 
 static void accept_connection(uv_stream_t *server, int status, bool local) {
   wk *w = server->data;
-  if (status < 0) return;
+  if (status < 0) { /* libuv has refused the connection (EMFILE: by its reserve descriptor) */
+    static uint64_t last_ms;
+    uint64_t now = uv_now(&w->loop);
+    if (!last_ms || now - last_ms >= 10000) {
+      lm_warn("cannot accept a %s data connection: %s%s", local ? "local" : "TCP", uv_strerror(status),
+              status == UV_EMFILE || status == UV_ENFILE ? " (out of file descriptors: raise `ulimit -n`)" : "");
+      last_ms = now;
+    }
+    return;
+  }
   lm_conn_config cfg;
   lm_conn_config_default(&cfg);
   cfg.limits.max_payload = LM_FRAME_PAYLOAD_HARD_MAX; /* shards are checked against device memory */

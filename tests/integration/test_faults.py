@@ -102,3 +102,38 @@ def test_frozen_worker_fails_the_launch(procs, tmp_path):
         if a.poll() is None:
             a.kill()
         a.wait()
+
+
+def test_worker_out_of_descriptors_then_recovers(cluster, tmp_path):
+    """A worker whose descriptors run out (its soft limit lowered, the rest taken by idle
+    connections) refuses a client's data connection: the client is told the worker's data port
+    dropped it and why that may be, not that the controller did; once descriptors are free again the same
+    program, an all_reduce across both workers, runs."""
+    import os
+    import re
+    import resource
+    import socket
+    import numpy as np
+    from dist import EXAMPLES, loom_run
+    w = worker_proc(cluster, 1)
+    port = int(re.search(r"data port 127\.0\.0\.1:(\d+)", cluster.procs.log(w)).group(1))
+    soft, hard = resource.prlimit(w.pid, resource.RLIMIT_NOFILE)
+    held = len(os.listdir(f"/proc/{w.pid}/fd"))
+    resource.prlimit(w.pid, resource.RLIMIT_NOFILE, (held + 16, hard))
+    socks = []
+    x = np.arange(8, dtype=np.int32)
+    try:
+        for _ in range(40):  # more than it has room for: the rest wait in the kernel's queue
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.5)
+        r, _ = loom_run(cluster.addr, EXAMPLES / "distributed_psum.mlir", inputs=[x], tmp=tmp_path)
+        assert r.returncode != 0, r.stdout
+        assert "worker data port" in r.stderr and "file descriptors" in r.stderr, r.stderr
+        assert "the controller closed" not in r.stderr, r.stderr
+    finally:
+        for s in socks:
+            s.close()
+        resource.prlimit(w.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    r, res = loom_run(cluster.addr, EXAMPLES / "distributed_psum.mlir", inputs=[x], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert res[0].tolist() == [140] * 8, res
