@@ -89,17 +89,11 @@ def main():
     spec.loader.exec_module(gen)
     gen.WRITE = False
     gen.main()
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
     print(f"{'program':24s} {'XLA colls':>9s} {'XLA bytes':>11s} {'Loom colls':>10s} {'Loom bytes':>11s} "
           f"{'Loom/XLA':>8s} {'fallbacks':>9s}")
     tx = tl = 0.0
     for name, f, mesh, ins, in_specs, out_specs in gen.CASES:
-        kw = {"in_shardings": tuple(NamedSharding(mesh, s) for s in in_specs)}
-        if out_specs is not None:
-            kw["out_shardings"] = jax.tree.map(lambda s: NamedSharding(mesh, s), out_specs,
-                                               is_leaf=lambda x: isinstance(x, P))
-        hlo = jax.jit(f, **kw).lower(*ins).compile().as_text()
+        hlo = gen.lowering(f, mesh, ins, in_specs, out_specs).compile().as_text()
         xc, xb = xla_bytes(hlo)
         lc, lb, fb = loom_bytes(a.loom, PART / f"{name}.mlir")
         tx += xb

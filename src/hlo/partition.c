@@ -190,6 +190,17 @@ static void vsh_fit(pt *P, vsh *s, const lm_type *t, const char *what) {
 static int vsh_from_attr(pt *P, const lm_attr *sh, const lm_type *t, vsh *s, const char *what, const lm_loc *loc) {
   lm_sp_mesh m2;
   LM_TRY(lm_sp_sharding_mesh(P->m, sh, &m2, loc, P->err));
+  if (m2.rank == 0 && !m2.device_ids) {
+    /* a mesh without axes (JAX's @empty_mesh, for scalars and other replicated values): the
+     * value is whole on every device, whichever mesh the rest of the program uses */
+    vsh_clear(s);
+    const lm_attr *dims = lm_sp_field(sh, "dims");
+    for (uint32_t d = 0; dims && dims->kind == LM_ATTR_ARRAY && d < dims->n; d++)
+      if (dims->items[d].kind != LM_ATTR_ARRAY || dims->items[d].n)
+        return lm_sp_loc_errf(P->err, LOOM_VERIFY, loc, "%s: a sharding over a mesh without axes splits a dimension",
+                              what);
+    return 0;
+  }
   if (!P->have_mesh) {
     P->ms = m2;
     P->have_mesh = true;

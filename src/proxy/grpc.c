@@ -49,6 +49,15 @@ typedef struct px_conn {
   char peer[LM_ADDR_MAX];
 } px_conn;
 
+/* One segment of a stream's response: bytes of its own (own[]), or a reference into the
+ * stream's blob (a host buffer sent without copying it). */
+typedef struct oseg {
+  struct oseg *next;
+  const uint8_t *p;
+  size_t len, off;
+  uint8_t own[];
+} oseg;
+
 struct px_stream {
   atomic_int refs;
   px_conn *conn;
@@ -61,9 +70,9 @@ struct px_stream {
   uint8_t *in;               /* request bytes not yet framed into messages */
   size_t in_len, in_cap;
   bool request_ended, answered;
-  /* the response, guarded by conn->mu */
-  uint8_t *out;
-  size_t out_len, out_off, out_cap;
+  /* the response, guarded by conn->mu: a queue of byte segments nghttp2 pulls from */
+  oseg *oh, *ot;
+  uint8_t *blob;             /* a host buffer the queue refers to (HostBufferLookup), freed with the stream */
   bool out_done, deferred, closed, submitted;
   int status;
   char *status_msg;
@@ -109,7 +118,12 @@ static void stream_unref(px_stream *st) {
   px_conn *c = st->conn;
   free(st->md);
   free(st->in);
-  free(st->out);
+  while (st->oh) {
+    oseg *o = st->oh;
+    st->oh = o->next;
+    free(o);
+  }
+  free(st->blob);
   free(st->status_msg);
   free(st->hb_data);
   free(st);
@@ -126,36 +140,45 @@ static void wake(px_conn *c) {
 
 /* ---- output (any thread) ---- */
 
-static int out_reserve(px_stream *st, size_t more) {
-  if (st->out_off > 0 && st->out_off == st->out_len) st->out_off = st->out_len = 0;
-  size_t need;
-  if (lm_add_size(st->out_len, more, &need) < 0) return -1;
-  if (need <= st->out_cap) return 0;
-  size_t cap = st->out_cap ? st->out_cap : 4096;
-  while (cap < need) cap *= 2;
-  uint8_t *p = realloc(st->out, cap);
-  if (!p) return -1;
-  st->out = p;
-  st->out_cap = cap;
+/* Appends a segment holding a copy of head[0..hn) (the gRPC message prefix is written by the
+ * caller into head) followed, by reference, by ref[0..rn) when rn > 0. conn->mu held. */
+static int out_push_locked(px_stream *st, const uint8_t *head, size_t hn, const uint8_t *ref, size_t rn) {
+  oseg *h = malloc(sizeof *h + hn), *r = NULL;
+  if (!h || (rn && !(r = malloc(sizeof *r)))) {
+    free(h);
+    return -1;
+  }
+  *h = (oseg){.p = h->own, .len = hn};
+  memcpy(h->own, head, hn);
+  if (r) {
+    *r = (oseg){.p = ref, .len = rn};
+    h->next = r;
+  }
+  if (st->ot) st->ot->next = h;
+  else st->oh = h;
+  st->ot = r ? r : h;
   return 0;
+}
+
+static void grpc_prefix(uint8_t *p, size_t len) {
+  p[0] = 0;
+  p[1] = (uint8_t)(len >> 24);
+  p[2] = (uint8_t)(len >> 16);
+  p[3] = (uint8_t)(len >> 8);
+  p[4] = (uint8_t)len;
 }
 
 int px_stream_send(px_stream *st, const uint8_t *msg, size_t len) {
   px_conn *c = st->conn;
   int rc = -1;
+  uint8_t *buf = len <= 0xffffffffu ? malloc(len + 5) : NULL;
+  if (!buf) return -1;
+  grpc_prefix(buf, len);
+  if (len) memcpy(buf + 5, msg, len);
   pthread_mutex_lock(&c->mu);
-  if (!st->closed && !st->out_done && len <= 0xffffffffu && out_reserve(st, len + 5) == 0) {
-    uint8_t *p = st->out + st->out_len;
-    p[0] = 0;
-    p[1] = (uint8_t)(len >> 24);
-    p[2] = (uint8_t)(len >> 16);
-    p[3] = (uint8_t)(len >> 8);
-    p[4] = (uint8_t)len;
-    if (len) memcpy(p + 5, msg, len);
-    st->out_len += len + 5;
-    rc = 0;
-  }
+  if (!st->closed && !st->out_done) rc = out_push_locked(st, buf, len + 5, NULL, 0);
   pthread_mutex_unlock(&c->mu);
+  free(buf);
   if (rc == 0) wake(c);
   return rc;
 }
@@ -204,8 +227,13 @@ static ssize_t read_cb(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len
   px_stream *st = src->ptr;
   px_conn *c = st->conn;
   pthread_mutex_lock(&c->mu);
-  size_t avail = st->out_len - st->out_off;
-  if (avail == 0) {
+  while (st->oh && st->oh->off == st->oh->len) {
+    oseg *o = st->oh;
+    st->oh = o->next;
+    if (!st->oh) st->ot = NULL;
+    free(o);
+  }
+  if (!st->oh) {
     if (!st->out_done) {
       st->deferred = true;
       pthread_mutex_unlock(&c->mu);
@@ -220,9 +248,14 @@ static ssize_t read_cb(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len
     nghttp2_submit_trailer(h2, id, tr, msg[0] ? 2 : 1);
     return 0;
   }
-  size_t n = avail < len ? avail : len;
-  memcpy(buf, st->out + st->out_off, n);
-  st->out_off += n;
+  /* fill the frame from as many segments as fit */
+  size_t n = 0;
+  for (oseg *o = st->oh; o && n < len; o = o->next) {
+    size_t k = o->len - o->off < len - n ? o->len - o->off : len - n;
+    memcpy(buf + n, o->p + o->off, k);
+    o->off += k;
+    n += k;
+  }
   pthread_mutex_unlock(&c->mu);
   return (ssize_t)n;
 }
@@ -315,6 +348,13 @@ static void store_chunk(px_stream *st, const uint8_t *msg, size_t len) {
   } else if (n) {
     if (need > st->hb_cap) {
       size_t cap = st->hb_cap ? st->hb_cap : 65536;
+      if (!st->hb_cap && st->md) { /* the announced size: one allocation, no copies as it grows */
+        Xla__Ifrt__Proxy__GrpcHostBufferStoreMetadata *m =
+            xla__ifrt__proxy__grpc_host_buffer_store_metadata__unpack(NULL, st->md_len, st->md);
+        if (m && m->has_buffer_size && m->buffer_size > 0 && (uint64_t)m->buffer_size <= PX_MAX_HOST_BUFFER)
+          cap = (size_t)m->buffer_size;
+        if (m) xla__ifrt__proxy__grpc_host_buffer_store_metadata__free_unpacked(m, NULL);
+      }
       while (cap < need) cap *= 2;
       uint8_t *p = realloc(st->hb_data, cap);
       if (!p) {
@@ -331,22 +371,55 @@ static void store_chunk(px_stream *st, const uint8_t *msg, size_t len) {
   xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, NULL);
 }
 
+/* The chunk messages are GrpcHostBufferLookupResponse{data}: protobuf-c packs each one's
+ * header (tag and length) into a small buffer; the data itself goes by reference. */
+typedef struct hdr_sink {
+  ProtobufCBuffer base;
+  uint8_t h[32];
+  size_t n;
+  const uint8_t *skip; /* the data bytes: not copied */
+  bool bad;
+} hdr_sink;
+
+static void hdr_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
+  hdr_sink *s = (hdr_sink *)b;
+  if (data == s->skip) return;
+  if (s->n + len > sizeof s->h) {
+    s->bad = true;
+    return;
+  }
+  memcpy(s->h + s->n, data, len);
+  s->n += len;
+}
+
 static bool try_lookup(px_stream *st) {
   uint8_t *data;
   size_t len;
   if (px_hb_take(st->hb_session, st->hb_handle, 0, &data, &len) < 0) return false;
+  px_conn *c = st->conn;
+  pthread_mutex_lock(&c->mu);
+  st->blob = data; /* the segments below point into it until the stream is freed */
   size_t off = 0;
+  int rc = 0;
   do { /* one message even for an empty buffer */
     size_t n = len - off < PX_CHUNK ? len - off : PX_CHUNK;
     Xla__Ifrt__Proxy__GrpcHostBufferLookupResponse r = XLA__IFRT__PROXY__GRPC_HOST_BUFFER_LOOKUP_RESPONSE__INIT;
     r.has_data = 1;
     r.data.data = data + off;
     r.data.len = n;
-    send_msg(st, &r.base);
+    hdr_sink hs = {.base = {.append = hdr_append}, .n = 5, .skip = n ? data + off : NULL};
+    size_t packed = protobuf_c_message_pack_to_buffer(&r.base, &hs.base);
+    if (hs.bad || packed != hs.n - 5 + n) {
+      rc = -1;
+      break;
+    }
+    grpc_prefix(hs.h, packed);
+    if (!st->closed && !st->out_done) rc = out_push_locked(st, hs.h, hs.n, data + off, n);
     off += n;
-  } while (off < len);
-  free(data);
-  px_stream_finish(st, PX_OK, NULL);
+  } while (rc == 0 && off < len);
+  pthread_mutex_unlock(&c->mu);
+  if (rc < 0) px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "HostBufferLookup: out of memory");
+  else px_stream_finish(st, PX_OK, NULL);
   lm_log(LM_LOG_DEBUG, "proxy: HostBufferLookup session %llu handle %llu: %zu bytes queued",
          (unsigned long long)st->hb_session, (unsigned long long)st->hb_handle, len);
   return true;
@@ -705,7 +778,7 @@ static void *conn_main(void *arg) {
         }
       }
       pthread_mutex_lock(&c->mu);
-      bool resume = st->deferred && (st->out_len > st->out_off || st->out_done);
+      bool resume = st->deferred && (st->oh || st->out_done);
       if (resume) st->deferred = false;
       pthread_mutex_unlock(&c->mu);
       if (resume) nghttp2_session_resume_data(c->h2, st->id);

@@ -204,6 +204,29 @@ def test_donated_inputs_are_deleted(cluster, tmp_path):
     assert "deleted: True True" in r.stdout and "loop: 30.0" in r.stdout, r.stdout + r.stderr
 
 
+def test_large_transfers_round_trip(cluster, tmp_path):
+    """Arrays of several 1 MiB chunks (not a multiple of the chunk) and an empty one go to the
+    cluster and back through HostBufferStore / HostBufferLookup bit for bit, on one device and
+    sharded over eight."""
+    script = tmp_path / "big.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((3, 1000, 1001)).astype(np.float32)\n"
+        "print('one:', np.array_equal(np.asarray(jax.device_put(x, jax.devices()[0])), x))\n"
+        "mesh = Mesh(np.array(jax.devices()), ('d',))\n"
+        "y = rng.integers(-2**31, 2**31 - 1, size=(8, 500, 701), dtype=np.int32)\n"
+        "a = jax.device_put(y, NamedSharding(mesh, P('d')))\n"
+        "print('sharded:', np.array_equal(np.asarray(a), y), np.array_equal(np.asarray(a + 1), y + 1))\n"
+        "e = np.zeros((0, 5), np.float32)\n"
+        "print('empty:', np.asarray(jax.device_put(e, jax.devices()[1])).shape)\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "one: True" in r.stdout and "sharded: True True" in r.stdout and "empty: (0, 5)" in r.stdout, \
+        r.stdout + r.stderr
+
+
 def _varint(v):
     out = b""
     while True:

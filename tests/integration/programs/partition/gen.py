@@ -25,16 +25,26 @@ def r(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
+def lowering(f, mesh, ins, in_specs, out_specs=None):
+    """jax.jit(f, in_shardings, out_shardings).lower(*ins); where some in_specs are None, plain
+    jit instead, over the other inputs put with their specs (None: a Python scalar left to JAX)."""
+    shard = lambda s: NamedSharding(mesh, s)  # noqa: E731
+    kw = {}
+    if all(s is not None for s in in_specs):
+        kw["in_shardings"] = tuple(shard(s) for s in in_specs)
+    else:
+        ins = [jax.device_put(a, shard(s)) if s is not None else a for a, s in zip(ins, in_specs)]
+    if out_specs is not None:
+        kw["out_shardings"] = jax.tree.map(shard, out_specs, is_leaf=lambda x: isinstance(x, P))
+    return jax.jit(f, **kw).lower(*ins)
+
+
 def case(name, f, mesh, ins, in_specs, out_specs=None):
     CASES.append((name, f, mesh, ins, in_specs, out_specs))
     if not WRITE:
         return
-    shard = lambda s: NamedSharding(mesh, s)  # noqa: E731
-    kw = {"in_shardings": tuple(shard(s) for s in in_specs)}
-    if out_specs is not None:
-        kw["out_shardings"] = jax.tree.map(shard, out_specs, is_leaf=lambda x: isinstance(x, P))
-    lowered = jax.jit(f, **kw).lower(*ins)
-    (HERE / f"{name}.mlir").write_text(lowered.as_text())
+    (HERE / f"{name}.mlir").write_text(lowering(f, mesh, ins, in_specs, out_specs).as_text())
+    ins = [np.asarray(jnp.asarray(a)) for a in ins]  # Python scalars as JAX types them (f32)
     with jax.default_device(jax.devices()[0]):
         outs = jax.jit(f)(*[jnp.asarray(a) for a in ins])  # unpartitioned, one device
     outs = jax.tree.leaves(outs)
@@ -166,6 +176,8 @@ def main():
     case("dynamic_slice_cols", lambda a, i: jax.lax.dynamic_slice(a, (0, i), (16, 8)), mxy, [a, np.int32(7)],
          [P("x", "y"), none], P("x"))
     case("top_k_rows", lambda a: jax.lax.top_k(a, 3)[0], m8, [a], [P("d")], P("d"))
+    # plain jit over a sharded array and a Python scalar: JAX puts the scalar on @empty_mesh
+    case("scalar_on_empty_mesh", lambda a, b: a * b + 1, m8, [a, 3.0], [P("d"), None])
 
 
 if __name__ == "__main__":
