@@ -602,6 +602,21 @@ static size_t array_bytes(const parray *a) {
   return n;
 }
 
+/* loom_array_put of a whole array (data, n bytes) or of one buffer per shard (shard_data). */
+static int put_array(px_session *s, loom_dtype dt, int32_t rank, const int64_t *dims, const loom_sharding *sh,
+                     const void *data, size_t n, const void *const *shard_data, loom_array **out) {
+  loom_put_args pa;
+  loom_put_args_initialize(&pa);
+  pa.dtype = dt;
+  pa.rank = rank;
+  pa.dims = dims;
+  pa.sharding = sh;
+  pa.data = data;
+  pa.data_size = n;
+  pa.shard_data = shard_data;
+  return loom_array_put(s->client, &pa, out);
+}
+
 /* A whole Loom array for a (views are copied into their own array on their device). */
 static loom_array *array_whole(px_session *s, parray *a, int *rc) {
   if (a->shard < 0) return a->b->arr;
@@ -617,15 +632,7 @@ static loom_array *array_whole(px_session *s, parray *a, int *rc) {
     int32_t dev = array_device(a);
     loom_sharding sh;
     loom_sharding_single(&sh, &dev);
-    loom_put_args pa;
-    loom_put_args_initialize(&pa);
-    pa.dtype = a->dtype;
-    pa.rank = a->rank;
-    pa.dims = a->dims;
-    pa.sharding = &sh;
-    pa.data = buf;
-    pa.data_size = n;
-    st = loom_array_put(s->client, &pa, &out);
+    st = put_array(s, a->dtype, a->rank, a->dims, &sh, buf, n, NULL, &out);
   }
   free(buf);
   if (st != LOOM_OK) {
@@ -1229,15 +1236,7 @@ static int do_make_array(px_session *s, const Xla__Ifrt__Proxy__MakeArrayFromHos
   if (!rc) rc = densify(s, &t, q->byte_strides, data, len, &dense, what);
   loom_array *arr = NULL;
   if (!rc) {
-    loom_put_args pa;
-    loom_put_args_initialize(&pa);
-    pa.dtype = t.dtype;
-    pa.rank = t.rank;
-    pa.dims = t.dims;
-    pa.sharding = &sh;
-    pa.data = dense;
-    pa.data_size = want;
-    int st = loom_array_put(s->client, &pa, &arr);
+    int st = put_array(s, t.dtype, t.rank, t.dims, &sh, dense, want, NULL, &arr);
     if (st != LOOM_OK) rc = loom_fail(s, st, what);
   }
   if (dense != data) free(dense);
@@ -1305,14 +1304,7 @@ static int make_one_from_shards(px_session *s,
     if (!shard[k]) rc = fail(s, PX_UNIMPLEMENTED, "%s: no data for shard %d (every shard must be given)", what, k);
   loom_array *arr = NULL;
   if (!rc) {
-    loom_put_args pa;
-    loom_put_args_initialize(&pa);
-    pa.dtype = t.dtype;
-    pa.rank = t.rank;
-    pa.dims = t.dims;
-    pa.sharding = &sh;
-    pa.shard_data = shard;
-    int st = loom_array_put(s->client, &pa, &arr);
+    int st = put_array(s, t.dtype, t.rank, t.dims, &sh, NULL, 0, shard, &arr);
     if (st != LOOM_OK) rc = loom_fail(s, st, what);
   }
   for (size_t j = 0; bufs && raw && j < sp->n_host_buffers; j++) {
@@ -1403,15 +1395,7 @@ static int do_copy_arrays(px_session *s, const Xla__Ifrt__Proxy__CopyArraysReque
     uint8_t *buf = rc ? NULL : fetch(s, a, &n, &rc);
     loom_array *arr = NULL;
     if (!rc) {
-      loom_put_args pa;
-      loom_put_args_initialize(&pa);
-      pa.dtype = a->dtype;
-      pa.rank = a->rank;
-      pa.dims = a->dims;
-      pa.sharding = &sh;
-      pa.data = buf;
-      pa.data_size = n;
-      int st = loom_array_put(s->client, &pa, &arr);
+      int st = put_array(s, a->dtype, a->rank, a->dims, &sh, buf, n, NULL, &arr);
       if (st != LOOM_OK) rc = loom_fail(s, st, "CopyArrays");
     }
     free(buf);
@@ -1484,14 +1468,7 @@ static int do_assemble(px_session *s, const Xla__Ifrt__Proxy__AssembleArrayFromS
   }
   loom_array *arr = NULL;
   if (!rc) {
-    loom_put_args pa;
-    loom_put_args_initialize(&pa);
-    pa.dtype = t.dtype;
-    pa.rank = t.rank;
-    pa.dims = t.dims;
-    pa.sharding = &sh;
-    pa.shard_data = shard;
-    int st = loom_array_put(s->client, &pa, &arr);
+    int st = put_array(s, t.dtype, t.rank, t.dims, &sh, NULL, 0, shard, &arr);
     if (st != LOOM_OK) rc = loom_fail(s, st, what);
   }
   for (size_t i = 0; bufs && i < na; i++) free(bufs[i]);
@@ -1539,15 +1516,7 @@ static int put_under_spec(px_session *s, const Xla__Ifrt__ArraySpecProto *spec, 
   rc = sharding_from_proto(s, spec->sharding, t.rank, &sh, dv, 4096, dv + 4096, &nlist);
   loom_array *arr = NULL;
   if (!rc) {
-    loom_put_args pa;
-    loom_put_args_initialize(&pa);
-    pa.dtype = t.dtype;
-    pa.rank = t.rank;
-    pa.dims = t.dims;
-    pa.sharding = &sh;
-    pa.data = bytes;
-    pa.data_size = n;
-    int st = loom_array_put(s->client, &pa, &arr);
+    int st = put_array(s, t.dtype, t.rank, t.dims, &sh, bytes, n, NULL, &arr);
     if (st != LOOM_OK) rc = loom_fail(s, st, what);
   }
   if (!rc) rc = add_new_array(s, &t, arr, h, dv + 4096, nlist);
@@ -1709,14 +1678,7 @@ static int do_remap(px_session *s, const Xla__Ifrt__Proxy__RemapArraysRequest *q
                                   o->sh.devices[k], m);
     loom_array *arr = NULL;
     if (!rc) {
-      loom_put_args pa;
-      loom_put_args_initialize(&pa);
-      pa.dtype = o->t.dtype;
-      pa.rank = o->t.rank;
-      pa.dims = o->t.dims;
-      pa.sharding = &o->sh;
-      pa.shard_data = (const void **)o->shard;
-      int st = loom_array_put(s->client, &pa, &arr);
+      int st = put_array(s, o->t.dtype, o->t.rank, o->t.dims, &o->sh, NULL, 0, (const void *const *)o->shard, &arr);
       if (st != LOOM_OK) rc = loom_fail(s, st, what);
     }
     uint64_t h = q->n_result_handles ? q->result_handles[m] : 0;
