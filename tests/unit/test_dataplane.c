@@ -841,26 +841,43 @@ static void raw_send(ucp_worker_h wk, ucp_ep_h ep, const void *hdr, size_t hlen,
   ucp_request_free(st);
 }
 
+/* A UCX endpoint to worker 0 that bypasses Loom's data plane (for hostile messages). */
+static int raw_connect(h_worker *w, ucp_context_h *ctx, ucp_worker_h *wk, ucp_ep_h *ep) {
+  uint8_t blob[65536];
+  long n = h_read_file(w->dir, "addr.0", blob, sizeof blob, 10);
+  ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+  ucp_worker_params_t wp = {0};
+  H_CHECK(ucp_init(&p, NULL, ctx) == UCS_OK, "ucp_init");
+  H_CHECK(ucp_worker_create(*ctx, &wp, wk) == UCS_OK, "worker");
+  ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                          .address = (const ucp_address_t *)(blob + DP_ADDR_HDR)};
+  if (n <= DP_ADDR_HDR || ucp_ep_create(*wk, &ep_p, ep) != UCS_OK) {
+    H_CHECK(0, "cannot reach worker 0 with raw UCX");
+    return -1;
+  }
+  return 0;
+}
+
+static void raw_close(ucp_context_h ctx, ucp_worker_h wk, ucp_ep_h ep) {
+  ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+  void *cr = ucp_ep_close_nbx(ep, &cp);
+  if (cr && !UCS_PTR_IS_ERR(cr)) {
+    while (ucp_request_check_status(cr) == UCS_INPROGRESS) ucp_worker_progress(wk);
+    ucp_request_free(cr);
+  }
+  ucp_worker_destroy(wk);
+  ucp_cleanup(ctx);
+}
+
 static int malformed_body(h_worker *w) {
   lm_err e;
   uint64_t peer = H_ID(1 - w->proc);
   uint8_t x = 0;
   if (w->proc == 1) {
-    uint8_t blob[65536];
-    long n = h_read_file(w->dir, "addr.0", blob, sizeof blob, 10);
-    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
     ucp_context_h ctx;
     ucp_worker_h wk;
     ucp_ep_h ep;
-    ucp_worker_params_t wp = {0};
-    H_CHECK(ucp_init(&p, NULL, &ctx) == UCS_OK, "ucp_init");
-    H_CHECK(ucp_worker_create(ctx, &wp, &wk) == UCS_OK, "worker");
-    ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                            .address = (const ucp_address_t *)(blob + DP_ADDR_HDR)};
-    if (n <= DP_ADDR_HDR || ucp_ep_create(wk, &ep_p, &ep) != UCS_OK) {
-      H_CHECK(0, "cannot reach worker 0 with raw UCX");
-      return 1;
-    }
+    if (raw_connect(w, &ctx, &wk, &ep) < 0) return 1;
     uint8_t hdr[DP_HDR_SIZE + 8];
     static uint8_t big[1 << 20];
     memset(hdr, 0, sizeof hdr);
@@ -886,14 +903,7 @@ static int malformed_body(h_worker *w) {
     /* ... and a huge one for a receive nobody posts, by rendezvous */
     dp_put64(hdr + 16, 78);
     raw_send(wk, ep, hdr, DP_HDR_SIZE, big, sizeof big, UCP_AM_SEND_FLAG_RNDV);
-    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    void *cr = ucp_ep_close_nbx(ep, &cp);
-    if (cr && !UCS_PTR_IS_ERR(cr)) {
-      while (ucp_request_check_status(cr) == UCS_INPROGRESS) ucp_worker_progress(wk);
-      ucp_request_free(cr);
-    }
-    ucp_worker_destroy(wk);
-    ucp_cleanup(ctx);
+    raw_close(ctx, wk, ep);
     H_CHECK(lm_dp_send(w->dp, peer, 1, &x, 1, NULL, &e) == 0, "%s", e.msg);
     H_CHECK(lm_dp_recv(w->dp, peer, 2, &x, 1, NULL, &e) == 0, "%s", e.msg);
   } else {
@@ -924,21 +934,10 @@ static int spoof_body(h_worker *w) {
   lm_err e;
   uint8_t x = 0;
   if (w->proc == 2) {
-    uint8_t blob[65536];
-    long n = h_read_file(w->dir, "addr.0", blob, sizeof blob, 10);
-    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
     ucp_context_h ctx;
     ucp_worker_h wk;
     ucp_ep_h ep;
-    ucp_worker_params_t wp = {0};
-    H_CHECK(ucp_init(&p, NULL, &ctx) == UCS_OK, "ucp_init");
-    H_CHECK(ucp_worker_create(ctx, &wp, &wk) == UCS_OK, "worker");
-    ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                            .address = (const ucp_address_t *)(blob + DP_ADDR_HDR)};
-    if (n <= DP_ADDR_HDR || ucp_ep_create(wk, &ep_p, &ep) != UCS_OK) {
-      H_CHECK(0, "cannot reach worker 0 with raw UCX");
-      return 1;
-    }
+    if (raw_connect(w, &ctx, &wk, &ep) < 0) return 1;
     uint8_t hdr[DP_HDR_SIZE], forged[8] = {6, 6, 6, 6, 6, 6, 6, 6};
     memset(hdr, 0, sizeof hdr);
     dp_put32(hdr, DP_MAGIC);
@@ -961,14 +960,7 @@ static int spoof_body(h_worker *w) {
     raw_send(wk, ep, hdr, DP_HDR_SIZE, forged, sizeof forged, 0);
     EVP_MAC_CTX_free(self.mac);
     EVP_MAC_free(sip);
-    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    void *cr = ucp_ep_close_nbx(ep, &cp);
-    if (cr && !UCS_PTR_IS_ERR(cr)) {
-      while (ucp_request_check_status(cr) == UCS_INPROGRESS) ucp_worker_progress(wk);
-      ucp_request_free(cr);
-    }
-    ucp_worker_destroy(wk);
-    ucp_cleanup(ctx);
+    raw_close(ctx, wk, ep);
     h_write_file(w->dir, "spoofed", "1", 1);
   } else if (w->proc == 1) {
     char b[4];
