@@ -119,11 +119,13 @@ static void put_float(pbuf *b, double f, const lm_type *t) {
   }
 }
 
-static void put_fields(pbuf *b, const lm_attr *a) {
+/* bare_ints: integers without their type (`#stablehlo.conv<raw ...>` takes no `: i64`). */
+static void put_fields(pbuf *b, const lm_attr *a, bool bare_ints) {
   for (uint32_t i = 0; i < a->n; i++) {
     const lm_named_attr *f = &a->fields[i];
     put(b, "%s%s = ", i ? ", " : "", f->name);
     if (f->value.kind == LM_ATTR_INTS) put_ints(b, &f->value, true);
+    else if (bare_ints && f->value.kind == LM_ATTR_INT) put(b, "%lld", (long long)f->value.i);
     else put_attr(b, &f->value, f->name);
   }
 }
@@ -203,8 +205,9 @@ static void put_struct(pbuf *b, const lm_attr *a) {
     put(b, "#%s", s);
     return;
   }
-  put(b, "#%s<%s", s, !strcmp(s, "stablehlo.conv") ? "raw " : "");
-  put_fields(b, a);
+  bool conv = !strcmp(s, "stablehlo.conv");
+  put(b, "#%s<%s", s, conv ? "raw " : "");
+  put_fields(b, a, conv);
   put(b, ">");
 }
 
@@ -261,7 +264,15 @@ static void put_attr(pbuf *b, const lm_attr *a, const char *name) {
       else put(b, "%s", a->s);
       break;
     }
-    case LM_ATTR_INTS: put_ints(b, a, false); break;
+    case LM_ATTR_INTS:
+      if (name && !strcmp(name, "window_reversal")) { /* a dense i1 array (convolution) */
+        put(b, "array<i1%s", a->n ? ": " : "");
+        for (uint32_t i = 0; i < a->n; i++) put(b, "%s%s", i ? ", " : "", a->ints[i] ? "true" : "false");
+        put(b, ">");
+      } else {
+        put_ints(b, a, false);
+      }
+      break;
     case LM_ATTR_DENSE: put_dense(b, a); break;
     case LM_ATTR_ARRAY:
       if (a->s && !strcmp(a->s, "->") && a->n == 2) { /* a function type */
