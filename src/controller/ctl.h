@@ -4,6 +4,7 @@
  *   ctl_programs.c  compiling: parse, SPMD analysis, the executable cache, loading on workers
  *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
  *                   completion, failures, the launch log
+ *   ctl_plan.c      a program's launch plan: its workers and each one's processes, built once
  * Everything runs on the loop thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -93,8 +94,26 @@ typedef struct c_program {
   size_t nasked;
   c_waiter *waiters;
   uint64_t idle_since;       /* when refs dropped to 0 */
+  struct c_plan *plan;       /* where it runs (ctl_plan.c), built once its devices are known; loads[k]
+                                went to plan->workers[k] */
+  bool map_in_run;           /* the devices moved since loading: every RUN carries the map */
   struct c_program *next;
 } c_program;
+
+/* A program's launch plan (ctl_plan.c), so a launch costs O(workers): the workers holding its
+ * devices and each one's processes. Shared by the program and its running launches (refs). */
+typedef struct c_plan {
+  int refs;
+  uint32_t nproc;
+  uint32_t nworkers;         /* workers holding a device of it */
+  uint32_t *workers;         /* [nworkers] their ids, in order of their first process */
+  uint32_t *wfirst;          /* [nworkers + 1]: workers[k] runs processes wprocs[wfirst[k] .. wfirst[k+1]) */
+  uint32_t *wprocs;          /* [nproc] processes grouped by worker */
+  uint32_t *proc_worker;     /* [nproc] each process's worker id ... */
+  uint32_t *proc_local;      /* [nproc] ... and local device index */
+  uint32_t *widx;            /* [nwidx] worker id -> its index in workers, UINT32_MAX if none */
+  uint32_t nwidx;
+} c_plan;
 
 typedef struct c_exe {
   ctl *ctl;
@@ -118,8 +137,9 @@ struct c_launch {
   uint64_t rid;
   uint64_t session;
   c_program *prog;           /* a reference (refs) */
-  uint32_t nworkers;
-  uint32_t *workers;         /* workers with devices in it */
+  c_plan *plan;              /* where it runs (a reference) */
+  uint32_t nworkers;         /* = plan->nworkers */
+  const uint32_t *workers;   /* = plan->workers: workers with devices in it */
   uint8_t *done;             /* [nworkers] reported (or lost) */
   uint32_t pending;
   bool failed;
@@ -168,6 +188,9 @@ struct ctl {
   uint64_t launches_total, launches_failed;
   c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
   uint64_t log_count;
+  uint32_t *dev_pos, *dev_stamp; /* [LM_REG_MAX_DEVICES] scratch of the input check: an array's shard
+                                    index per device, valid where dev_stamp is stamp */
+  uint32_t stamp;
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -205,6 +228,18 @@ void ctl_program_release(ctl *c, c_program *prog);
 void ctl_programs_client_gone(ctl *c, peer *p);
 void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_programs_free(ctl *c);
+
+/* launch plans (ctl_plan.c) */
+/* Sets prog->plan to a new plan from the registry's current placement of prog->devices[0..ndev)
+ * (releasing the old one). LOOM_NO_MEMORY on failure (the old plan stays). */
+int ctl_plan_build(ctl *c, c_program *prog, lm_err *err);
+void ctl_plan_release(c_plan *plan); /* NULL ok */
+/* True when every process's device is still where prog's plan says (O(processes)). */
+bool ctl_plan_current(ctl *c, const c_program *prog);
+/* The plan's index of worker, or UINT32_MAX when it holds none of its devices. */
+static inline uint32_t ctl_plan_worker_index(const c_plan *plan, uint32_t worker) {
+  return plan && worker < plan->nwidx ? plan->widx[worker] : UINT32_MAX;
+}
 
 /* launches */
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);

@@ -37,6 +37,7 @@ static void program_free(c_program *p) {
   free(p->proc_pos);
   free(p->loads);
   free(p->asked);
+  ctl_plan_release(p->plan);
   lm_spmd_info_free(p->info);
   free(p);
 }
@@ -198,23 +199,21 @@ static void program_fail(ctl *c, c_program *p, int code, const char *msg) {
 void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f) {
   for (c_program *p = c->programs; p; p = p->next) {
     if (p->state != P_LOADING) continue;
-    load_req *lr = loads_of(p);
-    for (uint32_t i = 0; i < p->nloads; i++) {
-      if (lr[i].rid != f->h.request_id || lr[i].worker != w->worker_id) continue;
-      lr[i].rid = 0;
-      if (f->h.type == LM_MSG_ERROR) {
-        lm_err err;
-        int code = lm_msg_error_status(f, &err);
-        program_fail(c, p, code, err.msg);
-        return;
-      }
-      if (--p->loads_pending == 0) {
-        p->state = P_READY;
-        lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloads);
-        loads_settled(c, p);
-      }
+    uint32_t k = ctl_plan_worker_index(p->plan, w->worker_id); /* loads[k] went to plan->workers[k] */
+    if (k >= p->nloads || p->loads[k].worker != w->worker_id || p->loads[k].rid != f->h.request_id) continue;
+    p->loads[k].rid = 0;
+    if (f->h.type == LM_MSG_ERROR) {
+      lm_err err;
+      int code = lm_msg_error_status(f, &err);
+      program_fail(c, p, code, err.msg);
       return;
     }
+    if (--p->loads_pending == 0) {
+      p->state = P_READY;
+      lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloads);
+      loads_settled(c, p);
+    }
+    return;
   }
   /* a load of a program that already failed elsewhere (and was unloaded): nothing to do */
   lm_debug("worker %u answered request %llu, which is no longer pending", w->worker_id,
@@ -337,17 +336,22 @@ static void analyze_done(uv_work_t *req, int status) {
     program_fail(c, prog, rc, msg);
     return;
   }
+  if (ctl_plan_build(c, prog, &err) < 0) {
+    program_fail(c, prog, err.code, err.msg);
+    return;
+  }
   prog->state = P_LOADING;
-  /* one LOAD_PROGRAM per worker holding a device */
+  /* one LOAD_PROGRAM per worker holding a device (loads[k] to workers[k]), with the map of where
+   * every process runs: sent once here, not in every RUN */
   load_req *lr = loads_of(prog);
   Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
   lp.program = prog->id;
   lp.name = prog->name;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t w = lm_registry_device(c->reg, prog->devices[i])->worker;
-    bool dup = false;
-    for (uint32_t k = 0; k < prog->nloads; k++) dup |= lr[k].worker == w;
-    if (dup) continue;
+  lp.n_proc_workers = lp.n_proc_devices = n;
+  lp.proc_workers = prog->plan->proc_worker;
+  lp.proc_devices = prog->plan->proc_local;
+  for (uint32_t k = 0; k < prog->plan->nworkers; k++) {
+    uint32_t w = prog->plan->workers[k];
     lr[prog->nloads].worker = w;
     lr[prog->nloads].rid = c->next_rid++;
     if (ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len, &err) < 0) {

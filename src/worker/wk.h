@@ -80,6 +80,8 @@ typedef struct wk_program {
                                   executor runs it: no plugin, collectives, or the plugin refused it) */
   const struct lm_type *pjrt_results; /* with pjrt: the result types of the program's @main */
   lm_spmd_info *info;
+  uint32_t *proc_workers;      /* [info->nproc] where every process runs (LOAD_PROGRAM), or NULL */
+  uint32_t *proc_devices;
   char *name;
   struct wk_program *next;
 } wk_program;

@@ -27,6 +27,8 @@ void wk_program_release(wk_program *p) {
   lm_pjrt_exe_free(p->pjrt);
   lm_program_destroy(p->prog);
   lm_spmd_info_free(p->info);
+  free(p->proc_workers);
+  free(p->proc_devices);
   free(p->name);
   free(p);
 }
@@ -63,6 +65,8 @@ typedef struct load_job {
   lm_program *prog;
   lm_spmd_info *info;
   lm_pjrt_exe *pjrt;
+  uint32_t nmap;        /* where every process runs, from LOAD_PROGRAM (0: not given) */
+  uint32_t *proc_workers, *proc_devices;
 } load_job;
 
 /* Why the per-device program cannot go to a PJRT plugin as one executable, or NULL: collectives
@@ -139,6 +143,8 @@ static void load_done(uv_work_t *req, int status) {
   int rc = j->rc;
   lm_err err = j->err;
   if (status < 0) rc = lm_errf(&err, LOOM_CANCELLED, "loading cancelled");
+  if (rc == 0 && j->nmap && j->nmap != j->info->nproc)
+    rc = lm_errf(&err, LOOM_PROTOCOL, "LOAD_PROGRAM maps %u processes, the program runs %u", j->nmap, j->info->nproc);
   bool reply = !j->cancelled && !w->stopping && w->conn == j->conn;
   if (rc == 0 && reply && !(p = calloc(1, sizeof *p))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0 && reply && !(p->name = strdup(j->name))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
@@ -159,6 +165,9 @@ static void load_done(uv_work_t *req, int status) {
     p->prog = j->prog;
     p->info = j->info;
     p->pjrt = j->pjrt;
+    p->proc_workers = j->proc_workers; /* taken */
+    p->proc_devices = j->proc_devices;
+    j->proc_workers = j->proc_devices = NULL;
     if (p->pjrt) { /* found once here, not per launch */
       const lm_module *pm = lm_program_module(p->prog);
       const lm_func *main = lm_module_func(pm, "main");
@@ -175,6 +184,8 @@ static void load_done(uv_work_t *req, int status) {
   }
   free(j->name);
   free(j->text);
+  free(j->proc_workers);
+  free(j->proc_devices);
   free(j);
 }
 
@@ -186,14 +197,27 @@ void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
     lm_conn_send_error(w->conn, f->h.request_id, err.code, err.msg);
     return;
   }
+  if (m->n_proc_workers != m->n_proc_devices || m->n_proc_workers > LM_SHARD_MAX_DEVICES) {
+    lm_conn_send_error(w->conn, f->h.request_id, LOOM_PROTOCOL, "LOAD_PROGRAM with a malformed process map");
+    return;
+  }
   load_job *j = calloc(1, sizeof *j);
-  size_t len = (size_t)f->h.payload_len;
+  size_t len = (size_t)f->h.payload_len, nmap = m->n_proc_workers;
   if (j) {
     j->name = strdup(name);
     j->text = malloc(len ? len : 1);
+    if (nmap) {
+      j->proc_workers = malloc(nmap * sizeof *j->proc_workers);
+      j->proc_devices = malloc(nmap * sizeof *j->proc_devices);
+    }
   }
   int rc = -1;
-  if (j && j->name && j->text) {
+  if (j && j->name && j->text && (!nmap || (j->proc_workers && j->proc_devices))) {
+    if (nmap) {
+      memcpy(j->proc_workers, m->proc_workers, nmap * sizeof *j->proc_workers);
+      memcpy(j->proc_devices, m->proc_devices, nmap * sizeof *j->proc_devices);
+    }
+    j->nmap = (uint32_t)nmap;
     if (len) memcpy(j->text, f->payload, len);
     j->len = len;
     j->w = w;
@@ -204,7 +228,7 @@ void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
     rc = uv_queue_work(&w->loop, &j->req, load_work, load_done);
   }
   if (rc != 0) {
-    if (j) free(j->name), free(j->text);
+    if (j) free(j->name), free(j->text), free(j->proc_workers), free(j->proc_devices);
     free(j);
     lm_conn_send_error(w->conn, f->h.request_id, LOOM_NO_MEMORY, "worker cannot load the program: out of resources");
     return;
@@ -429,8 +453,10 @@ static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
   for (size_t i = 0; i < m->n_devices; i++) {
     const Lmw__RunDevice *rd = m->devices[i];
     if (rd->local_index >= w->cfg.devices) continue;
-    for (size_t j = 0; j < rd->n_outputs; j++) {
-      wk_slot *s = wk_slot_new(m->session, rd->outputs[j], rd->local_index);
+    size_t nout = rd->n_outputs ? rd->n_outputs : m->n_outputs;
+    const uint64_t *outs = rd->n_outputs ? rd->outputs : m->outputs;
+    for (size_t j = 0; j < nout; j++) {
+      wk_slot *s = wk_slot_new(m->session, outs[j], rd->local_index);
       if (!s) continue;
       wk_slot_finish(&w->store, s, NULL, code, msg);
       wk_store_put(&w->store, s);
@@ -449,22 +475,31 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     return;
   }
   const lm_spmd_info *info = p->info;
-  if (m->n_proc_workers != info->nproc || m->n_proc_devices != info->nproc || m->n_devices == 0 ||
-      m->n_devices > w->cfg.devices) {
+  /* where every process runs: in the RUN (the devices moved since loading) or from LOAD_PROGRAM */
+  const uint32_t *proc_workers = m->n_proc_workers ? m->proc_workers : p->proc_workers;
+  const uint32_t *proc_devices = m->n_proc_workers ? m->proc_devices : p->proc_devices;
+  bool bad = (m->n_proc_workers && m->n_proc_workers != info->nproc) || m->n_proc_devices != m->n_proc_workers ||
+             (!proc_workers && info->nproc > 1) || m->n_devices == 0 || m->n_devices > w->cfg.devices;
+  /* each device once: marked in a bitmap of the worker's devices (O(devices), not O(devices^2)) */
+  uint64_t seen_small[4] = {0}, *seen = seen_small;
+  size_t words = (w->cfg.devices + 63) / 64;
+  if (!bad && words > 4 && !(seen = calloc(words, sizeof *seen))) {
+    reject_run(w, m, LOOM_NO_MEMORY, "out of host memory on the worker");
+    return;
+  }
+  for (size_t i = 0; !bad && i < m->n_devices; i++) {
+    const Lmw__RunDevice *rd = m->devices[i];
+    size_t nin = rd->n_inputs ? rd->n_inputs : m->n_inputs, nout = rd->n_outputs ? rd->n_outputs : m->n_outputs;
+    uint32_t li = rd->local_index;
+    bad = li >= w->cfg.devices || (seen[li / 64] >> (li % 64) & 1) || rd->process >= info->nproc ||
+          nin != info->ninputs || nout != info->noutputs;
+    if (!bad) seen[li / 64] |= UINT64_C(1) << (li % 64);
+  }
+  if (seen != seen_small) free(seen);
+  if (bad) {
     snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
     reject_run(w, m, LOOM_PROTOCOL, msg);
     return;
-  }
-  for (size_t i = 0; i < m->n_devices; i++) {
-    const Lmw__RunDevice *rd = m->devices[i];
-    bool dup = false;
-    for (size_t j = 0; j < i; j++) dup |= m->devices[j]->local_index == rd->local_index;
-    if (rd->local_index >= w->cfg.devices || dup || rd->process >= info->nproc || rd->n_inputs != info->ninputs ||
-        rd->n_outputs != info->noutputs) {
-      snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
-      reject_run(w, m, LOOM_PROTOCOL, msg);
-      return;
-    }
   }
   if (wk_store_session_closed(&w->store, m->session)) {
     send_run_done(w, m->seq, LOOM_CANCELLED, "the session is closed");
@@ -490,15 +525,17 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     lm_dp_member *procs = calloc(info->nproc, sizeof *procs);
     if (!procs) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
     for (uint32_t i = 0; rc == 0 && i < info->nproc; i++)
-      procs[i] = (lm_dp_member){m->proc_workers[i], m->proc_devices[i]};
+      procs[i] = (lm_dp_member){proc_workers[i], proc_devices[i]};
     if (rc == 0) rc = lm_spmd_coll_create(w->dp, procs, info->nproc, m->seq, &l->coll, &err);
     free(procs);
     if (rc < 0) snprintf(msg, sizeof msg, "worker %u: cannot set up the launch's collectives: %.400s", w->worker_id, err.msg);
   }
   for (size_t i = 0; rc == 0 && i < m->n_devices; i++) {
     const Lmw__RunDevice *rd = m->devices[i];
+    size_t nin = rd->n_inputs ? rd->n_inputs : m->n_inputs, nout = rd->n_outputs ? rd->n_outputs : m->n_outputs;
+    const uint64_t *ins = rd->n_inputs ? rd->inputs : m->inputs, *outs = rd->n_outputs ? rd->outputs : m->outputs;
     wk_task *t = calloc(1, sizeof *t);
-    wk_slot **sl = calloc(rd->n_inputs + rd->n_outputs + 1, sizeof *sl);
+    wk_slot **sl = calloc(nin + nout + 1, sizeof *sl);
     if (!t || !sl) {
       free(t);
       free(sl);
@@ -509,16 +546,16 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     t->l = l;
     t->dev = rd->local_index;
     t->proc = rd->process;
-    t->nin = (uint32_t)rd->n_inputs;
-    t->nout = (uint32_t)rd->n_outputs;
+    t->nin = (uint32_t)nin;
+    t->nout = (uint32_t)nout;
     t->in = sl;
-    t->out = sl + rd->n_inputs;
+    t->out = sl + nin;
     for (uint32_t j = 0; j < t->nin; j++) {
-      t->in[j] = wk_store_get(&w->store, m->session, rd->inputs[j], t->dev);
-      if (!t->in[j] && !t->missing) t->missing = rd->inputs[j];
+      t->in[j] = wk_store_get(&w->store, m->session, ins[j], t->dev);
+      if (!t->in[j] && !t->missing) t->missing = ins[j];
     }
     for (uint32_t j = 0; j < t->nout; j++) {
-      t->out[j] = wk_slot_new(m->session, rd->outputs[j], t->dev);
+      t->out[j] = wk_slot_new(m->session, outs[j], t->dev);
       if (t->out[j]) wk_store_put(&w->store, t->out[j]);
       else rc = LOOM_NO_MEMORY;
     }
