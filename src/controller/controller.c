@@ -59,10 +59,18 @@ void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage
 
 int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
                     const void *payload, uint64_t plen, lm_err *err) {
+  return ctl_worker_send_ref(c, worker, type, rid, m, payload, plen, NULL, NULL, err);
+}
+
+int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                        const void *payload, uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err) {
   peer *p = worker < c->worker_peer_cap ? c->worker_peer[worker] : NULL;
-  if (!p || !lm_conn_is_open(p->conn)) return 0; /* gone: worker_lost settles what waits on it */
+  if (!p || !lm_conn_is_open(p->conn)) { /* gone: worker_lost settles what waits on it */
+    if (release) release(release_arg);
+    return 0;
+  }
   lm_err e;
-  if (lm_conn_send(p->conn, type, rid, m, payload, plen, NULL, NULL, &e) < 0) {
+  if (lm_conn_send(p->conn, type, rid, m, payload, plen, release, release_arg, &e) < 0) {
     if (!lm_conn_is_open(p->conn)) return 0; /* the send closed it: likewise */
     lm_warn("cannot send %s to worker %u: %s", lm_msg_name(type), worker, e.msg);
     return lm_errf(err, e.code, "cannot send %s to worker %u: %s", lm_msg_name(type), worker, e.msg);

@@ -206,6 +206,10 @@ void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage
  * was to wait for its answer. */
 int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
                     const void *payload, uint64_t plen, lm_err *err);
+/* The same with the payload sent from the caller's memory: release(release_arg) runs once it is
+ * no longer needed (also when nothing is sent). */
+int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                        const void *payload, uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err);
 /* Every device of devs exists, appears once and is healthy; `what` names the list in errors. */
 int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what, lm_err *err);
 /* "worker 1 (host pid 123)" */

@@ -22,6 +22,28 @@ typedef struct waiter_ext {
   uint64_t exe_id;
 } waiter_ext;
 
+/* A program's text is sent to every worker from the one copy (no copy per worker): it lives in a
+ * block with a reference count, held by the program and by each LOAD_PROGRAM being written. */
+typedef struct text_block {
+  int refs;
+  char data[];
+} text_block;
+
+static char *text_new(size_t len) {
+  text_block *b = malloc(sizeof *b + (len ? len : 1));
+  if (!b) return NULL;
+  b->refs = 1;
+  return b->data;
+}
+
+static text_block *text_block_of(char *text) { return (text_block *)(text - offsetof(text_block, data)); }
+
+static void text_release(void *text) {
+  if (!text) return;
+  text_block *b = text_block_of(text);
+  if (--b->refs == 0) free(b);
+}
+
 static void program_free(c_program *p) {
   if (!p) return;
   if (p->held) ctl_release(p->held, p->devices, p->ndev);
@@ -31,7 +53,7 @@ static void program_free(c_program *p) {
     free(w);
     w = n;
   }
-  free(p->text);
+  text_release(p->text);
   free(p->name);
   free(p->devices);
   free(p->proc_pos);
@@ -354,7 +376,9 @@ static void analyze_done(uv_work_t *req, int status) {
     uint32_t w = prog->plan->workers[k];
     lr[prog->nloads].worker = w;
     lr[prog->nloads].rid = c->next_rid++;
-    if (ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len, &err) < 0) {
+    text_block_of(prog->text)->refs++; /* the send's reference: released once written (or on failure) */
+    if (ctl_worker_send_ref(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len,
+                            text_release, prog->text, &err) < 0) {
       program_fail(c, prog, err.code, err.msg); /* answers the compile and frees prog */
       return;
     }
@@ -417,7 +441,7 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   waiter_ext *we = calloc(1, sizeof *we);
   analyze_job *j = calloc(1, sizeof *j);
   if (prog) {
-    prog->text = malloc(len);
+    prog->text = text_new(len);
     prog->name = strdup(name);
     prog->asked = m->n_devices ? malloc(m->n_devices * sizeof *prog->asked) : NULL;
   }

@@ -205,7 +205,7 @@ void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
   size_t len = (size_t)f->h.payload_len, nmap = m->n_proc_workers;
   if (j) {
     j->name = strdup(name);
-    j->text = malloc(len ? len : 1);
+    j->text = len ? lm_frame_take_payload((lm_frame *)f) : malloc(1); /* taken, not copied */
     if (nmap) {
       j->proc_workers = malloc(nmap * sizeof *j->proc_workers);
       j->proc_devices = malloc(nmap * sizeof *j->proc_devices);
@@ -218,7 +218,6 @@ void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
       memcpy(j->proc_devices, m->proc_devices, nmap * sizeof *j->proc_devices);
     }
     j->nmap = (uint32_t)nmap;
-    if (len) memcpy(j->text, f->payload, len);
     j->len = len;
     j->w = w;
     j->conn = w->conn;
