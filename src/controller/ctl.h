@@ -86,7 +86,9 @@ typedef struct c_program {
   uint32_t loads_pending;
   int code;
   char msg[LM_ERR_MSG_MAX];
-  struct c_load { uint32_t worker; uint64_t rid; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0: answered */
+  struct c_load { uint32_t worker; uint64_t rid; bool textless; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0:
+                                answered; textless: sent without the text, which the worker should hold */
+  uint8_t digest[32];        /* SHA-256 of the text: its content address (computed with the analysis) */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
   uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */
@@ -191,6 +193,8 @@ struct ctl {
   uint32_t *dev_pos, *dev_stamp; /* [LM_REG_MAX_DEVICES] scratch of the input check: an array's shard
                                     index per device, valid where dev_stamp is stamp */
   uint32_t stamp;
+  struct c_sent *sent;       /* [sent_cap] per worker id: digests of the texts it was sent (ctl_programs.c) */
+  uint32_t sent_cap;
 };
 
 uint64_t ctl_now_ms(ctl *c);

@@ -42,13 +42,16 @@ typedef struct simw simw;
 /* A program, shared by every simulated worker the controller loaded it on. */
 typedef struct sim_wait {
   simw *sw;
+  uint64_t id;                 /* the program id it asked to load */
   uint32_t gen;                /* the worker's connection generation when it asked */
   uint64_t rid;
   struct sim_wait *next;
 } sim_wait;
 
 typedef struct sim_prog {
-  uint64_t id;
+  uint64_t id;                 /* the program id it was first loaded as */
+  bool has_digest;
+  uint8_t digest[32];          /* its text's SHA-256: later program ids of the same text share it */
   int state;                   /* 0 analyzing, 1 ready, < 0 failed (the status) */
   char msg[LM_ERR_MSG_MAX];
   lm_spmd_info *info;
@@ -61,6 +64,7 @@ typedef struct sim_prog {
 } sim_prog;
 
 typedef struct sim_load {
+  uint64_t id;                 /* the program id the controller loaded it as */
   sim_prog *p;
   struct sim_load *next;
 } sim_load;
@@ -247,9 +251,9 @@ static void send_ctl(simw *w, unsigned type, uint64_t rid, const ProtobufCMessag
     lm_warn("simulated worker %u: cannot send %s: %s", w->worker_id, lm_msg_name(type), err.msg);
 }
 
-static void list_prog(simw *w, sim_prog *p) {
+static void list_prog(simw *w, uint64_t id, sim_prog *p) {
   for (sim_load **pp = &w->progs; *pp; pp = &(*pp)->next)
-    if ((*pp)->p->id == p->id) { /* a reload replaces it */
+    if ((*pp)->id == id) { /* a reload replaces it */
       sim_load *l = *pp;
       *pp = l->next;
       prog_release(w->s, l->p);
@@ -258,6 +262,7 @@ static void list_prog(simw *w, sim_prog *p) {
     }
   sim_load *l = calloc(1, sizeof *l);
   if (!l) return;
+  l->id = id;
   l->p = p;
   p->refs++;
   l->next = w->progs;
@@ -265,14 +270,14 @@ static void list_prog(simw *w, sim_prog *p) {
 }
 
 /* Answers a LOAD_PROGRAM once its program is analyzed (ready or failed). */
-static void answer_load(simw *w, uint64_t rid, sim_prog *p) {
+static void answer_load(simw *w, uint64_t rid, uint64_t id, sim_prog *p) {
   if (p->state < 0) {
     char msg[LM_ERR_MSG_MAX + 64];
     snprintf(msg, sizeof msg, "worker %u cannot load it: %s", w->worker_id, p->msg);
     if (w->conn) lm_conn_send_error(w->conn, rid, p->state, msg);
     return;
   }
-  list_prog(w, p);
+  list_prog(w, id, p);
   Lmw__Ack ack = LMW__ACK__INIT;
   send_ctl(w, LM_MSG_ACK, rid, &ack.base);
 }
@@ -304,7 +309,7 @@ static void analyze_done(uv_work_t *req, int status) {
   while (p->waiters) {
     sim_wait *x = p->waiters;
     p->waiters = x->next;
-    if (!s->stopping && x->sw->conn && x->sw->gen == x->gen) answer_load(x->sw, x->rid, p);
+    if (!s->stopping && x->sw->conn && x->sw->gen == x->gen) answer_load(x->sw, x->rid, x->id, p);
     free(x);
   }
   prog_release(s, p);
@@ -316,15 +321,22 @@ static void on_load(simw *w, const lm_frame *f, const Lmw__LoadProgram *m) {
     lm_conn_send_error(w->conn, f->h.request_id, LOOM_PROTOCOL, "LOAD_PROGRAM without a program id");
     return;
   }
+  bool digest = m->text_digest.len == 32;
   sim_prog *p = NULL;
-  for (p = s->progs; p && p->id != m->program; p = p->next) {}
+  for (p = s->progs; p; p = p->next) /* by content when the controller names it, else by id */
+    if (digest ? p->has_digest && !memcmp(p->digest, m->text_digest.data, 32) : p->id == m->program) break;
+  if (!p && digest && !f->h.payload_len) {
+    lm_conn_send_errorf(w->conn, f->h.request_id, LOOM_NOT_FOUND, "worker %u does not hold the text of program %llu",
+                        w->worker_id, (unsigned long long)m->program);
+    return;
+  }
   if (p && p->state != 0) {
-    answer_load(w, f->h.request_id, p);
+    answer_load(w, f->h.request_id, m->program, p);
     return;
   }
   sim_wait *x = calloc(1, sizeof *x);
   if (!x) goto oom;
-  *x = (sim_wait){.sw = w, .gen = w->gen, .rid = f->h.request_id};
+  *x = (sim_wait){.sw = w, .id = m->program, .gen = w->gen, .rid = f->h.request_id};
   if (!p) { /* first sight in this process: analyze once, on the thread pool */
     p = calloc(1, sizeof *p);
     if (!p || !(p->text = malloc(f->h.payload_len ? f->h.payload_len : 1)) ||
@@ -337,6 +349,10 @@ static void on_load(simw *w, const lm_frame *f, const Lmw__LoadProgram *m) {
     if (f->h.payload_len) memcpy(p->text, f->payload, f->h.payload_len);
     p->len = f->h.payload_len;
     p->id = m->program;
+    if (digest) {
+      p->has_digest = true;
+      memcpy(p->digest, m->text_digest.data, 32);
+    }
     p->refs = 1;
     p->req.data = p;
     if (uv_queue_work(&s->loop, &p->req, analyze_work, analyze_done) != 0) {
@@ -355,7 +371,7 @@ oom:
 
 static void on_unload(simw *w, uint64_t id) {
   for (sim_load **pp = &w->progs; *pp; pp = &(*pp)->next)
-    if ((*pp)->p->id == id) {
+    if ((*pp)->id == id) {
       sim_load *l = *pp;
       *pp = l->next;
       prog_release(w->s, l->p);
@@ -380,7 +396,7 @@ static void on_run(simw *w, const Lmw__Run *m) {
   sim *s = w->s;
   char msg[512];
   sim_load *l = w->progs;
-  while (l && l->p->id != m->program) l = l->next;
+  while (l && l->id != m->program) l = l->next;
   int code = 0;
   if (!l) {
     code = LOOM_NOT_FOUND;
