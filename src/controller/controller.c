@@ -497,6 +497,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
 static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->stopping) return;
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
+  ctl_frees_worker_lost(c, id);
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
@@ -777,6 +778,7 @@ static void begin_stop(ctl *c, const char *why) {
   uv_close((uv_handle_t *)&c->sigint, NULL);
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->health, NULL);
+  ctl_frees_stop(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
 
@@ -882,6 +884,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   if (rc == 0) lm_info("stopped");
   ctl_launches_free(c);
   ctl_programs_free(c);
+  ctl_frees_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
   free(c->worker_key);

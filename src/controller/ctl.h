@@ -5,6 +5,7 @@
  *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
  *                   completion, failures, the launch log
  *   ctl_plan.c      a program's launch plan: its workers and each one's processes, built once
+ *   ctl_frees.c     deleted arrays' frees, held briefly per worker and sent with its next RUN
  * Everything runs on the loop thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -195,6 +196,11 @@ struct ctl {
   uint32_t stamp;
   struct c_sent *sent;       /* [sent_cap] per worker id: digests of the texts it was sent (ctl_programs.c) */
   uint32_t sent_cap;
+  struct c_frees *frees;     /* [frees_cap] per worker id: frees waiting to be sent (ctl_frees.c) */
+  uint32_t frees_cap;
+  uint32_t *frees_dirty, ndirty; /* worker ids with frees waiting */
+  uv_timer_t frees_timer;
+  bool frees_timer_on, frees_timer_init;
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -248,6 +254,18 @@ bool ctl_plan_current(ctl *c, const c_program *prog);
 static inline uint32_t ctl_plan_worker_index(const c_plan *plan, uint32_t worker) {
   return plan && worker < plan->nwidx ? plan->widx[worker] : UINT32_MAX;
 }
+
+/* frees (ctl_frees.c): FREE_ARRAYS are batched per worker, sent with the worker's next RUN of the
+ * same session or within LM_FREE_DELAY_MS */
+void ctl_free_later(ctl *c, uint32_t worker, uint64_t session, const uint64_t *ids, size_t n);
+/* The frees waiting for worker that a RUN of session can carry: *ids (valid until the next call
+ * here) and their count; frees of another session are sent now. */
+size_t ctl_frees_for_run(ctl *c, uint32_t worker, uint64_t session, const uint64_t **ids);
+/* After the RUN carrying them was sent: forget them. */
+void ctl_frees_sent(ctl *c, uint32_t worker);
+void ctl_frees_worker_lost(ctl *c, uint32_t worker);
+void ctl_frees_stop(ctl *c); /* sends what waits, closes the timer */
+void ctl_frees_free(ctl *c);
 
 /* launches */
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);

@@ -458,8 +458,11 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
       rptr[nd++] = rd;
     }
     run.n_devices = nd;
+    run.n_free_ids = ctl_frees_for_run(c, l->workers[k], s->id, (const uint64_t **)&run.free_ids);
     lm_err err;
-    if (ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err) < 0) {
+    int src = ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err);
+    if (src == 0 && run.n_free_ids) ctl_frees_sent(c, l->workers[k]);
+    if (src < 0) {
       /* fail it; the workers from k on never got it and never answer (the last may free l) */
       launch_fail(c, l, err.code, err.msg);
       for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);

@@ -395,6 +395,8 @@ static void run_done(simw *w, uint64_t seq, int code, const char *msg) {
 static void on_run(simw *w, const Lmw__Run *m) {
   sim *s = w->s;
   char msg[512];
+  for (size_t i = 0; i < m->n_free_ids; i++) /* deletes that waited for this RUN */
+    for (uint32_t d = 0; d < s->cfg.devices; d++) shard_drop(w, m->session, m->free_ids[i], d);
   sim_load *l = w->progs;
   while (l && l->id != m->program) l = l->next;
   int code = 0;

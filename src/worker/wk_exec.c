@@ -557,6 +557,8 @@ static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
 
 void wk_on_run(wk *w, const Lmw__Run *m) {
   char msg[512];
+  for (size_t i = 0; i < m->n_free_ids; i++) /* deletes that waited for this RUN */
+    wk_store_drop_array(&w->store, m->session, m->free_ids[i], w->cfg.devices);
   wk_program *p = find_program(w, m->program);
   if (!p) {
     snprintf(msg, sizeof msg, "worker %u has no program %llu loaded", w->worker_id, (unsigned long long)m->program);
