@@ -92,3 +92,32 @@ def test_simulated_256_workers(procs, tmp_path):
                  ",".join(map(str, live)), "--output-dir", str(out), "--controller", c.addr, env=env, timeout=120,
                  check=True)
     assert np.load(out / "result_0.npy").shape == (1024,)
+
+
+def test_simulated_data_port_survives_random_frames(procs, tmp_path, monkeypatch):
+    """Simulated workers are daemons too: random frames built from the schema at their data ports
+    (after a real HELLO) are refused or answered, the process keeps serving, and a launch over
+    its devices still completes."""
+    from test_wire_fuzz import DATA_TYPES, FRAMES, SEED, Gen, Peer, client_hello, data_address, load_schema
+
+    auth = Auth(tmp_path)
+    monkeypatch.setenv("LOOM_TOKEN", auth.tokens["alice"])
+    c = Cluster(procs, tmp_path, auth)
+    c.start_controller("--frame-timeout", "500", "--handshake-timeout", "1500")
+    sim = c.start_worker(2, extra=["--simulate", "2"])
+    c.wait_devices(4)
+    messages, by_type = load_schema()
+    g = Gen(SEED * 7 + 1, messages)
+    peers = [Peer(data_address(c.addr), client_hello) for _ in range(2)]
+    for i in range(FRAMES):
+        g.r.choice(peers).send(g.frame(DATA_TYPES, by_type, allow_payload=True))
+        if i % 500 == 499:
+            assert sim.poll() is None, "the simulation process died"
+    for p in peers:
+        p.close()
+    assert sim.poll() is None
+    (tmp_path / "step.mlir").write_text(step_program(4))
+    np.save(tmp_path / "x.npy", np.arange(4, dtype=np.int32))
+    r = run_loom("run", str(tmp_path / "step.mlir"), "--input", f"0={tmp_path / 'x.npy'}", "--controller", c.addr,
+                 timeout=60, check=True)
+    assert r.stdout.strip() == "[0 0 0 0]", r.stdout
