@@ -90,6 +90,8 @@ typedef struct c_program {
   struct c_load { uint32_t worker; uint64_t rid; bool textless; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0:
                                 answered; textless: sent without the text, which the worker should hold */
   uint8_t digest[32];        /* SHA-256 of the text: its content address (computed with the analysis) */
+  bool needs_map;            /* several processes that may talk (collectives, or partitioned): the
+                                workers get where every process runs */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
   uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */

@@ -442,7 +442,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   run.inputs = m->inputs;
   run.n_outputs = m->n_outputs;
   run.outputs = m->outputs;
-  if (prog->map_in_run) {
+  if (prog->map_in_run && prog->needs_map) {
     run.n_proc_workers = run.n_proc_devices = n;
     run.proc_workers = plan->proc_worker;
     run.proc_devices = plan->proc_local;

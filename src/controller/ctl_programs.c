@@ -122,9 +122,11 @@ static int send_load(ctl *c, c_program *prog, uint32_t k, lm_err *err) {
   Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
   lp.program = prog->id;
   lp.name = prog->name;
-  lp.n_proc_workers = lp.n_proc_devices = prog->ndev;
-  lp.proc_workers = prog->plan->proc_worker;
-  lp.proc_devices = prog->plan->proc_local;
+  if (prog->needs_map) { /* only programs whose processes talk need it (it is O(processes)) */
+    lp.n_proc_workers = lp.n_proc_devices = prog->ndev;
+    lp.proc_workers = prog->plan->proc_worker;
+    lp.proc_devices = prog->plan->proc_local;
+  }
   lp.text_digest.data = prog->digest;
   lp.text_digest.len = sizeof prog->digest;
   ld->textless = sent_has(c, ld->worker, prog->digest);
@@ -377,6 +379,23 @@ typedef struct analyze_job {
   lm_spmd_info *info;
 } analyze_job;
 
+/* Does region r (nested regions too) have an op that exchanges data between processes? */
+static bool has_collectives(const lm_region *r) {
+  for (uint32_t b = 0; b < r->nblocks; b++)
+    for (uint32_t i = 0; i < r->blocks[b].nops; i++) {
+      const lm_op *op = &r->blocks[b].ops[i];
+      switch (op->code) {
+        case LM_OP_ALL_REDUCE: case LM_OP_ALL_GATHER: case LM_OP_REDUCE_SCATTER: case LM_OP_ALL_TO_ALL:
+        case LM_OP_COLLECTIVE_PERMUTE: case LM_OP_COLLECTIVE_BROADCAST: case LM_OP_SEND: case LM_OP_RECV:
+          return true;
+        default: break;
+      }
+      for (uint32_t k = 0; k < op->nregions; k++)
+        if (has_collectives(&op->regions[k])) return true;
+    }
+  return false;
+}
+
 static void analyze_work(uv_work_t *req) {
   analyze_job *j = req->data;
   lm_module *mod = NULL;
@@ -384,6 +403,11 @@ static void analyze_work(uv_work_t *req) {
   lm_sha256(j->prog->text, j->prog->len, j->prog->digest); /* its content address, off the loop too */
   j->rc = lm_parse_module(j->prog->text, j->prog->len, &po, &mod, &j->err);
   if (j->rc == 0) j->rc = lm_spmd_analyze(mod, &j->info, &j->err);
+  if (j->rc == 0 && j->info->nproc > 1) { /* the partitioner may add collectives at the workers */
+    bool talk = j->info->partitioned;
+    for (uint32_t f = 0; !talk && f < mod->nfuncs; f++) talk = has_collectives(&mod->funcs[f].body);
+    j->prog->needs_map = talk;
+  }
   lm_module_free(mod);
 }
 

@@ -570,7 +570,7 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   const uint32_t *proc_workers = m->n_proc_workers ? m->proc_workers : p->proc_workers;
   const uint32_t *proc_devices = m->n_proc_workers ? m->proc_devices : p->proc_devices;
   bool bad = (m->n_proc_workers && m->n_proc_workers != info->nproc) || m->n_proc_devices != m->n_proc_workers ||
-             (!proc_workers && info->nproc > 1) || m->n_devices == 0 || m->n_devices > w->cfg.devices;
+             m->n_devices == 0 || m->n_devices > w->cfg.devices;
   /* each device once: marked in a bitmap of the worker's devices (O(devices), not O(devices^2)) */
   uint64_t seen_small[4] = {0}, *seen = seen_small;
   size_t words = (w->cfg.devices + 63) / 64;
@@ -611,7 +611,9 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   atomic_fetch_add(&p->refs, 1);
   pthread_mutex_init(&l->mu, NULL);
   int rc = 0;
-  if (info->nproc > 1 && w->dp) { /* the processes' (worker, device), which the collectives copy */
+  /* the processes' (worker, device), which the collectives copy; a program without collectives is
+   * loaded without the map (its collectives would fail with "no collective support") */
+  if (info->nproc > 1 && w->dp && proc_workers) {
     lm_err err;
     lm_dp_member *procs = calloc(info->nproc, sizeof *procs);
     if (!procs) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
