@@ -61,6 +61,7 @@ struct lm_cconn {
   uint64_t session_id;
   char addr[LM_ADDR_MAX];
   char software[64];
+  uint64_t peer_max_payload;         /* what the peer said it accepts (HELLO_REPLY); 0: unknown */
   lm_cconn_local local;       /* from the HELLO_REPLY */
   atomic_bool peer_access;    /* the peer copies to and from our memory: see lm_cconn_set_peer_access */
 };
@@ -247,6 +248,11 @@ static void break_connection(lm_cconn *c) { shutdown(c->fd, atomic_load(&c->peer
 int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const void *payload, uint64_t plen,
                    void *dst, uint64_t dst_cap, lm_call **out, lm_err *err) {
   *out = NULL;
+  if (c->peer_max_payload && plen > c->peer_max_payload) /* it would drop the connection: refuse here */
+    return lm_errf(err, LOOM_INVALID_ARGUMENT,
+                   "%s carries %llu bytes, more than the %llu the peer accepts in one message (a controller's "
+                   "--max-payload)", lm_msg_name(type), (unsigned long long)plen,
+                   (unsigned long long)c->peer_max_payload);
   lm_call *call = calloc(1, sizeof *call);
   if (!call) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   pthread_condattr_t ca;
@@ -508,6 +514,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
     if (rc == 0) {
       Lmw__HelloReply *hr = (Lmw__HelloReply *)rm;
       c->session_id = hr->session_id;
+      c->peer_max_payload = hr->max_payload;
       snprintf(c->software, sizeof c->software, "%s", hr->software);
       save_local(&c->local, hr);
       if (hr->protocol_version != LM_PROTOCOL_VERSION)

@@ -33,6 +33,7 @@
 #define SIM_CONNECTING_MAX 32  /* control connections being set up at once */
 #define SIM_RETRY_MS 200
 #define SIM_MAX_RANK 16
+#define SIM_MAX_PUT ((uint64_t)1 << 30) /* a put is received whole, then dropped */
 
 enum { RID_HELLO = 1, RID_REGISTER = 2 };
 
@@ -592,7 +593,7 @@ static void data_frame(lm_conn *c, lm_frame *f) {
       r.protocol_version = LM_PROTOCOL_VERSION;
       r.software = "loom " LOOM_VERSION_STRING " (simulated worker)";
       r.max_meta = LM_FRAME_META_DEFAULT_MAX;
-      r.max_payload = LM_FRAME_PAYLOAD_HARD_MAX;
+      r.max_payload = SIM_MAX_PUT;
       lm_conn_send(c, LM_MSG_HELLO_REPLY, f->h.request_id, &r.base, NULL, 0, NULL, NULL, NULL);
     }
   } else if (!dc->hello) {
@@ -634,7 +635,7 @@ static void on_data_connection(uv_stream_t *server, int status) {
   if (status < 0) return;
   lm_conn_config cfg;
   lm_conn_config_default(&cfg);
-  cfg.limits.max_payload = (uint64_t)1 << 30; /* a put is received whole, then dropped: at most 1 GiB */
+  cfg.limits.max_payload = SIM_MAX_PUT;
   sim_dconn *dc = calloc(1, sizeof *dc);
   lm_conn *conn = dc ? lm_conn_new(&w->s->loop, &g_data_ops, &cfg, dc) : NULL;
   if (!conn) {

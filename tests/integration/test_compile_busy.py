@@ -81,3 +81,18 @@ def test_launches_and_heartbeats_continue_while_a_large_program_compiles(procs, 
     assert len(small_done) >= 3
     log = procs.log(c.controller)
     assert "lost" not in log, log[-2000:]
+
+
+def test_program_over_the_payload_limit_is_refused_not_dropped(procs, tmp_path):
+    """A program larger than the controller takes (--max-payload) is refused by the client with
+    the reason before it is sent, instead of the controller dropping the session."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--max-payload", "1M")
+    c.start_worker(2)
+    c.wait_devices(2)
+    big = tmp_path / "big.mlir"
+    write_big(big, 40_000)
+    assert big.stat().st_size > 1 << 20
+    r = run_loom("run", str(big), "--devices", "0,1", "--controller", c.addr)
+    assert r.returncode != 0 and "--max-payload" in r.stderr, r.stderr
+    assert "dropped" not in procs.log(c.controller)
