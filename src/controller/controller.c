@@ -539,12 +539,19 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
     return;
   }
+  Lmw__Peer self = LMW__PEER__INIT, *selfp = &self;
+  self.worker_id = p->worker_id;
+  self.dataplane_address = m->address;
+  Lmw__Peers one = LMW__PEERS__INIT;
+  one.n_peers = 1;
+  one.peers = &selfp;
   uint32_t n = lm_registry_worker_count(c->reg), k = 0;
   Lmw__Peer *all = calloc(n ? n : 1, sizeof *all);
   Lmw__Peer **ptrs = calloc(n ? n : 1, sizeof *ptrs);
   for (uint32_t i = 0; all && ptrs && i < n; i++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
     if (i == p->worker_id || w->state != LM_WORKER_ALIVE || !w->dataplane_len || !c->worker_peer[i]) continue;
+    ctl_worker_send(c, i, LM_MSG_PEERS, 0, &one.base, NULL, 0, NULL);
     lmw__peer__init(&all[k]);
     all[k].worker_id = i;
     all[k].dataplane_address.data = w->dataplane;
@@ -560,7 +567,6 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
   }
   free(all);
   free(ptrs);
-  ctl_peers_announce(c, p->worker_id); /* to the others, in the next batch */
 }
 
 static void on_frame(lm_conn *conn, lm_frame *f) {
@@ -773,7 +779,6 @@ static void begin_stop(ctl *c, const char *why) {
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->health, NULL);
   ctl_frees_stop(c);
-  ctl_peers_stop(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
 
@@ -880,7 +885,6 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_launches_free(c);
   ctl_programs_free(c);
   ctl_frees_free(c);
-  ctl_peers_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
   free(c->worker_key);

@@ -6,7 +6,6 @@
  *                   completion, failures, the launch log
  *   ctl_plan.c      a program's launch plan: its workers and each one's processes, built once
  *   ctl_frees.c     deleted arrays' frees, held briefly per worker and sent with its next RUN
- *   ctl_peers.c     new workers' data-plane addresses, announced to the others in batches
  * Everything runs on the loop thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -204,10 +203,6 @@ struct ctl {
   uint32_t *frees_dirty, ndirty; /* worker ids with frees waiting */
   uv_timer_t frees_timer;
   bool frees_timer_on, frees_timer_init;
-  uint32_t *peers_new;       /* workers whose data-plane address the others have not heard (ctl_peers.c) */
-  uint32_t npeers_new, peers_new_cap;
-  uv_timer_t peers_timer;
-  bool peers_timer_on, peers_timer_init;
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -273,14 +268,6 @@ void ctl_frees_sent(ctl *c, uint32_t worker);
 void ctl_frees_worker_lost(ctl *c, uint32_t worker);
 void ctl_frees_stop(ctl *c); /* sends what waits, closes the timer */
 void ctl_frees_free(ctl *c);
-
-/* peers (ctl_peers.c): a new worker's data-plane address goes to the others in one PEERS per
- * LM_PEERS_DELAY_MS (not one message per pair: registering W workers costs O(W) messages per
- * batch, not O(W^2)); anything that may need it (a LOAD_PROGRAM, a RUN) flushes the batch first */
-void ctl_peers_announce(ctl *c, uint32_t worker);
-void ctl_peers_flush(ctl *c);
-void ctl_peers_stop(ctl *c);
-void ctl_peers_free(ctl *c);
 
 /* launches */
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);

@@ -405,7 +405,6 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);
-  ctl_peers_flush(c); /* collectives may need a new worker's address: it goes before the RUNs */
   /* one RUN per worker: only its own processes; the inputs and outputs once per RUN; where every
    * process runs went in LOAD_PROGRAM (unless the devices moved since) */
   uint32_t n = prog->ndev, maxd = 0;

@@ -466,7 +466,6 @@ static void analyze_done(uv_work_t *req, int status) {
   /* one LOAD_PROGRAM per worker holding a device (loads[k] to workers[k]), with the map of where
    * every process runs (sent once here, not in every RUN) and the text only where it was not
    * sent before */
-  ctl_peers_flush(c); /* every worker knows every address before it loads */
   for (uint32_t k = 0; k < prog->plan->nworkers; k++) {
     prog->loads[k].worker = prog->plan->workers[k];
     prog->loads[k].rid = c->next_rid++;
