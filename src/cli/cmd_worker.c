@@ -7,10 +7,12 @@
 #include "cli/cli.h"
 #include "cli/util.h"
 #include "common/log.h"
+#include "worker/sim.h"
 #include "worker/worker.h"
 
 static const char g_usage[] =
     "usage: loom worker --controller HOST:PORT [--devices D] [--device-memory BYTES] [--slice NAME]\n"
+    "                   [--simulate N]\n"
     "\n"
     "Runs a worker with D CPU devices and registers them with the controller. Stops on Ctrl-C or\n"
     "SIGTERM, and with an error when the controller goes away.\n"
@@ -31,6 +33,11 @@ static const char g_usage[] =
     "  --pjrt-plugin PATH          the plugin (default: $LOOM_PJRT_PLUGIN, else xla-cpu-pjrt's)\n"
     "  --pjrt-option K=V           a client create option for the plugin (repeat; default\n"
     "                              cpu_device_count=D)\n"
+    "  --simulate N                run N simulated workers in this process instead (each with D\n"
+    "                              devices, its own control connection and data port): they\n"
+    "                              register, heartbeat, load programs and answer launches, puts\n"
+    "                              and gets, but execute nothing (results are zeros); for\n"
+    "                              measuring the control plane at scale (docs/scale.md)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -42,7 +49,7 @@ int cmd_worker(int argc, char **argv) {
   cfg.controller = getenv("LOOM_CONTROLLER");
   cfg.secret_file = getenv("LOOM_SECRET_FILE");
   if (cfg.secret_file && !*cfg.secret_file) cfg.secret_file = NULL;
-  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET, O_BACKEND, O_PLUGIN, O_POPT };
+  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET, O_BACKEND, O_PLUGIN, O_POPT, O_SIM };
   const char *popts[64];
   cfg.pjrt_options = popts;
   static const struct option opts[] = {
@@ -56,12 +63,14 @@ int cmd_worker(int argc, char **argv) {
       {"backend", required_argument, 0, O_BACKEND},
       {"pjrt-plugin", required_argument, 0, O_PLUGIN},
       {"pjrt-option", required_argument, 0, O_POPT},
+      {"simulate", required_argument, 0, O_SIM},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
   cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts};
   int ch;
   uint64_t v;
+  uint32_t simulate = 0;
   while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
     case O_CTL: cfg.controller = optarg; break;
@@ -90,6 +99,10 @@ int cmd_worker(int argc, char **argv) {
       cfg.backend = optarg;
       break;
     case O_PLUGIN: cfg.pjrt_plugin = optarg; break;
+    case O_SIM:
+      if (cli_parse_u64(cmd, "--simulate", optarg, 1, LM_SIM_MAX_WORKERS, &v) < 0) return 2;
+      simulate = (uint32_t)v;
+      break;
     case O_POPT:
       if (!strchr(optarg, '=')) return cli_usage_error(cmd, "--pjrt-option wants NAME=VALUE, not '%s'", optarg);
       if (cfg.npjrt_options == 64) return cli_usage_error(cmd, "more than 64 --pjrt-option");
@@ -102,6 +115,7 @@ int cmd_worker(int argc, char **argv) {
     return cli_usage_error(cmd, "which controller? pass --controller HOST:PORT or set LOOM_CONTROLLER");
   lm_log_init("worker");
   lm_err err;
-  if (lm_worker_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  if (simulate ? lm_sim_run(&cfg, simulate, &err) < 0 : lm_worker_run(&cfg, &err) < 0)
+    return cli_fail(cmd, "%s", err.msg);
   return 0;
 }

@@ -173,16 +173,67 @@ loom_status loom_array_shard_info(const loom_array *a, int32_t index, loom_shard
 
 /* ---- data connections ---- */
 
+/* The usable data connections are found by address in a table (a launch or a put over thousands
+ * of workers looks one up per shard). Under data_mu. */
+static size_t addr_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return (size_t)(h ^ (h >> 32));
+}
+
+static lm_dataconn **dtab_slot(loom_client *c, const char *addr) {
+  lm_dataconn **pp = &c->dtab[addr_hash(addr) & (c->dtab_cap - 1)];
+  while (*pp && strcmp((*pp)->addr, addr)) pp = &(*pp)->hnext;
+  return pp;
+}
+
+static void dtab_remove(loom_client *c, lm_dataconn *d) {
+  if (!c->dtab_cap) return;
+  lm_dataconn **pp = dtab_slot(c, d->addr);
+  if (*pp == d) {
+    *pp = d->hnext;
+    c->dtab_n--;
+  }
+}
+
+static void dtab_insert(loom_client *c, lm_dataconn *d) {
+  if (c->dtab_n + 1 > c->dtab_cap) { /* grow at load 1 (a failure keeps the old table: lookups stay right) */
+    size_t cap = c->dtab_cap ? c->dtab_cap * 2 : 64;
+    lm_dataconn **t = calloc(cap, sizeof *t);
+    if (t) {
+      for (size_t i = 0; i < c->dtab_cap; i++)
+        for (lm_dataconn *x = c->dtab[i], *n; x; x = n) {
+          n = x->hnext;
+          size_t k = addr_hash(x->addr) & (cap - 1);
+          x->hnext = t[k];
+          t[k] = x;
+        }
+      free(c->dtab);
+      c->dtab = t;
+      c->dtab_cap = cap;
+    }
+  }
+  if (!c->dtab_cap) return; /* no table: the connection is still listed, just not found again */
+  lm_dataconn **pp = dtab_slot(c, d->addr);
+  if (*pp) { /* another thread opened one meanwhile: the newer replaces it in the table */
+    lm_dataconn *old = *pp;
+    *pp = old->hnext;
+    c->dtab_n--;
+  }
+  d->hnext = c->dtab[addr_hash(d->addr) & (c->dtab_cap - 1)];
+  c->dtab[addr_hash(d->addr) & (c->dtab_cap - 1)] = d;
+  c->dtab_n++;
+}
+
 /* The open connection to a worker's data port (opening it if needed): on the same host its local
  * socket with local transfers (unless LOOM_TRANSFER=tcp), else, or when that is not possible
  * (and LOOM_TRANSFER is not "local"), the TCP data port. */
 static int dataconn(loom_client *c, const char *addr, lm_dataconn **out, lm_err *err) {
   pthread_mutex_lock(&c->data_mu);
-  lm_dataconn *d = c->dataconns;
-  for (; d; d = d->next)
-    if (!d->broken && !strcmp(d->addr, addr)) break;
+  lm_dataconn *d = c->dtab_cap ? *dtab_slot(c, addr) : NULL;
   if (d && !lm_cconn_ok(d->conn, NULL)) {
     d->broken = true; /* another thread may still hold it: closed at disconnect */
+    dtab_remove(c, d);
     d = NULL;
   }
   if (d) {
@@ -228,6 +279,7 @@ static int dataconn(loom_client *c, const char *addr, lm_dataconn **out, lm_err 
   pthread_mutex_lock(&c->data_mu);
   n->next = c->dataconns;
   c->dataconns = n;
+  dtab_insert(c, n);
   pthread_mutex_unlock(&c->data_mu);
   *out = n;
   return 0;
@@ -243,6 +295,9 @@ void lm_client_close_data(loom_client *c) {
     d = n;
   }
   c->dataconns = NULL;
+  free(c->dtab);
+  c->dtab = NULL;
+  c->dtab_cap = c->dtab_n = 0;
 }
 
 /* Waits for a call; its status (and message) into *rc / *err. */

@@ -1,7 +1,9 @@
-/* Client connection: request ids, the table of calls in flight, the receiver thread and the
- * waits. Locking: `mu` guards the call table, call states and the broken flag; `send_mu`
- * keeps frames whole on the socket. A pending call belongs to the receiver side (in the table
- * or being completed); a done call belongs to its owner until lm_call_release. */
+/* Client connection: request ids, the table of calls in flight, the receivers and the waits.
+ * Receiving is done by a small pool of threads shared by every connection of the process (each
+ * thread serves its connections with epoll), not by a thread per connection: a client of 1,000
+ * workers holds 1,000 data connections. Locking: `mu` guards the call table, call states and the
+ * broken flag; `send_mu` keeps frames whole on the socket. A pending call belongs to the receiver
+ * side (in the table or being completed); a done call belongs to its owner until lm_call_release. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,10 +42,19 @@ struct lm_call {
   lm_call *next;        /* hash chain */
 };
 
+typedef struct rx_hub rx_hub;
+
 struct lm_cconn {
   int fd;
-  pthread_t rx;
-  bool rx_started;
+  rx_hub *hub;                /* the receiver thread serving it; NULL until registered */
+  bool rx_done;               /* under mu: the receiver is finished with it */
+  pthread_cond_t rx_cv;       /* signalled when rx_done is set */
+  bool draining;              /* receiver only: waiting for a peer that copies into our memory to stop */
+  uint64_t drain_deadline;
+  int rx_rc;                  /* receiver only: why it ends */
+  lm_err rx_err;
+  struct lm_cconn *drain_next; /* the hub's list of draining connections (receiver only) */
+  int hub_epfd_cache;         /* the hub's epoll descriptor */
   pthread_mutex_t mu;
   pthread_mutex_t send_mu;
   pthread_cond_t sink_cv;     /* signalled when sink_call is cleared */
@@ -62,6 +74,7 @@ struct lm_cconn {
   uint64_t session_id;
   char addr[LM_ADDR_MAX];
   char software[64];
+  uint64_t peer_max_payload;         /* what the peer said it accepts (HELLO_REPLY); 0: unknown */
   lm_cconn_local local;       /* from the HELLO_REPLY */
   atomic_bool peer_access;    /* the peer copies to and from our memory: see lm_cconn_set_peer_access */
 };
@@ -170,54 +183,11 @@ static int rx_frame(void *arg, lm_frame *f, lm_err *err) {
   return 0;
 }
 
-static void *rx_main(void *arg) {
-  lm_cconn *c = arg;
-  lm_err err;
-  lm_err_clear(&err);
-  int rc = 0;
-  for (;;) {
-    void *p;
-    size_t n;
-    int w = lm_frame_reader_window(&c->reader, &p, &n, &err);
-    if (w < 0) {
-      rc = w;
-      break;
-    }
-    bool direct = w == 1 && n >= DIRECT_MIN;
-    ssize_t k = direct ? recv(c->fd, p, n, 0) : recv(c->fd, c->rbuf, RBUF_SIZE, 0);
-    if (k < 0 && errno == EINTR) continue;
-    /* a worker's data port drops what it cannot serve (out of descriptors) without a word */
-    const char *hint = strcmp(c->peer, "the controller") ? " (it may have exited, or run out of file descriptors: "
-                                                           "its log says)" : "";
-    if (k == 0) {
-      rc = lm_errf(&err, LOOM_CLOSED, "%s closed the connection%s", c->peer, hint);
-      break;
-    }
-    if (k < 0) {
-      rc = lm_errf(&err, LOOM_CLOSED, "connection to %s failed: %s%s", c->peer, strerror(errno), hint);
-      break;
-    }
-    rc = direct ? lm_frame_reader_advance(&c->reader, (size_t)k, rx_frame, c, &err)
-                : lm_frame_reader_feed(&c->reader, c->rbuf, (size_t)k, rx_frame, c, &err);
-    if (rc < 0) {
-      lm_err_prefix(&err, "bad frame from %s", c->peer);
-      break;
-    }
-  }
-  if (atomic_load(&c->peer_access) && rc != LOOM_CLOSED) {
-    /* a bad frame (or out of memory): the peer may still be copying into memory of pending
-     * calls; complete them only once it closed its end (or LET_GO_MS passed) */
-    break_connection(c);
-    uint64_t deadline = lm_now_ms() + LET_GO_MS;
-    for (uint64_t now; (now = lm_now_ms()) < deadline;) {
-      struct pollfd q = {.fd = c->fd, .events = POLLIN};
-      if (poll(&q, 1, (int)(deadline - now)) <= 0) continue;
-      ssize_t k = recv(c->fd, c->rbuf, RBUF_SIZE, 0);
-      if (k > 0 || (k < 0 && errno == EINTR)) continue;
-      break;
-    }
-  }
-  /* The connection is gone: fail everything in flight, refuse new calls. */
+/* The connection is gone: fail everything in flight, refuse new calls, and hand it back to
+ * lm_cconn_close. Receiver thread. */
+static void rx_finish(lm_cconn *c) {
+  epoll_ctl(c->hub_epfd_cache, EPOLL_CTL_DEL, c->fd, NULL);
+  lm_err err = c->rx_err;
   pthread_mutex_lock(&c->mu);
   c->broken = true;
   if (c->have_peer_err) /* the controller said why: that is the real reason */
@@ -236,10 +206,156 @@ static void *rx_main(void *arg) {
       complete_locked(call);
     }
   }
-  pthread_mutex_unlock(&c->mu);
   lm_frame_reader_free(&c->reader);
-  (void)rc;
+  c->rx_done = true;
+  pthread_cond_broadcast(&c->rx_cv);
+  pthread_mutex_unlock(&c->mu); /* c may be freed from here on */
+}
+
+/* ---- receivers: RX_THREADS threads, each serving many connections through epoll ---- */
+
+#define RX_THREADS 4
+#define RX_POLL_MS 100 /* how often a receiver looks at its draining connections' deadlines */
+
+struct rx_hub {
+  pthread_mutex_t mu;        /* guards started and epfd */
+  int epfd;
+  bool started;
+  lm_cconn *draining;        /* its thread only */
+};
+
+static rx_hub g_hubs[RX_THREADS] = {[0 ... RX_THREADS - 1] = {PTHREAD_MUTEX_INITIALIZER, -1, false, NULL}};
+static atomic_uint g_next_hub;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/* In a forked child the receiver threads do not exist: the first connection starts them again. */
+static void rx_atfork_child(void) {
+  for (int i = 0; i < RX_THREADS; i++) {
+    pthread_mutex_init(&g_hubs[i].mu, NULL);
+    if (g_hubs[i].epfd >= 0) close(g_hubs[i].epfd);
+    g_hubs[i].epfd = -1;
+    g_hubs[i].started = false;
+    g_hubs[i].draining = NULL;
+  }
+}
+
+static void rx_atfork_register(void) { pthread_atfork(NULL, NULL, rx_atfork_child); }
+
+/* Reads what c has (until the socket would block): frames complete calls. */
+static void rx_ready(rx_hub *h, lm_cconn *c) {
+  lm_err err;
+  lm_err_clear(&err);
+  int rc = 0;
+  if (c->draining) { /* the stream is broken: read and drop until the peer closes its end */
+    for (;;) {
+      ssize_t k = recv(c->fd, c->rbuf, RBUF_SIZE, MSG_DONTWAIT);
+      if (k > 0 || (k < 0 && errno == EINTR)) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      break;
+    }
+    for (lm_cconn **pp = &h->draining; *pp; pp = &(*pp)->drain_next)
+      if (*pp == c) {
+        *pp = c->drain_next;
+        break;
+      }
+    rx_finish(c);
+    return;
+  }
+  for (;;) {
+    void *p;
+    size_t n;
+    int w = lm_frame_reader_window(&c->reader, &p, &n, &err);
+    if (w < 0) {
+      rc = w;
+      break;
+    }
+    bool direct = w == 1 && n >= DIRECT_MIN;
+    ssize_t k = direct ? recv(c->fd, p, n, MSG_DONTWAIT) : recv(c->fd, c->rbuf, RBUF_SIZE, MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* all read: back to epoll */
+    /* a worker's data port drops what it cannot serve (out of descriptors) without a word */
+    const char *hint = strcmp(c->peer, "the controller") ? " (it may have exited, or run out of file descriptors: "
+                                                           "its log says)" : "";
+    if (k == 0) {
+      rc = lm_errf(&err, LOOM_CLOSED, "%s closed the connection%s", c->peer, hint);
+      break;
+    }
+    if (k < 0) {
+      rc = lm_errf(&err, LOOM_CLOSED, "connection to %s failed: %s%s", c->peer, strerror(errno), hint);
+      break;
+    }
+    rc = direct ? lm_frame_reader_advance(&c->reader, (size_t)k, rx_frame, c, &err)
+                : lm_frame_reader_feed(&c->reader, c->rbuf, (size_t)k, rx_frame, c, &err);
+    if (rc < 0) {
+      lm_err_prefix(&err, "bad frame from %s", c->peer);
+      break;
+    }
+  }
+  c->rx_rc = rc;
+  c->rx_err = err;
+  if (atomic_load(&c->peer_access) && rc != LOOM_CLOSED) {
+    /* a bad frame (or out of memory): the peer may still be copying into memory of pending
+     * calls; complete them only once it closed its end (or LET_GO_MS passed) */
+    break_connection(c);
+    c->draining = true;
+    c->drain_deadline = lm_now_ms() + LET_GO_MS;
+    c->drain_next = h->draining;
+    h->draining = c;
+    return;
+  }
+  rx_finish(c);
+}
+
+static void *hub_main(void *arg) {
+  rx_hub *h = arg;
+  struct epoll_event ev[64];
+  for (;;) {
+    int n = epoll_wait(h->epfd, ev, 64, h->draining ? RX_POLL_MS : -1);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; i++) rx_ready(h, ev[i].data.ptr);
+    uint64_t now = h->draining ? lm_now_ms() : 0;
+    for (lm_cconn **pp = &h->draining; *pp;) {
+      lm_cconn *c = *pp;
+      if (now < c->drain_deadline) {
+        pp = &c->drain_next;
+        continue;
+      }
+      *pp = c->drain_next;
+      rx_finish(c);
+    }
+  }
   return NULL;
+}
+
+/* Hands c's socket to one of the receiver threads (starting it if needed). */
+static int rx_register(lm_cconn *c, lm_err *err) {
+  pthread_once(&g_atfork_once, rx_atfork_register);
+  rx_hub *h = &g_hubs[atomic_fetch_add(&g_next_hub, 1) % RX_THREADS];
+  pthread_mutex_lock(&h->mu);
+  int rc = 0;
+  if (!h->started) {
+    if (h->epfd < 0) h->epfd = epoll_create1(EPOLL_CLOEXEC);
+    pthread_t th;
+    sigset_t all, old; /* the receiver must not take the process's signals (Ctrl-C belongs to the caller) */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    if (h->epfd < 0 || pthread_create(&th, NULL, hub_main, h) != 0)
+      rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start a receiver thread");
+    else
+      pthread_detach(th), h->started = true;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  int epfd = h->epfd;
+  pthread_mutex_unlock(&h->mu);
+  if (rc < 0) return rc;
+  c->hub = h;
+  c->hub_epfd_cache = epfd;
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+    c->hub = NULL;
+    return lm_errf(err, LOOM_NO_MEMORY, "cannot watch the connection: %s", strerror(errno));
+  }
+  return 0;
 }
 
 /* ---- calls ---- */
@@ -251,6 +367,11 @@ static void break_connection(lm_cconn *c) { shutdown(c->fd, atomic_load(&c->peer
 int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const void *payload, uint64_t plen,
                    void *dst, uint64_t dst_cap, lm_call **out, lm_err *err) {
   *out = NULL;
+  if (c->peer_max_payload && plen > c->peer_max_payload) /* it would drop the connection: refuse here */
+    return lm_errf(err, LOOM_INVALID_ARGUMENT,
+                   "%s carries %llu bytes, more than the %llu the peer accepts in one message (a controller's "
+                   "--max-payload)", lm_msg_name(type), (unsigned long long)plen,
+                   (unsigned long long)c->peer_max_payload);
   lm_call *call = calloc(1, sizeof *call);
   if (!call) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   pthread_condattr_t ca;
@@ -472,6 +593,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&c->sink_cv, &ca);
+  pthread_cond_init(&c->rx_cv, &ca);
   pthread_condattr_destroy(&ca);
   lm_frame_limits lim = o.limits;
   if (!lim.max_meta) lim.max_meta = LM_FRAME_META_HARD_MAX;
@@ -482,14 +604,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
 
   int rc = lm_sock_connect(addr, o.timeout_ms, o.intr, o.intr_arg, &c->fd, err);
   if (rc == 0 && o.on_connected) rc = o.on_connected(o.on_connected_arg, c->fd, err);
-  if (rc == 0) { /* the receiver must not take the process's signals (Ctrl-C belongs to the caller) */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    if (pthread_create(&c->rx, NULL, rx_main, c) != 0) rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start a thread");
-    else c->rx_started = true;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-  }
+  if (rc == 0) rc = rx_register(c, err);
   if (rc == 0) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -513,6 +628,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
     if (rc == 0) {
       Lmw__HelloReply *hr = (Lmw__HelloReply *)rm;
       c->session_id = hr->session_id;
+      c->peer_max_payload = hr->max_payload;
       snprintf(c->software, sizeof c->software, "%s", hr->software);
       save_local(&c->local, hr);
       if (hr->protocol_version != LM_PROTOCOL_VERSION)
@@ -531,13 +647,19 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
 
 void lm_cconn_close(lm_cconn *c) {
   if (!c) return;
-  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
-  if (c->rx_started) pthread_join(c->rx, NULL);
-  else lm_frame_reader_free(&c->reader);
+  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR); /* its receiver sees the end and lets go of it */
+  if (c->hub) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->rx_done) pthread_cond_wait(&c->rx_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+  } else {
+    lm_frame_reader_free(&c->reader);
+  }
   if (c->fd >= 0) close(c->fd);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->send_mu);
   pthread_cond_destroy(&c->sink_cv);
+  pthread_cond_destroy(&c->rx_cv);
   free(c->rbuf);
   free(c);
 }

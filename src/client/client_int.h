@@ -25,6 +25,7 @@ typedef struct lm_dataconn {
   atomic_bool local;                 /* local transfers (cleared when the kernel refuses one) */
   bool ptracer_held;                 /* counts in the PR_SET_PTRACER consent (local.c) */
   struct lm_dataconn *next;
+  struct lm_dataconn *hnext;         /* chain in the table by address (not broken ones) */
 } lm_dataconn;
 
 struct loom_client {
@@ -38,6 +39,8 @@ struct loom_client {
   atomic_uint_fast64_t next_id;      /* ids of new arrays and executables in the session */
   pthread_mutex_t data_mu;           /* guards dataconns */
   lm_dataconn *dataconns;
+  lm_dataconn **dtab;                /* the usable data connections by address (a hash table of chains) */
+  size_t dtab_cap, dtab_n;
   int xfer_mode;                     /* LM_XFER_*, from LOOM_TRANSFER at connect */
 };
 

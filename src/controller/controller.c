@@ -59,10 +59,18 @@ void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage
 
 int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
                     const void *payload, uint64_t plen, lm_err *err) {
+  return ctl_worker_send_ref(c, worker, type, rid, m, payload, plen, NULL, NULL, err);
+}
+
+int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                        const void *payload, uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err) {
   peer *p = worker < c->worker_peer_cap ? c->worker_peer[worker] : NULL;
-  if (!p || !lm_conn_is_open(p->conn)) return 0; /* gone: worker_lost settles what waits on it */
+  if (!p || !lm_conn_is_open(p->conn)) { /* gone: worker_lost settles what waits on it */
+    if (release) release(release_arg);
+    return 0;
+  }
   lm_err e;
-  if (lm_conn_send(p->conn, type, rid, m, payload, plen, NULL, NULL, &e) < 0) {
+  if (lm_conn_send(p->conn, type, rid, m, payload, plen, release, release_arg, &e) < 0) {
     if (!lm_conn_is_open(p->conn)) return 0; /* the send closed it: likewise */
     lm_warn("cannot send %s to worker %u: %s", lm_msg_name(type), worker, e.msg);
     return lm_errf(err, e.code, "cannot send %s to worker %u: %s", lm_msg_name(type), worker, e.msg);
@@ -489,6 +497,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
 static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->stopping) return;
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
+  ctl_frees_worker_lost(c, id);
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
@@ -779,6 +788,7 @@ static void begin_stop(ctl *c, const char *why) {
   uv_close((uv_handle_t *)&c->sigint, NULL);
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->health, NULL);
+  ctl_frees_stop(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
 
@@ -885,6 +895,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   if (rc == 0) lm_info("stopped");
   ctl_launches_free(c);
   ctl_programs_free(c);
+  ctl_frees_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
   free(c->worker_key);

@@ -4,6 +4,8 @@
  *   ctl_programs.c  compiling: parse, SPMD analysis, the executable cache, loading on workers
  *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
  *                   completion, failures, the launch log
+ *   ctl_plan.c      a program's launch plan: its workers and each one's processes, built once
+ *   ctl_frees.c     deleted arrays' frees, held briefly per worker and sent with its next RUN
  * Everything runs on the loop thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -85,7 +87,11 @@ typedef struct c_program {
   uint32_t loads_pending;
   int code;
   char msg[LM_ERR_MSG_MAX];
-  struct c_load { uint32_t worker; uint64_t rid; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0: answered */
+  struct c_load { uint32_t worker; uint64_t rid; bool textless; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0:
+                                answered; textless: sent without the text, which the worker should hold */
+  uint8_t digest[32];        /* SHA-256 of the text: its content address (computed with the analysis) */
+  bool needs_map;            /* several processes that may talk (collectives, or partitioned): the
+                                workers get where every process runs */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
   uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */
@@ -93,8 +99,26 @@ typedef struct c_program {
   size_t nasked;
   c_waiter *waiters;
   uint64_t idle_since;       /* when refs dropped to 0 */
+  struct c_plan *plan;       /* where it runs (ctl_plan.c), built once its devices are known; loads[k]
+                                went to plan->workers[k] */
+  bool map_in_run;           /* the devices moved since loading: every RUN carries the map */
   struct c_program *next;
 } c_program;
+
+/* A program's launch plan (ctl_plan.c), so a launch costs O(workers): the workers holding its
+ * devices and each one's processes. Shared by the program and its running launches (refs). */
+typedef struct c_plan {
+  int refs;
+  uint32_t nproc;
+  uint32_t nworkers;         /* workers holding a device of it */
+  uint32_t *workers;         /* [nworkers] their ids, in order of their first process */
+  uint32_t *wfirst;          /* [nworkers + 1]: workers[k] runs processes wprocs[wfirst[k] .. wfirst[k+1]) */
+  uint32_t *wprocs;          /* [nproc] processes grouped by worker */
+  uint32_t *proc_worker;     /* [nproc] each process's worker id ... */
+  uint32_t *proc_local;      /* [nproc] ... and local device index */
+  uint32_t *widx;            /* [nwidx] worker id -> its index in workers, UINT32_MAX if none */
+  uint32_t nwidx;
+} c_plan;
 
 typedef struct c_exe {
   ctl *ctl;
@@ -118,8 +142,9 @@ struct c_launch {
   uint64_t rid;
   uint64_t session;
   c_program *prog;           /* a reference (refs) */
-  uint32_t nworkers;
-  uint32_t *workers;         /* workers with devices in it */
+  c_plan *plan;              /* where it runs (a reference) */
+  uint32_t nworkers;         /* = plan->nworkers */
+  const uint32_t *workers;   /* = plan->workers: workers with devices in it */
   uint8_t *done;             /* [nworkers] reported (or lost) */
   uint32_t pending;
   bool failed;
@@ -169,6 +194,16 @@ struct ctl {
   uint64_t launches_total, launches_failed;
   c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
   uint64_t log_count;
+  uint32_t *dev_pos, *dev_stamp; /* [LM_REG_MAX_DEVICES] scratch of the input check: an array's shard
+                                    index per device, valid where dev_stamp is stamp */
+  uint32_t stamp;
+  struct c_sent *sent;       /* [sent_cap] per worker id: digests of the texts it was sent (ctl_programs.c) */
+  uint32_t sent_cap;
+  struct c_frees *frees;     /* [frees_cap] per worker id: frees waiting to be sent (ctl_frees.c) */
+  uint32_t frees_cap;
+  uint32_t *frees_dirty, ndirty; /* worker ids with frees waiting */
+  uv_timer_t frees_timer;
+  bool frees_timer_on, frees_timer_init;
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -184,6 +219,10 @@ void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage
  * was to wait for its answer. */
 int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
                     const void *payload, uint64_t plen, lm_err *err);
+/* The same with the payload sent from the caller's memory: release(release_arg) runs once it is
+ * no longer needed (also when nothing is sent). */
+int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
+                        const void *payload, uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err);
 /* Every device of devs exists, appears once and is healthy; `what` names the list in errors. */
 int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what, lm_err *err);
 /* "worker 1 (host pid 123)" */
@@ -206,6 +245,30 @@ void ctl_program_release(ctl *c, c_program *prog);
 void ctl_programs_client_gone(ctl *c, peer *p);
 void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_programs_free(ctl *c);
+
+/* launch plans (ctl_plan.c) */
+/* Sets prog->plan to a new plan from the registry's current placement of prog->devices[0..ndev)
+ * (releasing the old one). LOOM_NO_MEMORY on failure (the old plan stays). */
+int ctl_plan_build(ctl *c, c_program *prog, lm_err *err);
+void ctl_plan_release(c_plan *plan); /* NULL ok */
+/* True when every process's device is still where prog's plan says (O(processes)). */
+bool ctl_plan_current(ctl *c, const c_program *prog);
+/* The plan's index of worker, or UINT32_MAX when it holds none of its devices. */
+static inline uint32_t ctl_plan_worker_index(const c_plan *plan, uint32_t worker) {
+  return plan && worker < plan->nwidx ? plan->widx[worker] : UINT32_MAX;
+}
+
+/* frees (ctl_frees.c): FREE_ARRAYS are batched per worker, sent with the worker's next RUN of the
+ * same session or within LM_FREE_DELAY_MS */
+void ctl_free_later(ctl *c, uint32_t worker, uint64_t session, const uint64_t *ids, size_t n);
+/* The frees waiting for worker that a RUN of session can carry: *ids (valid until the next call
+ * here) and their count; frees of another session are sent now. */
+size_t ctl_frees_for_run(ctl *c, uint32_t worker, uint64_t session, const uint64_t **ids);
+/* After the RUN carrying them was sent: forget them. */
+void ctl_frees_sent(ctl *c, uint32_t worker);
+void ctl_frees_worker_lost(ctl *c, uint32_t worker);
+void ctl_frees_stop(ctl *c); /* sends what waits, closes the timer */
+void ctl_frees_free(ctl *c);
 
 /* launches */
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);

@@ -271,11 +271,7 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
   }
   for (uint32_t w = 0; w < nw; w++) {
     if (!cnt[w]) continue;
-    Lmw__FreeArrays fa = LMW__FREE_ARRAYS__INIT;
-    fa.session = p->session->id;
-    fa.n_ids = cnt[w];
-    fa.ids = ids[w];
-    ctl_worker_send(c, w, LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0, NULL);
+    ctl_free_later(c, w, p->session->id, ids[w], cnt[w]); /* with its next RUN, or in a moment */
     free(ids[w]);
   }
   free(ids);

@@ -41,9 +41,9 @@ static void region_str(int rank, const int64_t *off, const int64_t *sd, char *bu
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-/* Does array a fit input i of prog on every process's device? */
+/* Does array a fit input i of prog on every process's device? O(processes + the array's
+ * devices): the array's shard index per device comes from a stamped scratch table. */
 static int check_input(ctl *c, const c_program *prog, uint32_t i, const c_array *a, lm_err *err) {
-  (void)c;
   const lm_spmd_info *info = prog->info;
   const lm_spmd_value *v = &info->inputs[i];
   char have[160], want[160];
@@ -57,10 +57,15 @@ static int check_input(ctl *c, const c_program *prog, uint32_t i, const c_array 
     return lm_errf(err, LOOM_SHAPE_MISMATCH, "input %u (array %llu) is %s but the executable takes %s", i,
                    (unsigned long long)a->id, have, want);
   }
+  if (++c->stamp == 0) { /* wrapped: no stale stamp may match */
+    memset(c->dev_stamp, 0, LM_REG_MAX_DEVICES * sizeof *c->dev_stamp);
+    c->stamp = 1;
+  }
+  for (uint32_t k = a->sh.ndev; k-- > 0;) /* the first shard on a device wins, as a search would find */
+    if (a->devs[k] < LM_REG_MAX_DEVICES) c->dev_pos[a->devs[k]] = k, c->dev_stamp[a->devs[k]] = c->stamp;
   for (uint32_t p = 0; p < info->nproc; p++) {
     uint32_t dev = prog->devices[p];
-    uint32_t k = 0;
-    while (k < a->sh.ndev && a->devs[k] != dev) k++;
+    uint32_t k = dev < LM_REG_MAX_DEVICES && c->dev_stamp[dev] == c->stamp ? c->dev_pos[dev] : a->sh.ndev;
     if (k == a->sh.ndev)
       return lm_errf(err, LOOM_INVALID_ARGUMENT,
                      "input %u (array %llu) has no shard on device %u, which runs process %u of the executable", i,
@@ -118,9 +123,8 @@ static void log_record(ctl *c, c_launch *l, const Lmw__Launch *m) {
     if (m->n_outputs) memcpy(e->ids + m->n_inputs, m->outputs, m->n_outputs * sizeof *e->ids);
   }
   for (uint32_t i = 0; e->phys && i < e->ndev; i++) {
-    const lm_reg_device *d = lm_registry_device(c->reg, l->prog->devices[i]);
-    e->phys[2 * i] = d->worker;
-    e->phys[2 * i + 1] = d->local_index;
+    e->phys[2 * i] = l->plan->proc_worker[i];
+    e->phys[2 * i + 1] = l->plan->proc_local[i];
   }
   e->status = 1;
   c->log_count++;
@@ -156,7 +160,7 @@ static void launch_free(ctl *c, c_launch *l) {
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
   ctl_program_release(c, l->prog);
-  free(l->workers);
+  ctl_plan_release(l->plan);
   free(l->done);
   free(l->outputs);
   free(l);
@@ -207,9 +211,8 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
 void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m) {
   c_launch *l = find_launch(c, m->seq);
   if (!l) return; /* already finished (failed elsewhere and freed) */
-  uint32_t idx = 0;
-  while (idx < l->nworkers && l->workers[idx] != w->worker_id) idx++;
-  if (idx == l->nworkers) {
+  uint32_t idx = ctl_plan_worker_index(l->plan, w->worker_id);
+  if (idx >= l->nworkers || l->workers[idx] != w->worker_id) {
     lm_warn("worker %u reported launch %llu, which it is not part of", w->worker_id, (unsigned long long)m->seq);
     return;
   }
@@ -229,12 +232,11 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
   c_launch *l = c->active;
   while (l) {
     c_launch *n = l->next;
-    for (uint32_t i = 0; i < l->nworkers; i++) {
-      if (l->workers[i] != worker || l->done[i]) continue;
+    uint32_t i = ctl_plan_worker_index(l->plan, worker);
+    if (i < l->nworkers && l->workers[i] == worker && !l->done[i]) {
       snprintf(msg, sizeof msg, "%s was lost during the launch: %s", wn, why);
       launch_fail(c, l, LOOM_WORKER_LOST, msg);
       launch_worker_done(c, l, i); /* may free l */
-      break;
     }
     l = n;
   }
@@ -273,6 +275,8 @@ void ctl_launches_free(ctl *c) {
   }
   free(c->log);
   c->log = NULL;
+  free(c->dev_pos), free(c->dev_stamp);
+  c->dev_pos = c->dev_stamp = NULL;
 }
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
@@ -280,6 +284,16 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   lm_session *s = p->session;
   uint64_t rid = f->h.request_id;
   lm_err err;
+  if (!c->dev_pos) { /* the input check's scratch, made at the first launch */
+    c->dev_pos = malloc(LM_REG_MAX_DEVICES * sizeof *c->dev_pos);
+    c->dev_stamp = calloc(LM_REG_MAX_DEVICES, sizeof *c->dev_stamp);
+    if (!c->dev_pos || !c->dev_stamp) {
+      free(c->dev_pos), free(c->dev_stamp);
+      c->dev_pos = c->dev_stamp = NULL;
+      ctl_reply_error(p, rid, LOOM_NO_MEMORY, "out of host memory");
+      return;
+    }
+  }
   if (m->n_inputs > LM_LAUNCH_MAX_VALUES || m->n_outputs > LM_LAUNCH_MAX_VALUES) {
     ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "a launch takes at most %d inputs and outputs (got %zu and %zu)",
                     LM_LAUNCH_MAX_VALUES, m->n_inputs, m->n_outputs);
@@ -322,23 +336,30 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     else
       rc = check_input(c, prog, (uint32_t)i, a, &err);
   }
-  for (uint32_t i = 0; rc == 0 && i < prog->ndev; i++)
-    if (!lm_registry_device_healthy(c->reg, prog->devices[i])) {
-      char wn[160];
-      ctl_worker_name(c, lm_registry_device(c->reg, prog->devices[i])->worker, wn, sizeof wn);
-      rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u (process %u) is unavailable: %s is lost (%s)", prog->devices[i], i,
-                   wn, lm_registry_device_reason(c->reg, prog->devices[i]));
-    }
+  if (rc == 0 && !ctl_plan_current(c, prog)) { /* its devices moved (hot swap): plan again, and
+                                                 every RUN carries the map from now on */
+    rc = ctl_plan_build(c, prog, &err);
+    prog->map_in_run = true;
+  }
+  const c_plan *plan = prog ? prog->plan : NULL;
+  for (uint32_t k = 0; rc == 0 && k < plan->nworkers; k++) { /* health is per worker */
+    const lm_reg_worker *rw = lm_registry_worker(c->reg, plan->workers[k]);
+    if (rw->state == LM_WORKER_ALIVE && !rw->problem[0]) continue;
+    uint32_t i = plan->wprocs[plan->wfirst[k]]; /* name its first process's device */
+    char wn[160];
+    ctl_worker_name(c, plan->workers[k], wn, sizeof wn);
+    rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u (process %u) is unavailable: %s is lost (%s)", prog->devices[i], i,
+                 wn, lm_registry_device_reason(c->reg, prog->devices[i]));
+  }
   c_launch *l = NULL;
   if (rc == 0) {
     l = calloc(1, sizeof *l);
     if (l) {
-      l->workers = calloc(prog->ndev, sizeof *l->workers);
-      l->done = calloc(prog->ndev, 1);
+      l->done = calloc(plan->nworkers ? plan->nworkers : 1, 1);
       l->outputs = calloc(m->n_outputs + 1, sizeof *l->outputs);
     }
-    if (!l || !l->workers || !l->done || !l->outputs) {
-      if (l) free(l->workers), free(l->done), free(l->outputs);
+    if (!l || !l->done || !l->outputs) {
+      if (l) free(l->done), free(l->outputs);
       free(l);
       l = NULL;
       rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
@@ -384,31 +405,27 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);
-  /* one RUN per worker: its devices, and where every process runs (for collectives) */
-  uint32_t n = prog->ndev;
-  uint32_t *pw = malloc(n * sizeof *pw), *pd = malloc(n * sizeof *pd);
-  Lmw__RunDevice *rdev = calloc(n, sizeof *rdev);
-  Lmw__RunDevice **rptr = calloc(n, sizeof *rptr);
-  if (!pw || !pd || !rdev || !rptr) {
-    free(pw), free(pd), free(rdev), free(rptr);
+  /* one RUN per worker: only its own processes; the inputs and outputs once per RUN; where every
+   * process runs went in LOAD_PROGRAM (unless the devices moved since) */
+  uint32_t n = prog->ndev, maxd = 0;
+  for (uint32_t k = 0; k < plan->nworkers; k++)
+    if (plan->wfirst[k + 1] - plan->wfirst[k] > maxd) maxd = plan->wfirst[k + 1] - plan->wfirst[k];
+  Lmw__RunDevice *rdev = calloc(maxd ? maxd : 1, sizeof *rdev);
+  Lmw__RunDevice **rptr = calloc(maxd ? maxd : 1, sizeof *rptr);
+  if (!rdev || !rptr) {
+    free(rdev), free(rptr);
     set_outputs(c, l, A_FAILED, LOOM_NO_MEMORY, "out of host memory at the controller");
     ctl_reply_error(p, rid, LOOM_NO_MEMORY, "launch %llu: out of host memory at the controller",
                     (unsigned long long)l->seq);
     ctl_program_release(c, prog);
-    free(l->workers), free(l->done), free(l->outputs), free(l);
+    free(l->done), free(l->outputs), free(l);
     return;
   }
-  for (uint32_t i = 0; i < n; i++) {
-    const lm_reg_device *d = lm_registry_device(c->reg, prog->devices[i]);
-    pw[i] = d->worker;
-    pd[i] = d->local_index;
-    uint32_t k = 0;
-    while (k < l->nworkers && l->workers[k] != d->worker) k++;
-    if (k == l->nworkers) {
-      l->workers[l->nworkers++] = d->worker;
-      lm_session_touch(s, d->worker); /* the worker will hold the session's outputs */
-    }
-  }
+  l->plan = prog->plan;
+  l->plan->refs++;
+  l->nworkers = plan->nworkers;
+  l->workers = plan->workers;
+  for (uint32_t k = 0; k < l->nworkers; k++) lm_session_touch(s, l->workers[k]); /* they will hold its outputs */
   l->pending = l->nworkers;
   l->hnext = c->by_seq[bucket(l->seq)];
   c->by_seq[bucket(l->seq)] = l;
@@ -416,37 +433,41 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   if (c->active) c->active->prev = l;
   c->active = l;
   log_record(c, l, m);
+  Lmw__Run run = LMW__RUN__INIT;
+  run.seq = l->seq;
+  run.session = s->id;
+  run.program = prog->id;
+  run.devices = rptr;
+  run.n_inputs = m->n_inputs;
+  run.inputs = m->inputs;
+  run.n_outputs = m->n_outputs;
+  run.outputs = m->outputs;
+  if (prog->map_in_run && prog->needs_map) {
+    run.n_proc_workers = run.n_proc_devices = n;
+    run.proc_workers = plan->proc_worker;
+    run.proc_devices = plan->proc_local;
+  }
   for (uint32_t k = 0; k < l->nworkers; k++) {
     size_t nd = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      if (pw[i] != l->workers[k]) continue;
+    for (uint32_t j = plan->wfirst[k]; j < plan->wfirst[k + 1]; j++) {
+      uint32_t i = plan->wprocs[j];
       Lmw__RunDevice *rd = &rdev[nd];
       lmw__run_device__init(rd);
-      rd->local_index = pd[i];
+      rd->local_index = plan->proc_local[i];
       rd->process = i;
-      rd->n_inputs = m->n_inputs;
-      rd->inputs = m->inputs;
-      rd->n_outputs = m->n_outputs;
-      rd->outputs = m->outputs;
       rptr[nd++] = rd;
     }
-    Lmw__Run run = LMW__RUN__INIT;
-    run.seq = l->seq;
-    run.session = s->id;
-    run.program = prog->id;
     run.n_devices = nd;
-    run.devices = rptr;
-    run.n_proc_workers = n;
-    run.proc_workers = pw;
-    run.n_proc_devices = n;
-    run.proc_devices = pd;
+    run.n_free_ids = ctl_frees_for_run(c, l->workers[k], s->id, (const uint64_t **)&run.free_ids);
     lm_err err;
-    if (ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err) < 0) {
+    int src = ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err);
+    if (src == 0 && run.n_free_ids) ctl_frees_sent(c, l->workers[k]);
+    if (src < 0) {
       /* fail it; the workers from k on never got it and never answer (the last may free l) */
       launch_fail(c, l, err.code, err.msg);
       for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);
       break;
     }
   }
-  free(pw), free(pd), free(rdev), free(rptr);
+  free(rdev), free(rptr);
 }

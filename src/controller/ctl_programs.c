@@ -14,6 +14,48 @@
 #include "hlo/parse.h"
 
 #define IDLE_MAX 16
+#define SENT_MAX 32 /* texts remembered per worker (it may have dropped some: it then says NOT_FOUND) */
+
+/* The texts a worker was sent, by digest (newest SENT_MAX), so the same text is not sent twice. */
+typedef struct c_sent {
+  uint8_t d[SENT_MAX][32];
+  uint32_t n, next;
+} c_sent;
+
+static c_sent *sent_of(ctl *c, uint32_t worker, bool make) {
+  if (worker >= c->sent_cap) {
+    if (!make) return NULL;
+    uint32_t cap = c->sent_cap ? c->sent_cap : 64;
+    while (cap <= worker) cap *= 2;
+    c_sent *a = realloc(c->sent, cap * sizeof *a);
+    if (!a) return NULL;
+    memset(a + c->sent_cap, 0, (cap - c->sent_cap) * sizeof *a);
+    c->sent = a;
+    c->sent_cap = cap;
+  }
+  return &c->sent[worker];
+}
+
+static bool sent_has(ctl *c, uint32_t worker, const uint8_t *d) {
+  c_sent *s = sent_of(c, worker, false);
+  for (uint32_t i = 0; s && i < s->n; i++)
+    if (!memcmp(s->d[i], d, 32)) return true;
+  return false;
+}
+
+static void sent_add(ctl *c, uint32_t worker, const uint8_t *d) {
+  c_sent *s = sent_of(c, worker, true);
+  if (!s || sent_has(c, worker, d)) return;
+  memcpy(s->d[s->next], d, 32);
+  s->next = (s->next + 1) % SENT_MAX;
+  if (s->n < SENT_MAX) s->n++;
+}
+
+static void sent_drop(ctl *c, uint32_t worker, const uint8_t *d) {
+  c_sent *s = sent_of(c, worker, false);
+  for (uint32_t i = 0; s && i < s->n; i++)
+    if (!memcmp(s->d[i], d, 32)) memset(s->d[i], 0, 32); /* an all-zero digest names no text */
+}
 
 typedef struct c_load load_req;
 
@@ -21,6 +63,28 @@ typedef struct waiter_ext {
   c_waiter w;
   uint64_t exe_id;
 } waiter_ext;
+
+/* A program's text is sent to every worker from the one copy (no copy per worker): it lives in a
+ * block with a reference count, held by the program and by each LOAD_PROGRAM being written. */
+typedef struct text_block {
+  int refs;
+  char data[];
+} text_block;
+
+static char *text_new(size_t len) {
+  text_block *b = malloc(sizeof *b + (len ? len : 1));
+  if (!b) return NULL;
+  b->refs = 1;
+  return b->data;
+}
+
+static text_block *text_block_of(char *text) { return (text_block *)(text - offsetof(text_block, data)); }
+
+static void text_release(void *text) {
+  if (!text) return;
+  text_block *b = text_block_of(text);
+  if (--b->refs == 0) free(b);
+}
 
 static void program_free(c_program *p) {
   if (!p) return;
@@ -31,12 +95,13 @@ static void program_free(c_program *p) {
     free(w);
     w = n;
   }
-  free(p->text);
+  text_release(p->text);
   free(p->name);
   free(p->devices);
   free(p->proc_pos);
   free(p->loads);
   free(p->asked);
+  ctl_plan_release(p->plan);
   lm_spmd_info_free(p->info);
   free(p);
 }
@@ -49,6 +114,28 @@ static void unlink_program(ctl *c, c_program *p) {
       *pp = p->next;
       return;
     }
+}
+
+/* Sends load k of prog: without the text when the worker was sent it before. */
+static int send_load(ctl *c, c_program *prog, uint32_t k, lm_err *err) {
+  struct c_load *ld = &prog->loads[k];
+  Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
+  lp.program = prog->id;
+  lp.name = prog->name;
+  if (prog->needs_map) { /* only programs whose processes talk need it (it is O(processes)) */
+    lp.n_proc_workers = lp.n_proc_devices = prog->ndev;
+    lp.proc_workers = prog->plan->proc_worker;
+    lp.proc_devices = prog->plan->proc_local;
+  }
+  lp.text_digest.data = prog->digest;
+  lp.text_digest.len = sizeof prog->digest;
+  ld->textless = sent_has(c, ld->worker, prog->digest);
+  if (ld->textless) return ctl_worker_send(c, ld->worker, LM_MSG_LOAD_PROGRAM, ld->rid, &lp.base, NULL, 0, err);
+  text_block_of(prog->text)->refs++; /* the send's reference: released once written (or on failure) */
+  LM_TRY(ctl_worker_send_ref(c, ld->worker, LM_MSG_LOAD_PROGRAM, ld->rid, &lp.base, prog->text, prog->len,
+                             text_release, prog->text, err));
+  sent_add(c, ld->worker, prog->digest);
+  return 0;
 }
 
 static void unload_everywhere(ctl *c, c_program *p) {
@@ -198,23 +285,29 @@ static void program_fail(ctl *c, c_program *p, int code, const char *msg) {
 void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f) {
   for (c_program *p = c->programs; p; p = p->next) {
     if (p->state != P_LOADING) continue;
-    load_req *lr = loads_of(p);
-    for (uint32_t i = 0; i < p->nloads; i++) {
-      if (lr[i].rid != f->h.request_id || lr[i].worker != w->worker_id) continue;
-      lr[i].rid = 0;
-      if (f->h.type == LM_MSG_ERROR) {
-        lm_err err;
-        int code = lm_msg_error_status(f, &err);
-        program_fail(c, p, code, err.msg);
-        return;
+    uint32_t k = ctl_plan_worker_index(p->plan, w->worker_id); /* loads[k] went to plan->workers[k] */
+    if (k >= p->nloads || p->loads[k].worker != w->worker_id || p->loads[k].rid != f->h.request_id) continue;
+    if (f->h.type == LM_MSG_ERROR) {
+      lm_err err;
+      int code = lm_msg_error_status(f, &err);
+      if (code == LOOM_NOT_FOUND && p->loads[k].textless) { /* it no longer holds the text: send it */
+        lm_debug("worker %u no longer holds the text of program %llu: sending it", w->worker_id,
+                 (unsigned long long)p->id);
+        sent_drop(c, w->worker_id, p->digest);
+        if (send_load(c, p, k, &err) == 0) return;
+        code = err.code;
       }
-      if (--p->loads_pending == 0) {
-        p->state = P_READY;
-        lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloads);
-        loads_settled(c, p);
-      }
+      p->loads[k].rid = 0;
+      program_fail(c, p, code, err.msg);
       return;
     }
+    p->loads[k].rid = 0;
+    if (--p->loads_pending == 0) {
+      p->state = P_READY;
+      lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloads);
+      loads_settled(c, p);
+    }
+    return;
   }
   /* a load of a program that already failed elsewhere (and was unloaded): nothing to do */
   lm_debug("worker %u answered request %llu, which is no longer pending", w->worker_id,
@@ -222,6 +315,8 @@ void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f) {
 }
 
 void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why) {
+  c_sent *sent = sent_of(c, worker, false); /* a worker in its slot later holds no text */
+  if (sent) memset(sent, 0, sizeof *sent);
   c_program *p = c->programs;
   while (p) {
     c_program *n = p->next;
@@ -257,6 +352,9 @@ void ctl_programs_client_gone(ctl *c, peer *client) {
 }
 
 void ctl_programs_free(ctl *c) {
+  free(c->sent);
+  c->sent = NULL;
+  c->sent_cap = 0;
   while (c->programs) {
     c_program *p = c->programs;
     c->programs = p->next;
@@ -281,12 +379,35 @@ typedef struct analyze_job {
   lm_spmd_info *info;
 } analyze_job;
 
+/* Does region r (nested regions too) have an op that exchanges data between processes? */
+static bool has_collectives(const lm_region *r) {
+  for (uint32_t b = 0; b < r->nblocks; b++)
+    for (uint32_t i = 0; i < r->blocks[b].nops; i++) {
+      const lm_op *op = &r->blocks[b].ops[i];
+      switch (op->code) {
+        case LM_OP_ALL_REDUCE: case LM_OP_ALL_GATHER: case LM_OP_REDUCE_SCATTER: case LM_OP_ALL_TO_ALL:
+        case LM_OP_COLLECTIVE_PERMUTE: case LM_OP_COLLECTIVE_BROADCAST: case LM_OP_SEND: case LM_OP_RECV:
+          return true;
+        default: break;
+      }
+      for (uint32_t k = 0; k < op->nregions; k++)
+        if (has_collectives(&op->regions[k])) return true;
+    }
+  return false;
+}
+
 static void analyze_work(uv_work_t *req) {
   analyze_job *j = req->data;
   lm_module *mod = NULL;
   lm_parse_opts po = {.filename = j->prog->name};
+  lm_sha256(j->prog->text, j->prog->len, j->prog->digest); /* its content address, off the loop too */
   j->rc = lm_parse_module(j->prog->text, j->prog->len, &po, &mod, &j->err);
   if (j->rc == 0) j->rc = lm_spmd_analyze(mod, &j->info, &j->err);
+  if (j->rc == 0 && j->info->nproc > 1) { /* the partitioner may add collectives at the workers */
+    bool talk = j->info->partitioned;
+    for (uint32_t f = 0; !talk && f < mod->nfuncs; f++) talk = has_collectives(&mod->funcs[f].body);
+    j->prog->needs_map = talk;
+  }
   lm_module_free(mod);
 }
 
@@ -337,20 +458,18 @@ static void analyze_done(uv_work_t *req, int status) {
     program_fail(c, prog, rc, msg);
     return;
   }
+  if (ctl_plan_build(c, prog, &err) < 0) {
+    program_fail(c, prog, err.code, err.msg);
+    return;
+  }
   prog->state = P_LOADING;
-  /* one LOAD_PROGRAM per worker holding a device */
-  load_req *lr = loads_of(prog);
-  Lmw__LoadProgram lp = LMW__LOAD_PROGRAM__INIT;
-  lp.program = prog->id;
-  lp.name = prog->name;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t w = lm_registry_device(c->reg, prog->devices[i])->worker;
-    bool dup = false;
-    for (uint32_t k = 0; k < prog->nloads; k++) dup |= lr[k].worker == w;
-    if (dup) continue;
-    lr[prog->nloads].worker = w;
-    lr[prog->nloads].rid = c->next_rid++;
-    if (ctl_worker_send(c, w, LM_MSG_LOAD_PROGRAM, lr[prog->nloads].rid, &lp.base, prog->text, prog->len, &err) < 0) {
+  /* one LOAD_PROGRAM per worker holding a device (loads[k] to workers[k]), with the map of where
+   * every process runs (sent once here, not in every RUN) and the text only where it was not
+   * sent before */
+  for (uint32_t k = 0; k < prog->plan->nworkers; k++) {
+    prog->loads[k].worker = prog->plan->workers[k];
+    prog->loads[k].rid = c->next_rid++;
+    if (send_load(c, prog, k, &err) < 0) {
       program_fail(c, prog, err.code, err.msg); /* answers the compile and frees prog */
       return;
     }
@@ -413,7 +532,7 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   waiter_ext *we = calloc(1, sizeof *we);
   analyze_job *j = calloc(1, sizeof *j);
   if (prog) {
-    prog->text = malloc(len);
+    prog->text = text_new(len);
     prog->name = strdup(name);
     prog->asked = m->n_devices ? malloc(m->n_devices * sizeof *prog->asked) : NULL;
   }

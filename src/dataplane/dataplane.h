@@ -52,6 +52,10 @@ uint64_t lm_dp_self(const lm_dp *dp);
 int lm_dp_address(lm_dp *dp, const void **blob, size_t *len);
 /* Reads the worker id out of a blob without adding it (LOOM_PROTOCOL if malformed). */
 int lm_dp_address_id(const void *blob, size_t len, uint64_t *id, lm_err *err);
+/* A simulated worker's address blob (`loom worker --simulate`): the framing of a real one with
+ * worker id `id` and no UCX address; a real endpoint refuses to connect to it. Returns its length
+ * (0 when cap is too small). */
+size_t lm_dp_sim_address(uint64_t id, uint8_t *out, size_t cap);
 
 /* Adds (or replaces, for a restarted worker) the peer described by blob; connects lazily, on
  * first use. Adding a failed peer again (even with the same blob) revives it with a new

@@ -361,6 +361,24 @@ static int dp_blob_check(const void *blob, size_t len, lm_err *err) {
   return 0;
 }
 
+#define DP_SIM_UCX "loom-sim" /* a simulated worker's stand-in for a UCX address */
+
+size_t lm_dp_sim_address(uint64_t id, uint8_t *out, size_t cap) {
+  size_t ulen = sizeof DP_SIM_UCX - 1;
+  if (cap < DP_ADDR_HDR + ulen) return 0;
+  memset(out, 0, DP_ADDR_HDR);
+  dp_put32(out, DP_ADDR_MAGIC);
+  out[4] = DP_VERSION;
+  dp_put64(out + 8, id);
+  dp_put32(out + 20, (uint32_t)ulen);
+  memcpy(out + DP_ADDR_HDR, DP_SIM_UCX, ulen);
+  return DP_ADDR_HDR + ulen;
+}
+
+static bool dp_blob_simulated(const uint8_t *b, size_t len) {
+  return len == DP_ADDR_HDR + sizeof DP_SIM_UCX - 1 && !memcmp(b + DP_ADDR_HDR, DP_SIM_UCX, sizeof DP_SIM_UCX - 1);
+}
+
 int lm_dp_address_id(const void *blob, size_t len, uint64_t *id, lm_err *err) {
   LM_TRY(dp_blob_check(blob, len, err));
   *id = dp_get64((const uint8_t *)blob + 8);
@@ -482,6 +500,9 @@ static void dp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
 int dp_peer_ep_locked(lm_dp *dp, dp_peer *p, ucp_ep_h *out, lm_err *err) {
   dp_peer_retry_locked(p);
   if (p->failed) return lm_errf(err, p->retry ? LOOM_CONNECT : LOOM_WORKER_LOST, "%s", p->why);
+  if (!p->ep && dp_blob_simulated(p->blob, p->blob_len))
+    return lm_errf(err, LOOM_UNSUPPORTED, "worker %" PRIu64 " is simulated (loom worker --simulate): it has no data plane",
+                   p->id);
   if (!p->ep) {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof ep);

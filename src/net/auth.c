@@ -357,3 +357,8 @@ int lm_tokens_check(const lm_token_store *s, const void *tok, size_t len, int64_
   }
   return lm_errf(err, LOOM_PERMISSION, "the client token is not valid for this controller");
 }
+
+void lm_sha256(const void *data, size_t n, uint8_t out[32]) {
+  unsigned int len = 32;
+  if (EVP_Digest(data, n, out, &len, EVP_sha256(), NULL) != 1) memset(out, 0, 32);
+}

@@ -71,6 +71,9 @@ typedef struct lm_token_store {
   size_t n, cap;
 } lm_token_store;
 
+/* SHA-256 of data[0..n) (programs' content addresses). */
+void lm_sha256(const void *data, size_t n, uint8_t out[32]);
+
 /* A user name: 1-64 of [A-Za-z0-9._@-]. */
 bool lm_auth_user_ok(const char *user);
 /* Loads the store at path; a missing file is an empty store. Malformed lines are errors. */

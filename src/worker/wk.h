@@ -72,14 +72,50 @@ bool wk_store_session_closed(wk_store *st, uint64_t session);
 
 /* ---- programs and launches (wk_exec.c) ---- */
 
+/* A program text the controller sent, kept by its SHA-256 so each text crosses the wire to a
+ * worker once (wk_texts.c); loop thread only. */
+typedef struct wk_text {
+  uint8_t digest[32];
+  char *data;
+  size_t len;
+  int refs;                    /* the cache's (while listed) and each load's */
+  uint64_t used;               /* last use, for eviction */
+  struct wk_text *next;
+} wk_text;
+
+#define WK_TEXT_CACHE_BYTES ((uint64_t)512 << 20) /* texts kept beyond this are dropped, oldest first */
+
+/* The held text with that digest (a new reference), or NULL. */
+wk_text *wk_text_find(wk *w, const uint8_t digest[32]);
+/* Keeps data (malloc'd, taken) as the text with that digest; returns it with a reference, or NULL
+ * when out of memory (data freed). */
+wk_text *wk_text_add(wk *w, const uint8_t digest[32], char *data, size_t len);
+void wk_text_release(wk_text *t); /* NULL ok */
+void wk_texts_free(wk *w);
+
+/* What loading a text gives (parsed, analyzed, localized, set up for the executor), shared by
+ * every program id loaded from the same text (its digest). */
+typedef struct wk_code {
+  atomic_int refs;
+  lm_program *prog;
+  struct lm_pjrt_exe *pjrt;
+  const struct lm_type *pjrt_results;
+  lm_spmd_info *info;
+  bool has_digest;
+  uint8_t digest[32];
+} wk_code;
+
 typedef struct wk_program {
   uint64_t id;
   atomic_int refs;
+  wk_code *code;               /* owns the four below (shared with programs of the same text) */
   lm_program *prog;            /* the per-device program (lm_spmd_localize'd) */
   struct lm_pjrt_exe *pjrt;    /* backend pjrt: the same program compiled by the plugin (NULL: Loom's
                                   executor runs it: no plugin, collectives, or the plugin refused it) */
   const struct lm_type *pjrt_results; /* with pjrt: the result types of the program's @main */
   lm_spmd_info *info;
+  uint32_t *proc_workers;      /* [info->nproc] where every process runs (LOAD_PROGRAM), or NULL */
+  uint32_t *proc_devices;
   char *name;
   struct wk_program *next;
 } wk_program;
@@ -218,6 +254,9 @@ struct wk {
   lm_dp *dp;                   /* data-plane endpoint (NULL if it could not be created) */
   wk_store store;
   wk_program *programs;
+  wk_text *texts;              /* program texts by digest (wk_texts.c) */
+  uint64_t text_bytes, text_clock;
+  uint64_t texts_reused, loads_shared; /* LOAD_PROGRAMs served without a text / without parsing */
   struct load_job *loading;    /* programs being loaded on the thread pool (wk_exec.c) */
   wk_launch *active;           /* launches with tasks queued or running */
   pthread_mutex_t done_mu;

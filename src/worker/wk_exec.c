@@ -22,11 +22,19 @@
 
 /* ---- programs ---- */
 
+static void code_release(wk_code *c) {
+  if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+  lm_pjrt_exe_free(c->pjrt);
+  lm_program_destroy(c->prog);
+  lm_spmd_info_free(c->info);
+  free(c);
+}
+
 void wk_program_release(wk_program *p) {
   if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
-  lm_pjrt_exe_free(p->pjrt);
-  lm_program_destroy(p->prog);
-  lm_spmd_info_free(p->info);
+  code_release(p->code);
+  free(p->proc_workers);
+  free(p->proc_devices);
   free(p->name);
   free(p);
 }
@@ -47,6 +55,31 @@ static void unlist_program(wk *w, uint64_t id) {
     }
 }
 
+/* Lists program id (replacing one with that id) over code (a new reference) with the process map
+ * *pw / *pd (taken, set to NULL). NULL when out of memory. */
+static wk_program *program_new(wk *w, uint64_t id, const char *name, wk_code *code, uint32_t **pw, uint32_t **pd) {
+  wk_program *p = calloc(1, sizeof *p);
+  if (!p || !(p->name = strdup(name))) {
+    free(p);
+    return NULL;
+  }
+  p->id = id;
+  p->code = code;
+  atomic_fetch_add(&code->refs, 1);
+  p->prog = code->prog;
+  p->info = code->info;
+  p->pjrt = code->pjrt;
+  p->pjrt_results = code->pjrt_results;
+  p->proc_workers = *pw;
+  p->proc_devices = *pd;
+  *pw = *pd = NULL;
+  atomic_init(&p->refs, 1);
+  unlist_program(w, id);
+  p->next = w->programs;
+  w->programs = p;
+  return p;
+}
+
 /* Loading a program (parse, SPMD analysis, partitioning, executor setup) is heavy work: it runs
  * on libuv's thread pool, and the loop thread lists the program and acknowledges it after. */
 typedef struct load_job {
@@ -54,7 +87,8 @@ typedef struct load_job {
   wk *w;
   lm_conn *conn;        /* the connection the request came on: no reply on another */
   uint64_t rid, id;
-  char *name, *text;
+  char *name, *text;   /* text: t's data when t, else owned */
+  wk_text *t;          /* the held text by digest (a reference), or NULL */
   size_t len;
   bool cancelled;       /* unloaded (or the worker stopped) while loading */
   struct load_job *next;
@@ -63,6 +97,8 @@ typedef struct load_job {
   lm_program *prog;
   lm_spmd_info *info;
   lm_pjrt_exe *pjrt;
+  uint32_t nmap;        /* where every process runs, from LOAD_PROGRAM (0: not given) */
+  uint32_t *proc_workers, *proc_devices;
 } load_job;
 
 /* Why the per-device program cannot go to a PJRT plugin as one executable, or NULL: collectives
@@ -136,15 +172,16 @@ static void load_done(uv_work_t *req, int status) {
       break;
     }
   wk_program *p = NULL;
+  wk_code *code = NULL;
   int rc = j->rc;
   lm_err err = j->err;
   if (status < 0) rc = lm_errf(&err, LOOM_CANCELLED, "loading cancelled");
+  if (rc == 0 && j->nmap && j->nmap != j->info->nproc)
+    rc = lm_errf(&err, LOOM_PROTOCOL, "LOAD_PROGRAM maps %u processes, the program runs %u", j->nmap, j->info->nproc);
   bool reply = !j->cancelled && !w->stopping && w->conn == j->conn;
-  if (rc == 0 && reply && !(p = calloc(1, sizeof *p))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
-  if (rc == 0 && reply && !(p->name = strdup(j->name))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && reply && !(code = calloc(1, sizeof *code))) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
   if (rc < 0 || !reply) {
-    if (p) free(p->name);
-    free(p);
+    free(code);
     lm_program_destroy(j->prog);
     lm_spmd_info_free(j->info);
     lm_pjrt_exe_free(j->pjrt);
@@ -155,27 +192,43 @@ static void load_done(uv_work_t *req, int status) {
       lm_conn_send_error(w->conn, j->rid, rc, msg);
     }
   } else {
-    p->id = j->id;
-    p->prog = j->prog;
-    p->info = j->info;
-    p->pjrt = j->pjrt;
-    if (p->pjrt) { /* found once here, not per launch */
-      const lm_module *pm = lm_program_module(p->prog);
+    atomic_init(&code->refs, 1);
+    code->prog = j->prog;
+    code->info = j->info;
+    code->pjrt = j->pjrt;
+    if (code->pjrt) { /* found once here, not per launch */
+      const lm_module *pm = lm_program_module(code->prog);
       const lm_func *main = lm_module_func(pm, "main");
-      p->pjrt_results = (main ? main : &pm->funcs[0])->result_types;
+      code->pjrt_results = (main ? main : &pm->funcs[0])->result_types;
     }
-    atomic_init(&p->refs, 1);
-    unlist_program(w, p->id);
-    p->next = w->programs;
-    w->programs = p;
-    lm_debug("loaded program %llu (%s): %s%s, %u processes", (unsigned long long)p->id, j->name,
-             lm_spmd_form_name(p->info->form), p->info->partitioned ? " (partitioned)" : "", p->info->nproc);
-    Lmw__Ack ack = LMW__ACK__INIT;
-    wk_send(w, LM_MSG_ACK, j->rid, &ack.base);
+    if (j->t) {
+      code->has_digest = true;
+      memcpy(code->digest, j->t->digest, 32);
+    }
+    p = program_new(w, j->id, j->name, code, &j->proc_workers, &j->proc_devices);
+    code_release(code); /* the program holds it now (or nothing does) */
+    if (!p) {
+      lm_conn_send_error(w->conn, j->rid, LOOM_NO_MEMORY, "out of host memory");
+    } else {
+      lm_debug("loaded program %llu (%s): %s%s, %u processes", (unsigned long long)p->id, j->name,
+               lm_spmd_form_name(p->info->form), p->info->partitioned ? " (partitioned)" : "", p->info->nproc);
+      Lmw__Ack ack = LMW__ACK__INIT;
+      wk_send(w, LM_MSG_ACK, j->rid, &ack.base);
+    }
   }
   free(j->name);
-  free(j->text);
+  if (j->t) wk_text_release(j->t);
+  else free(j->text);
+  free(j->proc_workers);
+  free(j->proc_devices);
   free(j);
+}
+
+/* A loaded program with a digest equal to d, or NULL. */
+static wk_program *program_by_digest(wk *w, const uint8_t *d) {
+  for (wk_program *p = w->programs; p; p = p->next)
+    if (p->code->has_digest && !memcmp(p->code->digest, d, 32)) return p;
+  return NULL;
 }
 
 void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
@@ -186,16 +239,72 @@ void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
     lm_conn_send_error(w->conn, f->h.request_id, err.code, err.msg);
     return;
   }
+  if (m->n_proc_workers != m->n_proc_devices || m->n_proc_workers > LM_SHARD_MAX_DEVICES) {
+    lm_conn_send_error(w->conn, f->h.request_id, LOOM_PROTOCOL, "LOAD_PROGRAM with a malformed process map");
+    return;
+  }
+  size_t len = (size_t)f->h.payload_len, nmap = m->n_proc_workers;
+  if (m->text_digest.len && m->text_digest.len != 32) {
+    lm_conn_send_error(w->conn, f->h.request_id, LOOM_PROTOCOL, "LOAD_PROGRAM with a malformed text digest");
+    return;
+  }
+  const uint8_t *digest = m->text_digest.len ? m->text_digest.data : NULL;
+  uint32_t *pw = NULL, *pd = NULL;
+  if (nmap && (!(pw = malloc(nmap * sizeof *pw)) || !(pd = malloc(nmap * sizeof *pd)))) {
+    free(pw), free(pd);
+    lm_conn_send_error(w->conn, f->h.request_id, LOOM_NO_MEMORY, "worker cannot load the program: out of memory");
+    return;
+  }
+  if (nmap) {
+    memcpy(pw, m->proc_workers, nmap * sizeof *pw);
+    memcpy(pd, m->proc_devices, nmap * sizeof *pd);
+  }
+  /* the same text loaded already (another device list, another executable): share what loading
+   * it made, no text and no parsing needed */
+  wk_program *same = digest ? program_by_digest(w, digest) : NULL;
+  if (same && (!nmap || nmap == same->info->nproc)) {
+    wk_program *p = program_new(w, m->program, name, same->code, &pw, &pd);
+    free(pw), free(pd);
+    if (!p) {
+      lm_conn_send_error(w->conn, f->h.request_id, LOOM_NO_MEMORY, "worker cannot load the program: out of memory");
+      return;
+    }
+    w->loads_shared++;
+    lm_debug("loaded program %llu (%s) from the code of program %llu (same text)", (unsigned long long)m->program,
+             name, (unsigned long long)same->id);
+    Lmw__Ack ack = LMW__ACK__INIT;
+    wk_send(w, LM_MSG_ACK, f->h.request_id, &ack.base);
+    return;
+  }
+  wk_text *t = NULL;
+  if (digest && !len) { /* a text this worker should hold */
+    if (!(t = wk_text_find(w, digest))) {
+      free(pw), free(pd);
+      lm_conn_send_errorf(w->conn, f->h.request_id, LOOM_NOT_FOUND,
+                          "worker %u does not hold the text of program %llu (send it)", w->worker_id,
+                          (unsigned long long)m->program);
+      return;
+    }
+    w->texts_reused++;
+  } else if (digest) { /* keep it for the next program of the same text */
+    if (!(t = wk_text_add(w, digest, lm_frame_take_payload((lm_frame *)f), len))) {
+      free(pw), free(pd);
+      lm_conn_send_error(w->conn, f->h.request_id, LOOM_NO_MEMORY, "worker cannot load the program: out of memory");
+      return;
+    }
+  }
   load_job *j = calloc(1, sizeof *j);
-  size_t len = (size_t)f->h.payload_len;
   if (j) {
     j->name = strdup(name);
-    j->text = malloc(len ? len : 1);
+    j->t = t;
+    j->text = t ? t->data : len ? lm_frame_take_payload((lm_frame *)f) : malloc(1); /* taken, not copied */
+    j->len = t ? t->len : len;
   }
   int rc = -1;
   if (j && j->name && j->text) {
-    if (len) memcpy(j->text, f->payload, len);
-    j->len = len;
+    j->proc_workers = pw, j->proc_devices = pd;
+    pw = pd = NULL;
+    j->nmap = (uint32_t)nmap;
     j->w = w;
     j->conn = w->conn;
     j->rid = f->h.request_id;
@@ -204,8 +313,12 @@ void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m) {
     rc = uv_queue_work(&w->loop, &j->req, load_work, load_done);
   }
   if (rc != 0) {
-    if (j) free(j->name), free(j->text);
-    free(j);
+    if (j) {
+      free(j->name), free(j->proc_workers), free(j->proc_devices);
+      if (!t) free(j->text);
+    }
+    wk_text_release(t);
+    free(j), free(pw), free(pd);
     lm_conn_send_error(w->conn, f->h.request_id, LOOM_NO_MEMORY, "worker cannot load the program: out of resources");
     return;
   }
@@ -429,8 +542,10 @@ static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
   for (size_t i = 0; i < m->n_devices; i++) {
     const Lmw__RunDevice *rd = m->devices[i];
     if (rd->local_index >= w->cfg.devices) continue;
-    for (size_t j = 0; j < rd->n_outputs; j++) {
-      wk_slot *s = wk_slot_new(m->session, rd->outputs[j], rd->local_index);
+    size_t nout = rd->n_outputs ? rd->n_outputs : m->n_outputs;
+    const uint64_t *outs = rd->n_outputs ? rd->outputs : m->outputs;
+    for (size_t j = 0; j < nout; j++) {
+      wk_slot *s = wk_slot_new(m->session, outs[j], rd->local_index);
       if (!s) continue;
       wk_slot_finish(&w->store, s, NULL, code, msg);
       wk_store_put(&w->store, s);
@@ -442,6 +557,8 @@ static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
 
 void wk_on_run(wk *w, const Lmw__Run *m) {
   char msg[512];
+  for (size_t i = 0; i < m->n_free_ids; i++) /* deletes that waited for this RUN */
+    wk_store_drop_array(&w->store, m->session, m->free_ids[i], w->cfg.devices);
   wk_program *p = find_program(w, m->program);
   if (!p) {
     snprintf(msg, sizeof msg, "worker %u has no program %llu loaded", w->worker_id, (unsigned long long)m->program);
@@ -449,22 +566,31 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     return;
   }
   const lm_spmd_info *info = p->info;
-  if (m->n_proc_workers != info->nproc || m->n_proc_devices != info->nproc || m->n_devices == 0 ||
-      m->n_devices > w->cfg.devices) {
+  /* where every process runs: in the RUN (the devices moved since loading) or from LOAD_PROGRAM */
+  const uint32_t *proc_workers = m->n_proc_workers ? m->proc_workers : p->proc_workers;
+  const uint32_t *proc_devices = m->n_proc_workers ? m->proc_devices : p->proc_devices;
+  bool bad = (m->n_proc_workers && m->n_proc_workers != info->nproc) || m->n_proc_devices != m->n_proc_workers ||
+             m->n_devices == 0 || m->n_devices > w->cfg.devices;
+  /* each device once: marked in a bitmap of the worker's devices (O(devices), not O(devices^2)) */
+  uint64_t seen_small[4] = {0}, *seen = seen_small;
+  size_t words = (w->cfg.devices + 63) / 64;
+  if (!bad && words > 4 && !(seen = calloc(words, sizeof *seen))) {
+    reject_run(w, m, LOOM_NO_MEMORY, "out of host memory on the worker");
+    return;
+  }
+  for (size_t i = 0; !bad && i < m->n_devices; i++) {
+    const Lmw__RunDevice *rd = m->devices[i];
+    size_t nin = rd->n_inputs ? rd->n_inputs : m->n_inputs, nout = rd->n_outputs ? rd->n_outputs : m->n_outputs;
+    uint32_t li = rd->local_index;
+    bad = li >= w->cfg.devices || (seen[li / 64] >> (li % 64) & 1) || rd->process >= info->nproc ||
+          nin != info->ninputs || nout != info->noutputs;
+    if (!bad) seen[li / 64] |= UINT64_C(1) << (li % 64);
+  }
+  if (seen != seen_small) free(seen);
+  if (bad) {
     snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
     reject_run(w, m, LOOM_PROTOCOL, msg);
     return;
-  }
-  for (size_t i = 0; i < m->n_devices; i++) {
-    const Lmw__RunDevice *rd = m->devices[i];
-    bool dup = false;
-    for (size_t j = 0; j < i; j++) dup |= m->devices[j]->local_index == rd->local_index;
-    if (rd->local_index >= w->cfg.devices || dup || rd->process >= info->nproc || rd->n_inputs != info->ninputs ||
-        rd->n_outputs != info->noutputs) {
-      snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
-      reject_run(w, m, LOOM_PROTOCOL, msg);
-      return;
-    }
   }
   if (wk_store_session_closed(&w->store, m->session)) {
     send_run_done(w, m->seq, LOOM_CANCELLED, "the session is closed");
@@ -485,20 +611,24 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   atomic_fetch_add(&p->refs, 1);
   pthread_mutex_init(&l->mu, NULL);
   int rc = 0;
-  if (info->nproc > 1 && w->dp) { /* the processes' (worker, device), which the collectives copy */
+  /* the processes' (worker, device), which the collectives copy; a program without collectives is
+   * loaded without the map (its collectives would fail with "no collective support") */
+  if (info->nproc > 1 && w->dp && proc_workers) {
     lm_err err;
     lm_dp_member *procs = calloc(info->nproc, sizeof *procs);
     if (!procs) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
     for (uint32_t i = 0; rc == 0 && i < info->nproc; i++)
-      procs[i] = (lm_dp_member){m->proc_workers[i], m->proc_devices[i]};
+      procs[i] = (lm_dp_member){proc_workers[i], proc_devices[i]};
     if (rc == 0) rc = lm_spmd_coll_create(w->dp, procs, info->nproc, m->seq, &l->coll, &err);
     free(procs);
     if (rc < 0) snprintf(msg, sizeof msg, "worker %u: cannot set up the launch's collectives: %.400s", w->worker_id, err.msg);
   }
   for (size_t i = 0; rc == 0 && i < m->n_devices; i++) {
     const Lmw__RunDevice *rd = m->devices[i];
+    size_t nin = rd->n_inputs ? rd->n_inputs : m->n_inputs, nout = rd->n_outputs ? rd->n_outputs : m->n_outputs;
+    const uint64_t *ins = rd->n_inputs ? rd->inputs : m->inputs, *outs = rd->n_outputs ? rd->outputs : m->outputs;
     wk_task *t = calloc(1, sizeof *t);
-    wk_slot **sl = calloc(rd->n_inputs + rd->n_outputs + 1, sizeof *sl);
+    wk_slot **sl = calloc(nin + nout + 1, sizeof *sl);
     if (!t || !sl) {
       free(t);
       free(sl);
@@ -509,16 +639,16 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     t->l = l;
     t->dev = rd->local_index;
     t->proc = rd->process;
-    t->nin = (uint32_t)rd->n_inputs;
-    t->nout = (uint32_t)rd->n_outputs;
+    t->nin = (uint32_t)nin;
+    t->nout = (uint32_t)nout;
     t->in = sl;
-    t->out = sl + rd->n_inputs;
+    t->out = sl + nin;
     for (uint32_t j = 0; j < t->nin; j++) {
-      t->in[j] = wk_store_get(&w->store, m->session, rd->inputs[j], t->dev);
-      if (!t->in[j] && !t->missing) t->missing = rd->inputs[j];
+      t->in[j] = wk_store_get(&w->store, m->session, ins[j], t->dev);
+      if (!t->in[j] && !t->missing) t->missing = ins[j];
     }
     for (uint32_t j = 0; j < t->nout; j++) {
-      t->out[j] = wk_slot_new(m->session, rd->outputs[j], t->dev);
+      t->out[j] = wk_slot_new(m->session, outs[j], t->dev);
       if (t->out[j]) wk_store_put(&w->store, t->out[j]);
       else rc = LOOM_NO_MEMORY;
     }
@@ -688,5 +818,6 @@ void wk_exec_stop(wk *w) {
     w->programs = p->next;
     wk_program_release(p);
   }
+  wk_texts_free(w);
   pthread_mutex_destroy(&w->done_mu);
 }
