@@ -4,7 +4,9 @@
  *   ctl_programs.c  compiling: parse, SPMD analysis, the executable cache, loading on workers
  *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
  *                   completion, failures, the launch log
- * Everything runs on the loop thread. */
+ *   ctl_http.c      the HTTP port (/metrics, /healthz, /readyz) on its own thread, fed by snapshots
+ *   ctl_metrics.c   counters and the Prometheus text format
+ * Everything runs on the loop thread, except what ctl_http.c says runs on its thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
 
@@ -12,6 +14,7 @@
 #include <stdint.h>
 #include "common/sharding.h"
 #include "controller/controller.h"
+#include "controller/ctl_metrics.h"
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
@@ -24,6 +27,7 @@ typedef enum { ROLE_NEW = 0, ROLE_CLIENT, ROLE_WORKER } peer_role;
 
 typedef struct ctl ctl;
 typedef struct c_launch c_launch;
+typedef struct ctl_http ctl_http;
 
 typedef struct peer {
   ctl *ctl;
@@ -125,6 +129,8 @@ struct c_launch {
   bool failed;
   uint32_t nout;
   uint64_t *outputs;
+  uint64_t t0_ns;            /* uv_hrtime() when it arrived (metrics) */
+  int end_code;              /* why it ended early (launch_end_early); 0 otherwise */
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -168,6 +174,9 @@ struct ctl {
   uint64_t launches_total, launches_failed;
   c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
   uint64_t log_count;
+  /* observability (ctl_http.c): NULL without --http */
+  ctl_http *http;
+  lm_met_counters *met;      /* counters bumped at a few points; NULL: none kept */
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -187,6 +196,17 @@ int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const 
 int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what, lm_err *err);
 /* "worker 1 (host pid 123)" */
 void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap);
+
+/* the HTTP port (ctl_http.c): start serves cfg.http_listen on a thread of its own; close (loop
+ * thread, when stopping) stops asking the loop for snapshots; free (after the loop has run out)
+ * stops the thread. */
+int ctl_http_start(ctl *c, lm_err *err);
+void ctl_http_close(ctl *c);
+void ctl_http_free(ctl *c);
+lm_met_counters *ctl_http_counters(ctl_http *h);
+const char *ctl_http_address(const ctl_http *h); /* "HOST:PORT" bound */
+/* Writes "HOST:PORT\n" to path via a temporary file and rename (0.0.0.0 written as 127.0.0.1). */
+int ctl_write_address_file(const char *path, const char *bound, lm_err *err);
 
 /* arrays */
 void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m);

@@ -166,6 +166,7 @@ static void launch_free(ctl *c, c_launch *l) {
  * running it (reason travels in ABORT_LAUNCH); it stays active until they all report RUN_DONE. */
 static void launch_end_early(ctl *c, c_launch *l, int code, const char *full, const char *reason) {
   l->failed = true;
+  l->end_code = code;
   set_outputs(c, l, A_FAILED, code, full);
   if (l->client) ctl_reply_error(l->client, l->rid, code, "%s", full);
   log_status(c, l->seq, code < 0 ? code : LOOM_INTERNAL);
@@ -189,6 +190,9 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
   if (l->done[idx]) return;
   l->done[idx] = 1;
   if (--l->pending > 0) return;
+  if (c->met)
+    lm_met_launch_done(c->met, !l->failed ? LM_MET_OK : l->end_code == LOOM_CANCELLED ? LM_MET_CANCELLED : LM_MET_FAILED,
+                       uv_hrtime() - l->t0_ns);
   if (!l->failed) {
     set_outputs(c, l, A_READY, 0, NULL);
     log_status(c, l->seq, 0);
@@ -277,6 +281,7 @@ void ctl_launches_free(ctl *c) {
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   ctl *c = p->ctl;
+  uint64_t t0 = c->met ? uv_hrtime() : 0;
   lm_session *s = p->session;
   uint64_t rid = f->h.request_id;
   lm_err err;
@@ -345,6 +350,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     }
   }
   if (rc < 0) {
+    if (c->met) lm_met_inc(&c->met->launches_refused);
     failed_outputs(p, m, rc, err.msg);
     ctl_reply_error(p, rid, rc, "%s", err.msg);
     return;
@@ -359,6 +365,8 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   l->nout = (uint32_t)m->n_outputs;
   if (m->n_outputs) memcpy(l->outputs, m->outputs, m->n_outputs * sizeof *l->outputs);
   c->launches_total++;
+  l->t0_ns = t0;
+  if (c->met) lm_met_inc(&c->met->launches_started);
   /* outputs exist from now on, pending */
   uint32_t *mesh_devs = calloc(info->nproc, sizeof *mesh_devs);
   for (uint32_t pos = 0; mesh_devs && pos < info->nproc; pos++) mesh_devs[pos] = prog->devices[info->mesh_procs[pos]];

@@ -1,0 +1,270 @@
+/* The controller's HTTP port (`loom controller --http HOST:PORT`): Prometheus `/metrics`,
+ * liveness `/healthz` and readiness `/readyz`, served by libmicrohttpd on its own thread.
+ *
+ * The HTTP thread never touches the controller's state. It asks the loop for a fresh snapshot
+ * (uv_async_send) and waits for it at most LM_HTTP_WAIT_MS; the loop copies what it needs into
+ * a new lm_met_snapshot (O(workers + devices)) and publishes it under a mutex. A loop that does
+ * not answer in time is what /healthz reports; /metrics then serves the previous snapshot with
+ * its age. Counters are relaxed atomics the loop bumps directly (ctl_metrics.h). */
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "common/log.h"
+#include "controller/ctl.h"
+#include "controller/ctl_metrics.h"
+
+#define LM_HTTP_WAIT_MS 2000  /* how long a request waits for the loop's snapshot */
+
+struct ctl_http {
+  ctl *ctl;                   /* touched only on the loop thread */
+  struct MHD_Daemon *mhd;
+  lm_met_counters counters;
+  uv_async_t async;           /* HTTP thread -> loop: build a snapshot */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool closed;                /* the loop stopped answering for good (shutting down) */
+  uint64_t asked, built;      /* snapshot generations asked for and built (under mu) */
+  lm_met_snapshot *snap;      /* the newest snapshot (under mu; one reference held here) */
+  char bound[LM_ADDR_MAX];
+};
+
+lm_met_counters *ctl_http_counters(ctl_http *h) { return h ? &h->counters : NULL; }
+const char *ctl_http_address(const ctl_http *h) { return h ? h->bound : ""; }
+
+/* ---- the loop side ---- */
+
+static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+
+static lm_met_snapshot *build_snapshot(ctl *c) {
+  uint32_t nw = lm_registry_worker_count(c->reg), nd = lm_registry_device_count(c->reg);
+  lm_met_snapshot *s = lm_met_snapshot_new(nw, nd);
+  if (!s) return NULL;
+  uint64_t now = ctl_now_ms(c);
+  s->taken_ms = lm_now_ms();
+  s->uptime_ms = now - c->start_ms;
+  s->sessions = c->nsessions;
+  s->peers = c->npeers;
+  for (c_program *p = c->programs; p; p = p->next) s->programs++;
+  for (c_launch *l = c->active; l; l = l->next) s->launches_running++;
+  for (uint32_t i = 0; i < nw; i++, s->nworkers++) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, i);
+    lm_met_worker *o = &s->workers[i];
+    o->id = w->id;
+    o->pid = w->pid;
+    o->ndevices = w->ndevices;
+    o->alive = w->state == LM_WORKER_ALIVE;
+    o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
+    o->transfers = w->transfers;
+    o->host = dup_or_empty(w->host);
+    o->slice = dup_or_empty(w->slice);
+    o->problem = dup_or_empty(o->alive ? w->problem : w->reason);
+    if (!o->host || !o->slice || !o->problem) {
+      s->nworkers++;
+      lm_met_snapshot_unref(s);
+      return NULL;
+    }
+  }
+  for (uint32_t i = 0; i < nd; i++, s->ndevices++) {
+    const lm_reg_device *d = lm_registry_device(c->reg, i);
+    lm_met_device *o = &s->devices[i];
+    o->id = d->id;
+    o->worker = d->worker;
+    o->local_index = d->local_index;
+    snprintf(o->kind, sizeof o->kind, "%s", d->kind);
+    o->capacity = d->memory_capacity;
+    o->used = d->memory_used;
+    o->healthy = lm_registry_device_healthy(c->reg, i);
+  }
+  return s;
+}
+
+static void on_async(uv_async_t *a) {
+  ctl_http *h = a->data;
+  pthread_mutex_lock(&h->mu);
+  uint64_t gen = h->asked;
+  pthread_mutex_unlock(&h->mu);
+  lm_met_snapshot *s = build_snapshot(h->ctl);
+  pthread_mutex_lock(&h->mu);
+  if (s) {
+    lm_met_snapshot_unref(h->snap);
+    h->snap = s;
+  }
+  h->built = gen; /* without memory the waiters get the old one rather than wait out the timeout */
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- the HTTP thread ---- */
+
+/* A snapshot for this request (a reference, or NULL when there has never been one); *fresh says
+ * whether the loop built it for this request. */
+static lm_met_snapshot *get_snapshot(ctl_http *h, bool *fresh) {
+  pthread_mutex_lock(&h->mu);
+  *fresh = false;
+  if (!h->closed) {
+    uint64_t want = ++h->asked;
+    uv_async_send(&h->async);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += LM_HTTP_WAIT_MS / 1000;
+    until.tv_nsec += (long)(LM_HTTP_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    while (!h->closed && h->built < want)
+      if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT) break;
+    *fresh = h->built >= want;
+  }
+  lm_met_snapshot *s = h->snap;
+  if (s) lm_met_snapshot_ref(s);
+  pthread_mutex_unlock(&h->mu);
+  return s;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type, char *body,
+                               size_t len) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  enum MHD_Result rc = MHD_queue_response(conn, status, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned status, const char *fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  char *body = n < 0 ? NULL : strdup(text);
+  if (!body) return MHD_NO;
+  return respond(conn, status, "text/plain; charset=utf-8", body, strlen(body));
+}
+
+static enum MHD_Result serve_metrics(ctl_http *h, struct MHD_Connection *conn) {
+  bool fresh;
+  lm_met_snapshot *s = get_snapshot(h, &fresh);
+  lm_met_buf b = {0};
+  lm_met_render(&b, &h->counters, s, s ? lm_now_ms() - s->taken_ms : 0);
+  lm_met_snapshot_unref(s);
+  if (b.failed) {
+    free(b.p);
+    return respond_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of host memory rendering the metrics\n");
+  }
+  return respond(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
+}
+
+/* /readyz[?min_devices=N]: the loop answers, and (with N) at least N devices are healthy. */
+static enum MHD_Result serve_probe(ctl_http *h, struct MHD_Connection *conn, bool ready) {
+  bool fresh;
+  lm_met_snapshot *s = get_snapshot(h, &fresh);
+  enum MHD_Result rc;
+  if (!fresh) {
+    rc = respond_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "%s\n",
+                      h->closed ? "the controller is stopping"
+                                : "the controller's event loop did not answer within 2 s");
+  } else if (!ready) {
+    rc = respond_text(conn, MHD_HTTP_OK, "ok\n");
+  } else {
+    const char *want = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "min_devices");
+    char *end = NULL;
+    unsigned long need = want ? strtoul(want, &end, 10) : 0;
+    uint32_t healthy = 0;
+    for (uint32_t i = 0; s && i < s->ndevices; i++) healthy += s->devices[i].healthy;
+    if (want && (!*want || *end || need > LM_REG_MAX_DEVICES))
+      rc = respond_text(conn, MHD_HTTP_BAD_REQUEST, "min_devices must be a number of devices up to %d\n",
+                        LM_REG_MAX_DEVICES);
+    else if (healthy < need)
+      rc = respond_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "not ready: %u of %lu devices healthy\n", healthy, need);
+    else
+      rc = respond_text(conn, MHD_HTTP_OK, "ready: %u devices healthy on %u workers\n", healthy, s ? s->nworkers : 0);
+  }
+  lm_met_snapshot_unref(s);
+  return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **state) {
+  (void)version, (void)upload, (void)state;
+  ctl_http *h = cls;
+  if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+    return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served here\n");
+  if (*upload_size) return respond_text(conn, MHD_HTTP_BAD_REQUEST, "a GET takes no body\n");
+  if (!strcmp(url, "/metrics")) return serve_metrics(h, conn);
+  if (!strcmp(url, "/healthz")) return serve_probe(h, conn, false);
+  if (!strcmp(url, "/readyz")) return serve_probe(h, conn, true);
+  if (!strcmp(url, "/"))
+    return respond_text(conn, MHD_HTTP_OK, "loom controller %s\n/metrics  Prometheus metrics\n"
+                        "/healthz  liveness (the event loop answers)\n"
+                        "/readyz   readiness (?min_devices=N: and N devices are healthy)\n", LOOM_VERSION_STRING);
+  return respond_text(conn, MHD_HTTP_NOT_FOUND, "no such page: %s\n", url);
+}
+
+/* ---- start and stop (loop thread) ---- */
+
+int ctl_http_start(ctl *c, lm_err *err) {
+  const char *addr = c->cfg.http_listen;
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  LM_TRY(lm_addr_resolve(addr, &ss, &sl, err));
+  ctl_http *h = calloc(1, sizeof *h);
+  if (!h) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  h->ctl = c;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  uv_async_init(&c->loop, &h->async, on_async);
+  h->async.data = h;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION;
+  if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+  h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+  if (!h->mhd) {
+    int e = errno;
+    c->http = h; /* the async handle is closed with the loop's other handles */
+    h->closed = true;
+    return lm_errf(err, LOOM_IO, "cannot serve HTTP on %s: %s", addr, e ? strerror(e) : "libmicrohttpd refused");
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+  char host[LM_ADDR_MAX];
+  uint16_t port = 0;
+  lm_addr_split(addr, host, sizeof host, &port, NULL);
+  if (di && di->port) port = di->port;
+  snprintf(h->bound, sizeof h->bound, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, (unsigned)port);
+  c->http = h;
+  return 0;
+}
+
+void ctl_http_close(ctl *c) {
+  ctl_http *h = c->http;
+  if (!h) return;
+  pthread_mutex_lock(&h->mu);
+  h->closed = true;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  if (!uv_is_closing((uv_handle_t *)&h->async)) uv_close((uv_handle_t *)&h->async, NULL);
+}
+
+void ctl_http_free(ctl *c) {
+  ctl_http *h = c->http;
+  if (!h) return;
+  if (h->mhd) MHD_stop_daemon(h->mhd); /* joins its threads: no request is in flight after this */
+  lm_met_snapshot_unref(h->snap);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  free(h);
+  c->http = NULL;
+}
