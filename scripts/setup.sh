@@ -20,9 +20,16 @@ APT_PACKAGES=(
   libssl-dev                              # OpenSSL: worker and client authentication
   libnghttp2-dev                          # HTTP/2 for the IFRT proxy's gRPC server
   libmicrohttpd-dev                       # the controller's HTTP port (/metrics, /healthz, /readyz)
+  libcurl4-openssl-dev                    # `loom trace`'s HTTP client
   libcmocka-dev                           # C unit tests
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests
+  iproute2                                # `ip netns`: the multi-host tests' network namespaces
+)
+# The Slurm test (tests/integration/test_slurm.py) starts its own munged + slurmctld + slurmd;
+# about 40 s to install once. LOOM_SETUP_SLURM=0 leaves them out (that test then skips).
+[[ "${LOOM_SETUP_SLURM:-1}" == 0 ]] || APT_PACKAGES+=(
+  slurmctld slurmd slurm-client munge
 )
 # name or name==version (pip's distribution names): tests compare with JAX's numbers, read what
 # jaxlib writes and speak the IFRT proxy protocol of jaxlib 0.10.2, so jax/jaxlib and pathwaysutils

@@ -119,6 +119,14 @@ static int check_client(ctl *c, peer *p, const Lmw__Hello *h, lm_err *err) {
   return 0;
 }
 
+int ctl_check_token(ctl *c, const void *token, size_t len, lm_err *err) {
+  if (!c->cfg.tokens_file) return 0;
+  tokens_refresh(c);
+  if (c->tokens_err < 0) return lm_errf(err, LOOM_PERMISSION, "%s", c->tokens_msg);
+  const lm_token_entry *who;
+  return lm_tokens_check(&c->tokens, token, len, (int64_t)time(NULL), &who, err);
+}
+
 /* A listener that other hosts can reach: anything but 127.0.0.0/8, ::1 and localhost. */
 static bool listen_is_loopback(const char *addr) {
   char host[LM_ADDR_MAX];
@@ -891,6 +899,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   if (rc == 0) lm_info("stopped");
   ctl_http_free(c);
   ctl_launches_free(c);
+  ctl_trace_free(c);
   ctl_programs_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);

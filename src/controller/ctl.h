@@ -15,6 +15,7 @@
 #include "common/sharding.h"
 #include "controller/controller.h"
 #include "controller/ctl_metrics.h"
+#include "controller/ctl_trace.h"
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
@@ -131,6 +132,7 @@ struct c_launch {
   uint64_t *outputs;
   uint64_t t0_ns;            /* uv_hrtime() when it arrived (metrics) */
   int end_code;              /* why it ended early (launch_end_early); 0 otherwise */
+  ctl_trace_launch *trace;   /* its record while a trace records it (ctl_trace.c), else NULL */
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -177,6 +179,7 @@ struct ctl {
   /* observability (ctl_http.c): NULL without --http */
   ctl_http *http;
   lm_met_counters *met;      /* counters bumped at a few points; NULL: none kept */
+  struct ctl_tracer *trace;  /* launch traces (ctl_trace.c); NULL until one starts */
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -207,6 +210,19 @@ lm_met_counters *ctl_http_counters(ctl_http *h);
 const char *ctl_http_address(const ctl_http *h); /* "HOST:PORT" bound */
 /* Writes "HOST:PORT\n" to path via a temporary file and rename (0.0.0.0 written as 127.0.0.1). */
 int ctl_write_address_file(const char *path, const char *bound, lm_err *err);
+
+/* traces (ctl_trace.c; loop thread): start/stop a recording (stop hands over what it recorded);
+ * the launch hooks do nothing unless one records */
+int ctl_trace_start(ctl *c, lm_err *err);
+ctl_trace_result *ctl_trace_stop(ctl *c, lm_err *err);
+bool ctl_trace_on(ctl *c);
+void ctl_trace_free(ctl *c);
+void ctl_trace_launch_begin(ctl *c, c_launch *l, uint64_t arrived, const char *program, uint32_t ndev);
+void ctl_trace_launch_sent(c_launch *l);
+void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone *m);
+void ctl_trace_launch_end(ctl *c, c_launch *l, int code);
+/* 0 when token (len bytes) is good for this controller (always, without --tokens-file). */
+int ctl_check_token(ctl *c, const void *token, size_t len, lm_err *err);
 
 /* arrays */
 void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m);

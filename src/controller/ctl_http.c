@@ -1,5 +1,7 @@
 /* The controller's HTTP port (`loom controller --http HOST:PORT`): Prometheus `/metrics`,
- * liveness `/healthz` and readiness `/readyz`, served by libmicrohttpd on its own thread.
+ * liveness `/healthz` and readiness `/readyz`, and POST /trace/start|stop (`loom trace`, which
+ * present a client token when the controller has --tokens-file), served by libmicrohttpd on its
+ * own threads.
  *
  * The HTTP thread never touches the controller's state. It asks the loop for a fresh snapshot
  * (uv_async_send) and waits for it at most LM_HTTP_WAIT_MS; the loop copies what it needs into
@@ -20,6 +22,21 @@
 
 #define LM_HTTP_WAIT_MS 2000  /* how long a request waits for the loop's snapshot */
 
+enum { JOB_TRACE_START = 1, JOB_TRACE_STOP = 2 };
+
+/* Something only the loop may do, asked by a request (it waits for `done`). */
+typedef struct http_job {
+  int kind;
+  char token[LM_TOKEN_STR_LEN + 1];
+  size_t token_len;
+  bool has_token;
+  bool done;                  /* under mu */
+  int code;
+  char msg[LM_ERR_MSG_MAX];
+  ctl_trace_result *trace;    /* JOB_TRACE_STOP's result */
+  struct http_job *next;
+} http_job;
+
 struct ctl_http {
   ctl *ctl;                   /* touched only on the loop thread */
   struct MHD_Daemon *mhd;
@@ -30,6 +47,7 @@ struct ctl_http {
   bool closed;                /* the loop stopped answering for good (shutting down) */
   uint64_t asked, built;      /* snapshot generations asked for and built (under mu) */
   lm_met_snapshot *snap;      /* the newest snapshot (under mu; one reference held here) */
+  http_job *jobs;             /* waiting for the loop (under mu) */
   char bound[LM_ADDR_MAX];
 };
 
@@ -83,11 +101,40 @@ static lm_met_snapshot *build_snapshot(ctl *c) {
   return s;
 }
 
+static void run_job(ctl *c, http_job *j) {
+  lm_err err;
+  j->code = 0;
+  if (c->cfg.tokens_file && !j->has_token) {
+    j->code = lm_errf(&err, LOOM_PERMISSION, "this controller requires a client token: send it as "
+                      "'Authorization: Bearer TOKEN' (loom trace does, from LOOM_TOKEN or the local cluster's)");
+  } else if (ctl_check_token(c, j->token, j->token_len, &err) < 0) {
+    j->code = err.code;
+  } else if (j->kind == JOB_TRACE_START) {
+    j->code = ctl_trace_start(c, &err);
+  } else {
+    j->trace = ctl_trace_stop(c, &err);
+    if (!j->trace) j->code = err.code;
+  }
+  if (j->code < 0) snprintf(j->msg, sizeof j->msg, "%s", err.msg);
+}
+
 static void on_async(uv_async_t *a) {
   ctl_http *h = a->data;
   pthread_mutex_lock(&h->mu);
   uint64_t gen = h->asked;
+  http_job *jobs = h->jobs;
+  h->jobs = NULL;
   pthread_mutex_unlock(&h->mu);
+  for (http_job *j = jobs; j; j = j->next) run_job(h->ctl, j);
+  if (jobs) {
+    pthread_mutex_lock(&h->mu);
+    for (http_job *j = jobs, *n; j; j = n) {
+      n = j->next;
+      j->done = true; /* j belongs to its request's thread from here */
+    }
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+  }
   lm_met_snapshot *s = build_snapshot(h->ctl);
   pthread_mutex_lock(&h->mu);
   if (s) {
@@ -193,20 +240,82 @@ static enum MHD_Result serve_probe(ctl_http *h, struct MHD_Connection *conn, boo
   return rc;
 }
 
+/* Runs j on the loop and waits for it (the loop answers quickly; at shutdown close answers). */
+static void do_job(ctl_http *h, http_job *j) {
+  pthread_mutex_lock(&h->mu);
+  if (h->closed) {
+    j->done = true;
+    j->code = LOOM_CANCELLED;
+    snprintf(j->msg, sizeof j->msg, "the controller is stopping");
+  } else {
+    j->next = h->jobs;
+    h->jobs = j;
+    uv_async_send(&h->async);
+  }
+  while (!j->done) pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+}
+
+static unsigned http_status(int code) {
+  switch (code) {
+  case LOOM_PERMISSION: return MHD_HTTP_UNAUTHORIZED;
+  case LOOM_BUSY:
+  case LOOM_NOT_FOUND: return MHD_HTTP_CONFLICT;
+  case LOOM_NO_MEMORY: return MHD_HTTP_INSUFFICIENT_STORAGE;
+  default: return MHD_HTTP_SERVICE_UNAVAILABLE;
+  }
+}
+
+static enum MHD_Result serve_trace(ctl_http *h, struct MHD_Connection *conn, int kind) {
+  http_job j;
+  memset(&j, 0, sizeof j);
+  j.kind = kind;
+  const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (auth) {
+    if (strncmp(auth, "Bearer ", 7) || strlen(auth + 7) > LM_TOKEN_STR_LEN)
+      return respond_text(conn, MHD_HTTP_UNAUTHORIZED, "the Authorization header must be 'Bearer TOKEN'\n");
+    j.has_token = true;
+    j.token_len = strlen(auth + 7);
+    memcpy(j.token, auth + 7, j.token_len);
+  }
+  do_job(h, &j);
+  lm_auth_wipe(j.token, sizeof j.token);
+  if (j.code < 0) return respond_text(conn, http_status(j.code), "%s\n", j.msg);
+  if (kind == JOB_TRACE_START) return respond_text(conn, MHD_HTTP_OK, "recording\n");
+  char *json = ctl_trace_json(j.trace); /* heavy for long traces: on this thread, not the loop */
+  ctl_trace_result_free(j.trace);
+  if (!json) return respond_text(conn, MHD_HTTP_INSUFFICIENT_STORAGE, "out of host memory writing the trace\n");
+  return respond(conn, MHD_HTTP_OK, "application/json", json, strlen(json));
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **state) {
-  (void)version, (void)upload, (void)state;
+  (void)version, (void)upload;
   ctl_http *h = cls;
-  if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
-    return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served here\n");
-  if (*upload_size) return respond_text(conn, MHD_HTTP_BAD_REQUEST, "a GET takes no body\n");
+  static int started, had_body;
+  if (!*state) { /* the headers: answer once the whole request (and any body) is in */
+    *state = &started;
+    return MHD_YES;
+  }
+  if (*upload_size) { /* no request here takes a body: read and drop it */
+    *upload_size = 0;
+    *state = &had_body;
+    return MHD_YES;
+  }
+  bool post = !strcmp(method, MHD_HTTP_METHOD_POST);
+  bool trace = post && (!strcmp(url, "/trace/start") || !strcmp(url, "/trace/stop"));
+  if (!trace && strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+    return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served here (and POST /trace/...)\n");
+  if (*state == &had_body) return respond_text(conn, MHD_HTTP_BAD_REQUEST, "requests here take no body\n");
+  if (trace) return serve_trace(h, conn, strcmp(url, "/trace/start") ? JOB_TRACE_STOP : JOB_TRACE_START);
   if (!strcmp(url, "/metrics")) return serve_metrics(h, conn);
   if (!strcmp(url, "/healthz")) return serve_probe(h, conn, false);
   if (!strcmp(url, "/readyz")) return serve_probe(h, conn, true);
   if (!strcmp(url, "/"))
     return respond_text(conn, MHD_HTTP_OK, "loom controller %s\n/metrics  Prometheus metrics\n"
                         "/healthz  liveness (the event loop answers)\n"
-                        "/readyz   readiness (?min_devices=N: and N devices are healthy)\n", LOOM_VERSION_STRING);
+                        "/readyz   readiness (?min_devices=N: and N devices are healthy)\n"
+                        "POST /trace/start, /trace/stop  launch traces (loom trace)\n", LOOM_VERSION_STRING);
   return respond_text(conn, MHD_HTTP_NOT_FOUND, "no such page: %s\n", url);
 }
 
@@ -253,6 +362,12 @@ void ctl_http_close(ctl *c) {
   if (!h) return;
   pthread_mutex_lock(&h->mu);
   h->closed = true;
+  for (http_job *j = h->jobs; j; j = j->next) {
+    j->code = LOOM_CANCELLED;
+    snprintf(j->msg, sizeof j->msg, "the controller is stopping");
+    j->done = true;
+  }
+  h->jobs = NULL;
   pthread_cond_broadcast(&h->cv);
   pthread_mutex_unlock(&h->mu);
   if (!uv_is_closing((uv_handle_t *)&h->async)) uv_close((uv_handle_t *)&h->async, NULL);

@@ -155,6 +155,7 @@ static void launch_free(ctl *c, c_launch *l) {
   if (l->prev) l->prev->next = l->next;
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
+  if (l->trace) ctl_trace_launch_end(c, l, LOOM_CANCELLED);
   ctl_program_release(c, l->prog);
   free(l->workers);
   free(l->done);
@@ -193,6 +194,7 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
   if (c->met)
     lm_met_launch_done(c->met, !l->failed ? LM_MET_OK : l->end_code == LOOM_CANCELLED ? LM_MET_CANCELLED : LM_MET_FAILED,
                        uv_hrtime() - l->t0_ns);
+  if (l->trace) ctl_trace_launch_end(c, l, !l->failed ? 0 : l->end_code ? l->end_code : LOOM_INTERNAL);
   if (!l->failed) {
     set_outputs(c, l, A_READY, 0, NULL);
     log_status(c, l->seq, 0);
@@ -217,6 +219,7 @@ void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m) {
     lm_warn("worker %u reported launch %llu, which it is not part of", w->worker_id, (unsigned long long)m->seq);
     return;
   }
+  if (l->trace) ctl_trace_run_done(c, l, w->worker_id, m);
   if (m->code < 0) {
     char msg[LM_ERR_MSG_MAX];
     snprintf(msg, sizeof msg, "%.900s", m->message && m->message[0] ? m->message : lm_status_desc(m->code));
@@ -281,7 +284,7 @@ void ctl_launches_free(ctl *c) {
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   ctl *c = p->ctl;
-  uint64_t t0 = c->met ? uv_hrtime() : 0;
+  uint64_t t0 = c->met || c->trace ? uv_hrtime() : 0;
   lm_session *s = p->session;
   uint64_t rid = f->h.request_id;
   lm_err err;
@@ -424,6 +427,8 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   if (c->active) c->active->prev = l;
   c->active = l;
   log_record(c, l, m);
+  if (c->trace) ctl_trace_launch_begin(c, l, t0, prog->name, n);
+  ctl_trace_launch_sent(l);
   for (uint32_t k = 0; k < l->nworkers; k++) {
     size_t nd = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -448,6 +453,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     run.proc_workers = pw;
     run.n_proc_devices = n;
     run.proc_devices = pd;
+    run.want_timings = l->trace != NULL;
     lm_err err;
     if (ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err) < 0) {
       /* fail it; the workers from k on never got it and never answer (the last may free l) */

@@ -11,7 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import Cluster, run_loom, wait_for
+from conftest import Cluster, devices, run_loom, wait_for
 from dist import EXAMPLES, PROGRAMS, loom_run, probe
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_client (pip) parses the exposition")
@@ -90,9 +90,9 @@ def test_metrics_follow_launches_and_workers(http_cluster, tmp_path):
     assert value(s0, "loom_devices", state="healthy") == 8
     assert value(s0, "loom_workers", state="alive") == 2
     assert value(s0, "loom_workers_registered_total") == 2
-    for d in range(8):
-        labels = dict(device=d, worker=d // 4, kind="cpu", slice="slice-a" if d < 4 else "slice-b",
-                      host=socket.gethostname())
+    for dev in devices(c.addr)["devices"]:
+        d = dev["id"]
+        labels = dict(device=d, worker=dev["worker_id"], kind="cpu", slice=dev["slice"], host=dev["host"])
         assert value(s0, "loom_device_healthy", **labels) == 1
         assert value(s0, "loom_device_memory_capacity_bytes", **labels) > 0
     assert value(s0, "loom_launches_started_total") == 0
@@ -132,7 +132,8 @@ def test_metrics_follow_launches_and_workers(http_cluster, tmp_path):
     assert_went_up(counters(s2, types), counters(s3, types))
     assert value(s3, "loom_devices", state="unhealthy") == 4
     assert value(s3, "loom_workers_lost_total") == 1
-    assert value(s3, "loom_worker_up", worker=1, slice="slice-b", host=socket.gethostname(),
+    dead = next(d for d in devices(c.addr)["devices"] if d["pid"] == c.workers[1].pid)
+    assert value(s3, "loom_worker_up", worker=dead["worker_id"], slice=dead["slice"], host=dead["host"],
                  pid=c.workers[1].pid) == 0
     st, body = get(f"http://{c.http}/readyz?min_devices=8")
     assert st == 503 and "4 of 8 devices healthy" in body, body
