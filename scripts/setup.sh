@@ -35,8 +35,10 @@ APT_PACKAGES=(
 # jaxlib writes and speak the IFRT proxy protocol of jaxlib 0.10.2, so jax/jaxlib and pathwaysutils
 # are pinned; grpcio lets the proxy tests talk gRPC to it directly; xla-cpu-pjrt is XLA:CPU as a
 # PJRT plugin (loom interpret --backend pjrt; its header is read at build time); prometheus_client's
-# parser reads the controller's /metrics in the tests
-PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 pathwaysutils==0.1.13 grpcio xla-cpu-pjrt==0.0.1 prometheus_client)
+# parser reads the controller's /metrics in the tests; kubernetes-validate checks deploy/k8s against
+# Kubernetes' schemas
+PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 pathwaysutils==0.1.13 grpcio xla-cpu-pjrt==0.0.1 prometheus_client
+             kubernetes-validate pyyaml)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }
