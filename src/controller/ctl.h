@@ -207,6 +207,8 @@ int ctl_http_start(ctl *c, lm_err *err);
 void ctl_http_close(ctl *c);
 void ctl_http_free(ctl *c);
 lm_met_counters *ctl_http_counters(ctl_http *h);
+/* A launch finished (c->met set): counts it and keeps it among the recent ones (dashboard). */
+void ctl_http_launch_done(ctl *c, const c_launch *l, lm_met_outcome how, uint64_t ns);
 const char *ctl_http_address(const ctl_http *h); /* "HOST:PORT" bound */
 /* Writes "HOST:PORT\n" to path via a temporary file and rename (0.0.0.0 written as 127.0.0.1). */
 int ctl_write_address_file(const char *path, const char *bound, lm_err *err);

@@ -48,6 +48,8 @@ struct ctl_http {
   uint64_t asked, built;      /* snapshot generations asked for and built (under mu) */
   lm_met_snapshot *snap;      /* the newest snapshot (under mu; one reference held here) */
   http_job *jobs;             /* waiting for the loop (under mu) */
+  lm_met_recent recent[LM_MET_RECENT]; /* loop thread only: a ring of finished launches */
+  uint32_t nrecent, recent_next;
   char bound[LM_ADDR_MAX];
 };
 
@@ -56,7 +58,27 @@ const char *ctl_http_address(const ctl_http *h) { return h ? h->bound : ""; }
 
 /* ---- the loop side ---- */
 
+void ctl_http_launch_done(ctl *c, const c_launch *l, lm_met_outcome how, uint64_t ns) {
+  ctl_http *h = c->http;
+  lm_met_launch_done(c->met, how, ns);
+  lm_met_recent *r = &h->recent[h->recent_next];
+  h->recent_next = (h->recent_next + 1) % LM_MET_RECENT;
+  if (h->nrecent < LM_MET_RECENT) h->nrecent++;
+  r->seq = l->seq;
+  r->session = l->session;
+  snprintf(r->program, sizeof r->program, "%s", l->prog && l->prog->name ? l->prog->name : "");
+  r->ndev = l->prog ? l->prog->ndev : 0;
+  r->dur_ns = ns;
+  r->outcome = how;
+  r->ended_ms = ctl_now_ms(c) - c->start_ms;
+}
+
 static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+
+static int cmp_uptr(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
 
 static lm_met_snapshot *build_snapshot(ctl *c) {
   uint32_t nw = lm_registry_worker_count(c->reg), nd = lm_registry_device_count(c->reg);
@@ -69,6 +91,32 @@ static lm_met_snapshot *build_snapshot(ctl *c) {
   s->peers = c->npeers;
   for (c_program *p = c->programs; p; p = p->next) s->programs++;
   for (c_launch *l = c->active; l; l = l->next) s->launches_running++;
+  ctl_http *h = c->http;
+  for (uint32_t i = 0; i < h->nrecent; i++) /* newest first */
+    s->recent[s->nrecent++] = h->recent[(h->recent_next + LM_MET_RECENT - 1 - i) % LM_MET_RECENT];
+  /* launches running per session: the active launches' clients, sorted, counted by binary search */
+  uintptr_t *owners = calloc(s->launches_running ? s->launches_running : 1, sizeof *owners);
+  size_t nown = 0;
+  for (c_launch *l = c->active; l && owners; l = l->next) owners[nown++] = (uintptr_t)l->client;
+  if (owners) qsort(owners, nown, sizeof *owners, cmp_uptr);
+  s->session_list = calloc(c->nsessions ? c->nsessions : 1, sizeof *s->session_list);
+  for (peer *p = c->peers; p && s->session_list; p = p->next) {
+    if (p->role != ROLE_CLIENT || !p->session || s->nsession_list == c->nsessions) continue;
+    lm_met_session *o = &s->session_list[s->nsession_list++];
+    o->id = p->session->id;
+    snprintf(o->name, sizeof o->name, "%s", p->session->name);
+    snprintf(o->peer, sizeof o->peer, "%s", p->session->peer);
+    snprintf(o->user, sizeof o->user, "%s", p->user);
+    o->age_ms = now - p->session->opened_ms;
+    size_t lo = 0, hi = nown;
+    while (lo < hi) { /* the first owner >= p */
+      size_t mid = (lo + hi) / 2;
+      if (owners[mid] < (uintptr_t)p) lo = mid + 1;
+      else hi = mid;
+    }
+    while (lo < nown && owners[lo] == (uintptr_t)p) o->running++, lo++;
+  }
+  free(owners);
   for (uint32_t i = 0; i < nw; i++, s->nworkers++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
     lm_met_worker *o = &s->workers[i];
@@ -311,11 +359,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!strcmp(url, "/metrics")) return serve_metrics(h, conn);
   if (!strcmp(url, "/healthz")) return serve_probe(h, conn, false);
   if (!strcmp(url, "/readyz")) return serve_probe(h, conn, true);
-  if (!strcmp(url, "/"))
-    return respond_text(conn, MHD_HTTP_OK, "loom controller %s\n/metrics  Prometheus metrics\n"
-                        "/healthz  liveness (the event loop answers)\n"
-                        "/readyz   readiness (?min_devices=N: and N devices are healthy)\n"
-                        "POST /trace/start, /trace/stop  launch traces (loom trace)\n", LOOM_VERSION_STRING);
+  if (!strcmp(url, "/")) {
+    char *page = strdup(lm_dashboard_html);
+    if (!page) return MHD_NO;
+    return respond(conn, MHD_HTTP_OK, "text/html; charset=utf-8", page, strlen(page));
+  }
+  if (!strcmp(url, "/api/status")) {
+    bool fresh;
+    lm_met_snapshot *s = get_snapshot(h, &fresh);
+    char *json = lm_met_status_json(&h->counters, s, s ? lm_now_ms() - s->taken_ms : 0);
+    lm_met_snapshot_unref(s);
+    if (!json) return respond_text(conn, MHD_HTTP_INSUFFICIENT_STORAGE, "out of host memory\n");
+    return respond(conn, MHD_HTTP_OK, "application/json", json, strlen(json));
+  }
   return respond_text(conn, MHD_HTTP_NOT_FOUND, "no such page: %s\n", url);
 }
 

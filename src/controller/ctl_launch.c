@@ -192,8 +192,8 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
   l->done[idx] = 1;
   if (--l->pending > 0) return;
   if (c->met)
-    lm_met_launch_done(c->met, !l->failed ? LM_MET_OK : l->end_code == LOOM_CANCELLED ? LM_MET_CANCELLED : LM_MET_FAILED,
-                       uv_hrtime() - l->t0_ns);
+    ctl_http_launch_done(c, l, !l->failed ? LM_MET_OK : l->end_code == LOOM_CANCELLED ? LM_MET_CANCELLED : LM_MET_FAILED,
+                         uv_hrtime() - l->t0_ns);
   if (l->trace) ctl_trace_launch_end(c, l, !l->failed ? 0 : l->end_code ? l->end_code : LOOM_INTERNAL);
   if (!l->failed) {
     set_outputs(c, l, A_READY, 0, NULL);

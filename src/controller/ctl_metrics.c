@@ -44,6 +44,7 @@ void lm_met_snapshot_unref(lm_met_snapshot *s) {
   }
   free(s->workers);
   free(s->devices);
+  free(s->session_list);
   free(s);
 }
 

@@ -48,6 +48,24 @@ typedef struct lm_met_device {
   bool healthy;
 } lm_met_device;
 
+/* A finished launch, for the dashboard's list of recent ones. */
+typedef struct lm_met_recent {
+  uint64_t seq, session;
+  char program[64];
+  uint32_t ndev;
+  uint64_t dur_ns;
+  int outcome;                     /* lm_met_outcome */
+  uint64_t ended_ms;               /* controller uptime when it ended */
+} lm_met_recent;
+#define LM_MET_RECENT 32
+
+typedef struct lm_met_session {
+  uint64_t id;
+  char name[64], peer[64], user[65];
+  uint64_t age_ms;
+  uint32_t running;                /* its launches running */
+} lm_met_session;
+
 /* A consistent copy of the controller's state at one moment, shared by readers (refs). */
 typedef struct lm_met_snapshot {
   _Atomic int refs;
@@ -57,6 +75,10 @@ typedef struct lm_met_snapshot {
   uint32_t nworkers, ndevices;
   lm_met_worker *workers;
   lm_met_device *devices;
+  lm_met_recent recent[LM_MET_RECENT]; /* newest first */
+  uint32_t nrecent;
+  lm_met_session *session_list;    /* [nsession_list] (malloc'd; may be NULL) */
+  uint32_t nsession_list;
 } lm_met_snapshot;
 
 lm_met_snapshot *lm_met_snapshot_new(uint32_t nworkers, uint32_t ndevices); /* refs 1; NULL: no memory */
@@ -76,5 +98,9 @@ void lm_met_label(lm_met_buf *b, const char *s);
 /* Appends the whole exposition: counters m and snapshot s (may be NULL: state metrics left out),
  * with age_ms the snapshot's age when it is served. */
 void lm_met_render(lm_met_buf *b, const lm_met_counters *m, const lm_met_snapshot *s, uint64_t age_ms);
+
+/* The dashboard (ctl_dashboard.c): /api/status's JSON (malloc'd; NULL without memory) and the page. */
+char *lm_met_status_json(const lm_met_counters *m, const lm_met_snapshot *s, uint64_t age_ms);
+extern const char lm_dashboard_html[];
 
 #endif
