@@ -18,5 +18,6 @@ int cmd_array(int argc, char **argv);
 int cmd_token(int argc, char **argv);
 int cmd_proxy(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 #endif

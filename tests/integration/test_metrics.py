@@ -184,3 +184,21 @@ def test_controller_http_flags(procs, tmp_path):
         port = busy.getsockname()[1]
         r = run_loom("controller", "--listen", "127.0.0.1:0", "--http", f"127.0.0.1:{port}", timeout=30)
         assert r.returncode != 0 and "cannot serve HTTP on 127.0.0.1:" in r.stderr, r.stderr
+
+
+def test_loom_top_shows_the_cluster(http_cluster):
+    c = http_cluster
+    r, _ = loom_run(c.addr, EXAMPLES / "distributed_sum.mlir")
+    assert r.returncode == 0, r.stderr
+    r = run_loom("top", "--http", c.http, "--iterations", "2", "--interval", "0.2", check=True)
+    views = r.stdout.split("\n\nloom ")
+    assert len(views) == 2, r.stdout
+    assert "devices  8 (8 healthy) on 2 workers (2 alive)" in views[0], r.stdout
+    assert "1 succeeded" in views[0] and "/s" in views[1] and "/s" not in views[0].splitlines()[2]
+    assert "distributed_sum.mlir" in views[0] and "succeeded" in views[0]
+    for slice_name in ("slice-a", "slice-b"):
+        assert slice_name in views[0]
+    c.procs.kill(c.workers[0])
+    wait_for(lambda: "(4 healthy)" in run_loom("top", "--http", c.http, "--once").stdout, 20, what="top to show it")
+    r = run_loom("top", "--once", "--http", "127.0.0.1:1")
+    assert r.returncode == 1 and "cannot reach the controller's HTTP port" in r.stderr, r.stderr
