@@ -19,15 +19,31 @@ APT_PACKAGES=(
   libcjson-dev                            # JSON output
   libssl-dev                              # OpenSSL: worker and client authentication
   libnghttp2-dev                          # HTTP/2 for the IFRT proxy's gRPC server
+  libmicrohttpd-dev                       # the controller's HTTP port (/metrics, /healthz, /readyz)
+  libcurl4-openssl-dev                    # `loom trace`'s HTTP client
   libcmocka-dev                           # C unit tests
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests
+  iproute2                                # `ip netns`: the multi-host tests' network namespaces
+)
+# The Slurm test (tests/integration/test_slurm.py) starts its own munged + slurmctld + slurmd;
+# about 40 s to install once. LOOM_SETUP_SLURM=0 leaves them out (that test then skips).
+[[ "${LOOM_SETUP_SLURM:-1}" == 0 ]] || APT_PACKAGES+=(
+  slurmctld slurmd slurm-client munge
+)
+# The dashboard test (tests/integration/test_dashboard.py) drives a headless Chromium; about 1 min
+# to install once. LOOM_SETUP_BROWSER=0 leaves it out (that test then skips).
+[[ "${LOOM_SETUP_BROWSER:-1}" == 0 ]] || APT_PACKAGES+=(
+  chromium chromium-driver
 )
 # name or name==version (pip's distribution names): tests compare with JAX's numbers, read what
 # jaxlib writes and speak the IFRT proxy protocol of jaxlib 0.10.2, so jax/jaxlib and pathwaysutils
 # are pinned; grpcio lets the proxy tests talk gRPC to it directly; xla-cpu-pjrt is XLA:CPU as a
-# PJRT plugin (loom interpret --backend pjrt; its header is read at build time)
-PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 pathwaysutils==0.1.13 grpcio xla-cpu-pjrt==0.0.1)
+# PJRT plugin (loom interpret --backend pjrt; its header is read at build time); prometheus_client's
+# parser reads the controller's /metrics in the tests; kubernetes-validate checks deploy/k8s against
+# Kubernetes' schemas
+PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 pathwaysutils==0.1.13 grpcio xla-cpu-pjrt==0.0.1 prometheus_client
+             kubernetes-validate pyyaml selenium)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }

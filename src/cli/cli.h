@@ -17,5 +17,7 @@ int cmd_run(int argc, char **argv);
 int cmd_array(int argc, char **argv);
 int cmd_token(int argc, char **argv);
 int cmd_proxy(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 #endif

@@ -32,6 +32,10 @@ static const char g_usage[] =
     "  --max-sessions-per-user N   open sessions one token's user may hold (default 1024)\n"
     "  --reclaim-after MS          once fresh worker/device ids run out, reuse those of a worker lost\n"
     "                              this long (same device count, ids no longer named; default 60000)\n"
+    "  --http HOST:PORT            serve HTTP there: Prometheus /metrics, /healthz (liveness),\n"
+    "                              /readyz[?min_devices=N] (readiness); port 0 = any free port\n"
+    "                              (default: no HTTP port; `loom up` serves one on 127.0.0.1)\n"
+    "  --http-address-file PATH    write the HTTP port's address to PATH once it serves\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -40,7 +44,7 @@ int cmd_controller(int argc, char **argv) {
   const char *cmd = "controller";
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
-  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM };
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -55,6 +59,8 @@ int cmd_controller(int argc, char **argv) {
       {"session-idle-timeout", required_argument, 0, O_IDLE},
       {"max-sessions-per-user", required_argument, 0, O_MAXS},
       {"reclaim-after", required_argument, 0, O_RECLAIM},
+      {"http", required_argument, 0, O_HTTP},
+      {"http-address-file", required_argument, 0, O_HTTPFILE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -68,6 +74,8 @@ int cmd_controller(int argc, char **argv) {
     case O_SECRET: cfg.secret_file = optarg; break;
     case O_TOKENS: cfg.tokens_file = optarg; break;
     case O_INSECURE: cfg.insecure = true; break;
+    case O_HTTP: cfg.http_listen = optarg; break;
+    case O_HTTPFILE: cfg.http_address_file = optarg; break;
     case O_IDLE:
       if (cli_parse_u64(cmd, "--session-idle-timeout", optarg, 0, 86400000, &v) < 0) return 2;
       cfg.session_idle_timeout_ms = (uint32_t)v;
@@ -107,6 +115,8 @@ int cmd_controller(int argc, char **argv) {
   if (cfg.heartbeat_timeout_ms <= cfg.heartbeat_interval_ms)
     return cli_usage_error(cmd, "--heartbeat-timeout (%u ms) must be longer than --heartbeat-interval (%u ms)",
                            cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);
+  if (cfg.http_address_file && !cfg.http_listen)
+    return cli_usage_error(cmd, "--http-address-file needs --http HOST:PORT");
   lm_log_init("controller");
   lm_err err;
   if (lm_controller_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);

@@ -30,7 +30,7 @@
 
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
-    "               [--proxy-port PORT] [--backend interp|pjrt]\n"
+    "               [--proxy-port PORT] [--http HOST:PORT] [--backend interp|pjrt]\n"
     "\n"
     "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
     "slices; waits until every device has registered and prints the controller's address. An IFRT\n"
@@ -52,6 +52,8 @@ static const char g_usage[] =
     "                            for `loom worker`\n"
     "  --proxy-port PORT         the IFRT proxy's port on 127.0.0.1 (default $LOOM_PROXY_PORT, else\n"
     "                            29000, skipped with a note when taken); 0 starts no proxy\n"
+    "  --http HOST:PORT          the controller's HTTP port: Prometheus /metrics, /healthz, /readyz\n"
+    "                            (default 127.0.0.1:0, any free port; printed once up); none: no HTTP\n"
     "  -h, --help                show this help\n"
     "\n"
     "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n"
@@ -80,6 +82,8 @@ typedef struct sup {
   uint32_t workers, dpw, slices;
   uint64_t mem, timeout_ms;
   const char *listen;
+  const char *http;      /* the controller's --http; NULL: none */
+  char http_addr[LM_ADDR_MAX];
   bool detach;
   int notify_fd;         /* --detach: the waiting parent's pipe; -1 otherwise */
   child *kids;           /* [0] controller, [1 + i] worker i, then the proxy if any */
@@ -260,8 +264,13 @@ static int startup(sup *s, lm_err *err) {
   cli_remove_file(s->dir, "controller.addr");
   LM_TRY(make_credentials(s, err));
   child *ctl = &s->kids[0];
+  char httpfile[4200], http[LM_ADDR_MAX];
+  snprintf(httpfile, sizeof httpfile, "%s/http.addr", s->dir);
+  snprintf(http, sizeof http, "%s", s->http ? s->http : "");
+  cli_remove_file(s->dir, "http.addr");
   char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
-                   "--tokens-file", s->tokens, NULL};
+                   "--tokens-file", s->tokens, "--http", http, "--http-address-file", httpfile, NULL};
+  if (!s->http) cargv[10] = NULL;
   LM_TRY(spawn(s, ctl, cargv, err));
   for (;;) { /* the controller writes its address once it listens */
     FILE *f = fopen(addrfile, "r");
@@ -269,7 +278,14 @@ static int startup(sup *s, lm_err *err) {
       bool ok = fgets(s->addr, sizeof s->addr, f) != NULL;
       fclose(f);
       s->addr[strcspn(s->addr, "\r\n")] = 0;
-      if (ok && s->addr[0]) break;
+      if (ok && s->addr[0] && !s->http) break;
+      f = ok && s->addr[0] ? fopen(httpfile, "r") : NULL; /* written just after the controller's */
+      if (f) {
+        ok = fgets(s->http_addr, sizeof s->http_addr, f) != NULL;
+        fclose(f);
+        s->http_addr[strcspn(s->http_addr, "\r\n")] = 0;
+        if (ok && s->http_addr[0]) break;
+      }
     }
     if (!ctl->running) return fail_child(s, ctl, "during startup", err);
     if (s->stop_signal) return lm_errf(err, LOOM_CANCELLED, "interrupted");
@@ -451,10 +467,10 @@ static int supervise(sup *s) {
     }
     snprintf(state, sizeof state,
              "address=%s\nsupervisor_pid=%ld\nsupervisor_start=%llu\ncontroller_pid=%d\ncontroller_start=%llu\n"
-             "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\nproxy=%s\n",
+             "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\nproxy=%s\nhttp=%s\n",
              s->addr, (long)getpid(), (unsigned long long)lm_proc_start_time(getpid()), (int)s->kids[0].pid,
              (unsigned long long)s->kids[0].start, pids, s->workers * s->dpw, s->dir, (long long)time(NULL),
-             s->proxy_addr);
+             s->proxy_addr, s->http_addr);
     cli_remove_file(s->dir, CLI_STOP_FILE);
     rc = cli_write_file(s->dir, LM_STATE_FILE, state, &err);
     cli_format_size(s->mem, mem, sizeof mem);
@@ -470,11 +486,13 @@ static int supervise(sup *s) {
     snprintf(text, sizeof text,
              "local cluster ready: %u devices on %u worker%s (%u slice%s), %s of memory each\n"
              "controller: %s\n"
+             "%s%s%s"
              "%s"
              "logs: %s\n"
              "%s\n",
              s->workers * s->dpw, s->workers, s->workers == 1 ? "" : "s", s->slices, s->slices == 1 ? "" : "s", mem,
-             s->addr, ptext, s->dir, s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
+             s->addr, s->http_addr[0] ? "metrics: http://" : "", s->http_addr,
+             s->http_addr[0] ? "/metrics (health: /healthz, /readyz)\n" : "", ptext, s->dir, s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
   }
   if (rc < 0) {
     char problems[2048];
@@ -539,8 +557,8 @@ static int supervise(sup *s) {
 int cmd_up(int argc, char **argv) {
   const char *cmd = "up";
   sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
-           .listen = "127.0.0.1:0", .notify_fd = -1};
-  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT };
+           .listen = "127.0.0.1:0", .http = "127.0.0.1:0", .notify_fd = -1};
+  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT, O_HTTP };
   const char *popts[64];
   s.pjrt_options = popts;
   static const struct option opts[] = {
@@ -552,6 +570,7 @@ int cmd_up(int argc, char **argv) {
       {"listen", required_argument, 0, O_LISTEN},
       {"timeout", required_argument, 0, O_TIMEOUT},
       {"proxy-port", required_argument, 0, O_PROXY},
+      {"http", required_argument, 0, O_HTTP},
       {"backend", required_argument, 0, O_BACKEND},
       {"pjrt-plugin", required_argument, 0, O_PLUGIN},
       {"pjrt-option", required_argument, 0, O_POPT},
@@ -603,6 +622,7 @@ int cmd_up(int argc, char **argv) {
       break;
     case O_DETACH: s.detach = true; break;
     case O_LISTEN: s.listen = optarg; break;
+    case O_HTTP: s.http = strcmp(optarg, "none") ? optarg : NULL; break;
     case O_TIMEOUT:
       if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &v) < 0) return 2;
       s.timeout_ms = v * 1000;
@@ -613,6 +633,7 @@ int cmd_up(int argc, char **argv) {
   if (s.slices > s.workers)
     return cli_usage_error(cmd, "--slices (%u) cannot be more than --workers (%u)", s.slices, s.workers);
   if (strlen(s.listen) >= LM_ADDR_MAX) return cli_usage_error(cmd, "--listen address is too long");
+  if (s.http && strlen(s.http) >= LM_ADDR_MAX) return cli_usage_error(cmd, "--http address is too long");
   lm_err err;
   char host[256];
   uint16_t port;

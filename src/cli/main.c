@@ -19,6 +19,8 @@ static const command g_commands[] = {
     {"token", cmd_token, "make, list and revoke client tokens (who may connect to the controller)"},
     {"array", cmd_array, "put a .npy file on the devices as a sharded array, get it back, delete it"},
     {"run", cmd_run, "compile a StableHLO program and run it on the cluster"},
+    {"top", cmd_top, "the cluster at a glance in the terminal, refreshing (the dashboard's view)"},
+    {"trace", cmd_trace, "record every launch's phases per device as a Perfetto/Chrome trace"},
     {"proxy", cmd_proxy, "serve JAX's IFRT proxy protocol (JAX_PLATFORMS=proxy) on the cluster"},
     {"interpret", cmd_interpret, "run StableHLO files on this machine, without a cluster"},
     {"dump", cmd_dump, "print the program Loom reads from a file (text or bytecode) as StableHLO text"},

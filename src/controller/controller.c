@@ -127,6 +127,14 @@ static int check_client(ctl *c, peer *p, const Lmw__Hello *h, lm_err *err) {
   return 0;
 }
 
+int ctl_check_token(ctl *c, const void *token, size_t len, lm_err *err) {
+  if (!c->cfg.tokens_file) return 0;
+  tokens_refresh(c);
+  if (c->tokens_err < 0) return lm_errf(err, LOOM_PERMISSION, "%s", c->tokens_msg);
+  const lm_token_entry *who;
+  return lm_tokens_check(&c->tokens, token, len, (int64_t)time(NULL), &who, err);
+}
+
 /* A listener that other hosts can reach: anything but 127.0.0.0/8, ::1 and localhost. */
 static bool listen_is_loopback(const char *addr) {
   char host[LM_ADDR_MAX];
@@ -181,6 +189,7 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     p->session = s;
     p->role = ROLE_CLIENT;
     c->nsessions++;
+    if (c->met) lm_met_inc(&c->met->sessions_opened);
     r.session_id = s->id;
     lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
              s->name[0] ? s->name : "unnamed");
@@ -362,6 +371,7 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   }
   reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
   p->cseq = 0; /* the worker counts what it reads from here on */
+  if (c->met) lm_met_inc(&c->met->workers_registered);
   lm_info("worker %u registered from %s: host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
           lm_conn_peer_name(p->conn), w->host, w->pid, w->slice, w->ndevices, w->device_ids[0],
           w->device_ids[w->ndevices - 1]);
@@ -496,6 +506,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
 /* A worker is lost (once): its launches fail, loads in progress fail, other workers hear it. */
 static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->stopping) return;
+  if (c->met) lm_met_inc(&c->met->workers_lost);
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_frees_worker_lost(c, id);
   ctl_launches_worker_lost(c, id, why);
@@ -789,13 +800,14 @@ static void begin_stop(ctl *c, const char *why) {
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->health, NULL);
   ctl_frees_stop(c);
+  ctl_http_close(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
 
 static void on_signal(uv_signal_t *s, int signum) { begin_stop(s->data, signum == SIGINT ? "SIGINT" : "SIGTERM"); }
 
 /* Writes "HOST:PORT\n" to path via a temporary file and rename, so readers never see half. */
-static int write_address_file(const char *path, const char *bound, lm_err *err) {
+int ctl_write_address_file(const char *path, const char *bound, lm_err *err) {
   char addr[LM_ADDR_MAX + 8];
   snprintf(addr, sizeof addr, "%s", bound);
   if (!strncmp(addr, "0.0.0.0:", 8)) snprintf(addr, sizeof addr, "127.0.0.1:%s", bound + 8);
@@ -870,7 +882,20 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   rc = lm_listen(&c->loop, &c->server, c->cfg.listen, on_connection, c->bound, sizeof c->bound, err);
   if (rc == 0) {
     c->server.data = c;
-    if (c->cfg.address_file) rc = write_address_file(c->cfg.address_file, c->bound, err);
+    if (c->cfg.address_file) rc = ctl_write_address_file(c->cfg.address_file, c->bound, err);
+    if (rc == 0 && c->cfg.http_listen) {
+      rc = ctl_http_start(c, err);
+      if (rc == 0 && c->cfg.http_address_file)
+        rc = ctl_write_address_file(c->cfg.http_address_file, ctl_http_address(c->http), err);
+      if (rc == 0) {
+        c->met = ctl_http_counters(c->http);
+        if (!listen_is_loopback(ctl_http_address(c->http)))
+          lm_warn("serving HTTP (metrics, health) on %s, reachable from other hosts, without authentication",
+                  ctl_http_address(c->http));
+        lm_info("serving HTTP on %s: /metrics, /healthz, /readyz", ctl_http_address(c->http));
+      }
+      if (rc < 0) ctl_http_close(c);
+    }
     if (rc < 0) uv_close((uv_handle_t *)&c->server, NULL);
   }
   if (rc == 0) {
@@ -893,7 +918,9 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   uv_run(&c->loop, UV_RUN_DEFAULT); /* until stopped; on a failed start, just finishes closes */
   if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
   if (rc == 0) lm_info("stopped");
+  ctl_http_free(c);
   ctl_launches_free(c);
+  ctl_trace_free(c);
   ctl_programs_free(c);
   ctl_frees_free(c);
   lm_registry_destroy(c->reg);

@@ -25,6 +25,9 @@ typedef struct lm_controller_config {
   uint32_t reclaim_after_ms;       /* once fresh ids run out, a worker lost this long gives its worker
                                       id and device ids to a new worker of as many devices, if no
                                       array or program names them (default 60000) */
+  const char *http_listen;         /* "HOST:PORT" of the HTTP port (/metrics, /healthz, /readyz);
+                                      NULL: none */
+  const char *http_address_file;   /* optional: the HTTP port's bound "HOST:PORT" is written here */
   uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
                                       tokens only) */
 } lm_controller_config;

@@ -6,7 +6,9 @@
  *                   completion, failures, the launch log
  *   ctl_plan.c      a program's launch plan: its workers and each one's processes, built once
  *   ctl_frees.c     deleted arrays' frees, held briefly per worker and sent with its next RUN
- * Everything runs on the loop thread. */
+ *   ctl_http.c      the HTTP port (/metrics, /healthz, /readyz) on its own thread, fed by snapshots
+ *   ctl_metrics.c   counters and the Prometheus text format
+ * Everything runs on the loop thread, except what ctl_http.c says runs on its thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
 
@@ -14,6 +16,8 @@
 #include <stdint.h>
 #include "common/sharding.h"
 #include "controller/controller.h"
+#include "controller/ctl_metrics.h"
+#include "controller/ctl_trace.h"
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
@@ -26,6 +30,7 @@ typedef enum { ROLE_NEW = 0, ROLE_CLIENT, ROLE_WORKER } peer_role;
 
 typedef struct ctl ctl;
 typedef struct c_launch c_launch;
+typedef struct ctl_http ctl_http;
 
 typedef struct peer {
   ctl *ctl;
@@ -150,6 +155,9 @@ struct c_launch {
   bool failed;
   uint32_t nout;
   uint64_t *outputs;
+  uint64_t t0_ns;            /* uv_hrtime() when it arrived (metrics) */
+  int end_code;              /* why it ended early (launch_end_early); 0 otherwise */
+  ctl_trace_launch *trace;   /* its record while a trace records it (ctl_trace.c), else NULL */
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -204,6 +212,10 @@ struct ctl {
   uint32_t *frees_dirty, ndirty; /* worker ids with frees waiting */
   uv_timer_t frees_timer;
   bool frees_timer_on, frees_timer_init;
+  /* observability (ctl_http.c): NULL without --http */
+  ctl_http *http;
+  lm_met_counters *met;      /* counters bumped at a few points; NULL: none kept */
+  struct ctl_tracer *trace;  /* launch traces (ctl_trace.c); NULL until one starts */
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -227,6 +239,32 @@ int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, co
 int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what, lm_err *err);
 /* "worker 1 (host pid 123)" */
 void ctl_worker_name(ctl *c, uint32_t worker, char *buf, size_t cap);
+
+/* the HTTP port (ctl_http.c): start serves cfg.http_listen on a thread of its own; close (loop
+ * thread, when stopping) stops asking the loop for snapshots; free (after the loop has run out)
+ * stops the thread. */
+int ctl_http_start(ctl *c, lm_err *err);
+void ctl_http_close(ctl *c);
+void ctl_http_free(ctl *c);
+lm_met_counters *ctl_http_counters(ctl_http *h);
+/* A launch finished (c->met set): counts it and keeps it among the recent ones (dashboard). */
+void ctl_http_launch_done(ctl *c, const c_launch *l, lm_met_outcome how, uint64_t ns);
+const char *ctl_http_address(const ctl_http *h); /* "HOST:PORT" bound */
+/* Writes "HOST:PORT\n" to path via a temporary file and rename (0.0.0.0 written as 127.0.0.1). */
+int ctl_write_address_file(const char *path, const char *bound, lm_err *err);
+
+/* traces (ctl_trace.c; loop thread): start/stop a recording (stop hands over what it recorded);
+ * the launch hooks do nothing unless one records */
+int ctl_trace_start(ctl *c, lm_err *err);
+ctl_trace_result *ctl_trace_stop(ctl *c, lm_err *err);
+bool ctl_trace_on(ctl *c);
+void ctl_trace_free(ctl *c);
+void ctl_trace_launch_begin(ctl *c, c_launch *l, uint64_t arrived, const char *program, uint32_t ndev);
+void ctl_trace_launch_sent(c_launch *l);
+void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone *m);
+void ctl_trace_launch_end(ctl *c, c_launch *l, int code);
+/* 0 when token (len bytes) is good for this controller (always, without --tokens-file). */
+int ctl_check_token(ctl *c, const void *token, size_t len, lm_err *err);
 
 /* arrays */
 void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m);

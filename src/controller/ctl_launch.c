@@ -159,6 +159,7 @@ static void launch_free(ctl *c, c_launch *l) {
   if (l->prev) l->prev->next = l->next;
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
+  if (l->trace) ctl_trace_launch_end(c, l, LOOM_CANCELLED);
   ctl_program_release(c, l->prog);
   ctl_plan_release(l->plan);
   free(l->done);
@@ -170,6 +171,7 @@ static void launch_free(ctl *c, c_launch *l) {
  * running it (reason travels in ABORT_LAUNCH); it stays active until they all report RUN_DONE. */
 static void launch_end_early(ctl *c, c_launch *l, int code, const char *full, const char *reason) {
   l->failed = true;
+  l->end_code = code;
   set_outputs(c, l, A_FAILED, code, full);
   if (l->client) ctl_reply_error(l->client, l->rid, code, "%s", full);
   log_status(c, l->seq, code < 0 ? code : LOOM_INTERNAL);
@@ -193,6 +195,10 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
   if (l->done[idx]) return;
   l->done[idx] = 1;
   if (--l->pending > 0) return;
+  if (c->met)
+    ctl_http_launch_done(c, l, !l->failed ? LM_MET_OK : l->end_code == LOOM_CANCELLED ? LM_MET_CANCELLED : LM_MET_FAILED,
+                         uv_hrtime() - l->t0_ns);
+  if (l->trace) ctl_trace_launch_end(c, l, !l->failed ? 0 : l->end_code ? l->end_code : LOOM_INTERNAL);
   if (!l->failed) {
     set_outputs(c, l, A_READY, 0, NULL);
     log_status(c, l->seq, 0);
@@ -216,6 +222,7 @@ void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m) {
     lm_warn("worker %u reported launch %llu, which it is not part of", w->worker_id, (unsigned long long)m->seq);
     return;
   }
+  if (l->trace) ctl_trace_run_done(c, l, w->worker_id, m);
   if (m->code < 0) {
     char msg[LM_ERR_MSG_MAX];
     snprintf(msg, sizeof msg, "%.900s", m->message && m->message[0] ? m->message : lm_status_desc(m->code));
@@ -281,6 +288,7 @@ void ctl_launches_free(ctl *c) {
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   ctl *c = p->ctl;
+  uint64_t t0 = c->met || c->trace ? uv_hrtime() : 0;
   lm_session *s = p->session;
   uint64_t rid = f->h.request_id;
   lm_err err;
@@ -366,6 +374,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     }
   }
   if (rc < 0) {
+    if (c->met) lm_met_inc(&c->met->launches_refused);
     failed_outputs(p, m, rc, err.msg);
     ctl_reply_error(p, rid, rc, "%s", err.msg);
     return;
@@ -380,6 +389,8 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   l->nout = (uint32_t)m->n_outputs;
   if (m->n_outputs) memcpy(l->outputs, m->outputs, m->n_outputs * sizeof *l->outputs);
   c->launches_total++;
+  l->t0_ns = t0;
+  if (c->met) lm_met_inc(&c->met->launches_started);
   /* outputs exist from now on, pending */
   uint32_t *mesh_devs = calloc(info->nproc, sizeof *mesh_devs);
   for (uint32_t pos = 0; mesh_devs && pos < info->nproc; pos++) mesh_devs[pos] = prog->devices[info->mesh_procs[pos]];
@@ -433,6 +444,8 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   if (c->active) c->active->prev = l;
   c->active = l;
   log_record(c, l, m);
+  if (c->trace) ctl_trace_launch_begin(c, l, t0, prog->name, n);
+  ctl_trace_launch_sent(l);
   Lmw__Run run = LMW__RUN__INIT;
   run.seq = l->seq;
   run.session = s->id;
@@ -447,6 +460,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     run.proc_workers = plan->proc_worker;
     run.proc_devices = plan->proc_local;
   }
+  run.want_timings = l->trace != NULL;
   for (uint32_t k = 0; k < l->nworkers; k++) {
     size_t nd = 0;
     for (uint32_t j = plan->wfirst[k]; j < plan->wfirst[k + 1]; j++) {

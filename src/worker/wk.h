@@ -129,11 +129,21 @@ typedef struct wk_task {
   wk_slot **in;                /* [nin]; NULL entries: missing shards (the task fails) */
   wk_slot **out;               /* [nout] */
   uint64_t missing;            /* the first missing input's array id */
+  struct wk_timing *timing;    /* where this task's phases go (the launch's), or NULL */
   struct wk_task *next;
 } wk_task;
 
+/* One device's phases in a launch, on uv_hrtime (RUN.want_timings). */
+typedef struct wk_timing {
+  uint32_t local_index;
+  uint64_t start, ready, end;  /* took the task, inputs ready, program returned (0: not reached) */
+} wk_timing;
+
 struct wk_launch {
   wk *w;
+  uint64_t received;           /* uv_hrtime at RUN (with timings) */
+  wk_timing *timings;          /* [ntimings] when the RUN asked for them, else NULL */
+  uint32_t ntimings;
   uint64_t seq, session;
   wk_program *prog;
   atomic_uint remaining;       /* tasks not finished */

@@ -344,6 +344,7 @@ static void launch_fail(wk_launch *l, int code, const char *msg) {
 }
 
 static void launch_free(wk_launch *l) {
+  free(l->timings);
   if (l->coll) lm_spmd_coll_destroy(l->coll);
   wk_program_release(l->prog);
   pthread_mutex_destroy(&l->mu);
@@ -381,6 +382,7 @@ static void run_task(wk_dev *d, wk_task *t) {
   lm_err err;
   char msg[LM_ERR_MSG_MAX];
   int rc = 0;
+  if (t->timing) t->timing->start = uv_hrtime();
   for (uint32_t i = 0; i < t->nin; i++)
     if (!t->in[i]) {
       snprintf(msg, sizeof msg, "worker %u device %u: array %llu (input %u) has no shard here: it was never put, "
@@ -439,6 +441,7 @@ static void run_task(wk_dev *d, wk_task *t) {
                    lm_type_str(&b->type, b1, sizeof b1), lm_type_str(want, b2, sizeof b2));
     }
   }
+  if (t->timing) t->timing->ready = uv_hrtime();
   if (rc == 0) {
     lm_run_opts o;
     memset(&o, 0, sizeof o);
@@ -456,6 +459,7 @@ static void run_task(wk_dev *d, wk_task *t) {
       rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
     }
   }
+  if (t->timing) t->timing->end = uv_hrtime();
   for (uint32_t i = 0; i < nargs; i++) lm_buffer_release(args[i]);
   if (rc == 0) {
     for (uint32_t i = 0; i < t->nout; i++) wk_slot_finish(&w->store, t->out[i], res[i], 0, NULL);
@@ -503,12 +507,31 @@ static void enqueue(wk_dev *d, wk_task *t) {
   pthread_mutex_unlock(&d->mu);
 }
 
-static void send_run_done(wk *w, uint64_t seq, int code, const char *msg) {
+static void send_run_done_timed(wk *w, uint64_t seq, int code, const char *msg, const wk_launch *l) {
   Lmw__RunDone r = LMW__RUN_DONE__INIT;
   r.seq = seq;
   r.code = code;
   r.message = (char *)(msg ? msg : "");
+  Lmw__DeviceTiming dt[64], *dtp[64];
+  uint64_t now = uv_hrtime();
+  for (uint32_t i = 0; l && l->timings && i < l->ntimings && i < 64; i++) {
+    const wk_timing *t = &l->timings[i];
+    lmw__device_timing__init(&dt[i]);
+    dt[i].local_index = t->local_index;
+    uint64_t start = t->start ? t->start : now, ready = t->ready ? t->ready : start, end = t->end ? t->end : ready;
+    dt[i].queued_ns = start - l->received;
+    dt[i].inputs_ns = ready - start;
+    dt[i].execute_ns = end - ready;
+    dt[i].report_ns = now - end;
+    dtp[i] = &dt[i];
+    r.n_timings = i + 1;
+  }
+  r.timings = dtp;
   wk_send(w, LM_MSG_RUN_DONE, 0, &r.base);
+}
+
+static void send_run_done(wk *w, uint64_t seq, int code, const char *msg) {
+  send_run_done_timed(w, seq, code, msg, NULL);
 }
 
 static void on_async(uv_async_t *a) {
@@ -530,7 +553,7 @@ static void on_async(uv_async_t *a) {
     if (rev->prev) rev->prev->next = rev->next;
     else w->active = rev->next;
     if (rev->next) rev->next->prev = rev->prev;
-    send_run_done(w, rev->seq, rev->code, rev->msg);
+    send_run_done_timed(w, rev->seq, rev->code, rev->msg, rev);
     launch_free(rev);
     rev = n;
   }
@@ -611,6 +634,11 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   atomic_fetch_add(&p->refs, 1);
   pthread_mutex_init(&l->mu, NULL);
   int rc = 0;
+  if (m->want_timings && m->n_devices <= 64) { /* a trace is recording: cheap, and only then */
+    l->received = uv_hrtime();
+    l->timings = calloc(m->n_devices, sizeof *l->timings);
+    l->ntimings = l->timings ? (uint32_t)m->n_devices : 0;
+  }
   /* the processes' (worker, device), which the collectives copy; a program without collectives is
    * loaded without the map (its collectives would fail with "no collective support") */
   if (info->nproc > 1 && w->dp && proc_workers) {
@@ -638,6 +666,10 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     }
     t->l = l;
     t->dev = rd->local_index;
+    if (l->timings) {
+      t->timing = &l->timings[i];
+      t->timing->local_index = rd->local_index;
+    }
     t->proc = rd->process;
     t->nin = (uint32_t)nin;
     t->nout = (uint32_t)nout;
