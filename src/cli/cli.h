@@ -16,6 +16,9 @@ int cmd_compile(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_array(int argc, char **argv);
 int cmd_token(int argc, char **argv);
+int cmd_queue(int argc, char **argv);
+int cmd_sessions(int argc, char **argv);
+int cmd_usage(int argc, char **argv);
 int cmd_proxy(int argc, char **argv);
 
 #endif

@@ -27,6 +27,8 @@ typedef struct lm_controller_config {
                                       array or program names them (default 60000) */
   uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
                                       tokens only) */
+  const char *pool_config;         /* the shared pool's classes and quotas (docs/pool.md); NULL: the
+                                      built-in classes prod > interactive > batch, no quotas */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

@@ -4,6 +4,7 @@
  *   ctl_programs.c  compiling: parse, SPMD analysis, the executable cache, loading on workers
  *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
  *                   completion, failures, the launch log
+ *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
  * Everything runs on the loop thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include "common/sharding.h"
 #include "controller/controller.h"
+#include "controller/ctl_pool.h"
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
@@ -37,6 +39,7 @@ typedef struct peer {
   char user[LM_TOKEN_USER_MAX + 1]; /* clients: the user their token names ("" without tokens) */
   bool challenged;           /* workers: HELLO_REPLY carried our challenge */
   uint8_t nonce[LM_AUTH_NONCE_SIZE], challenge[LM_AUTH_NONCE_SIZE]; /* workers: the two halves */
+  pool_sess *pool;           /* clients: the session's place in the pool (ctl_pool.c) */
   struct peer *prev, *next;  /* the controller's list of peers */
 } peer;
 
@@ -59,6 +62,8 @@ typedef struct c_array {
   uint64_t producer;         /* the launch that computes it (0: put) */
   uint32_t *held;            /* the controller's dev_refs while devs hold its devices (ctl_hold) */
   uint32_t nheld;
+  pool_sess *pool;           /* the pool session charged for its memory (ctl_pool.c), or NULL */
+  uint64_t pool_bytes;
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
@@ -88,6 +93,7 @@ typedef struct c_program {
   struct c_load { uint32_t worker; uint64_t rid; } *loads; /* [nloads] LOAD_PROGRAMs sent; rid 0: answered */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
+  bool asked_prefix;         /* a pool session's compile without a list: its first n devices of asked */
   uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */
   uint32_t *asked;           /* P_ANALYZING: the device list the compile gave (nasked, 0 = default) */
   size_t nasked;
@@ -125,6 +131,8 @@ struct c_launch {
   bool failed;
   uint32_t nout;
   uint64_t *outputs;
+  pool_sess *pool;           /* charged for it (ctl_pool.c) */
+  uint64_t started_ns;       /* when it was sent to the workers (uv_hrtime) */
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -168,6 +176,7 @@ struct ctl {
   uint64_t launches_total, launches_failed;
   c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
   uint64_t log_count;
+  struct ctl_pool *pool;     /* ctl_pool.c */
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -215,5 +224,7 @@ void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m);
 void ctl_launches_client_gone(ctl *c, peer *p);
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_launches_free(ctl *c);
+/* Fails the launch now with code and message full, and aborts it on its workers (the watchdog). */
+void ctl_launch_cut(ctl *c, c_launch *l, int code, const char *full, const char *reason);
 
 #endif

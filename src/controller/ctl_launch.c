@@ -155,6 +155,7 @@ static void launch_free(ctl *c, c_launch *l) {
   if (l->prev) l->prev->next = l->next;
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
+  ctl_pool_launch_end(c, l);
   ctl_program_release(c, l->prog);
   free(l->workers);
   free(l->done);
@@ -238,6 +239,12 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
     }
     l = n;
   }
+}
+
+void ctl_launch_cut(ctl *c, c_launch *l, int code, const char *full, const char *reason) {
+  if (l->failed) return;
+  c->launches_failed++;
+  launch_end_early(c, l, code, full, reason);
 }
 
 void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m) {
@@ -329,6 +336,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
       rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u (process %u) is unavailable: %s is lost (%s)", prog->devices[i], i,
                    wn, lm_registry_device_reason(c->reg, prog->devices[i]));
     }
+  if (rc == 0) rc = ctl_pool_launch_check(p, prog, &err); /* quotas: queued_launches, device_memory */
   c_launch *l = NULL;
   if (rc == 0) {
     l = calloc(1, sizeof *l);
@@ -381,6 +389,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     a->state = A_PENDING;
     a->producer = l->seq;
     a->held = ctl_hold(c, devs, a->nheld = info->nproc);
+    ctl_pool_array_add(p, a, false, NULL);
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);
@@ -410,6 +419,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     }
   }
   l->pending = l->nworkers;
+  ctl_pool_launch_start(p, l);
   l->hnext = c->by_seq[bucket(l->seq)];
   c->by_seq[bucket(l->seq)] = l;
   l->next = c->active;
