@@ -661,14 +661,14 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   if (asked) {
     uint32_t total;
     free_devices(c, NULL, &total);
+    if (asked > total)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "the session asks for %u devices but the cluster has %u healthy devices",
+                     asked, total);
     q = quota_of(P, p->user, Q_DEVICES, &from);
     if (q && asked > q) {
       quota_name(P, p->user, Q_DEVICES, q, from, qn, sizeof qn);
       return lm_errf(err, LOOM_BUSY, "the session asks for %u devices, more than the %s", asked, qn);
     }
-    if (asked > total)
-      return lm_errf(err, LOOM_INVALID_ARGUMENT, "the session asks for %u devices but the cluster has %u healthy devices",
-                     asked, total);
   }
   pool_sess *s = calloc(1, sizeof *s);
   if (!s) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
