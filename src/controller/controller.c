@@ -596,6 +596,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
     return;
   }
+  if (p->role == ROLE_CLIENT && ctl_pool_hold(p, f)) return; /* suspended: served when it resumes */
   if (p->role == ROLE_CLIENT && ctl_pool_queued(p) && type != LM_MSG_PING) {
     reply_error(p, f, LOOM_BUSY, "this session is waiting in the pool's queue for its devices; %s is served once it "
                 "is admitted", lm_msg_name(type));
@@ -718,6 +719,8 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
 }
 
 static const lm_conn_ops g_peer_ops = {.on_frame = on_frame, .on_close = on_close};
+
+void ctl_replay_frame(peer *p, lm_frame *f) { on_frame(p->conn, f); }
 
 static void on_connection(uv_stream_t *server, int status) {
   ctl *c = server->data;

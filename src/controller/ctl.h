@@ -185,6 +185,8 @@ uint64_t ctl_now_ms(ctl *c);
 uint32_t *ctl_hold(ctl *c, const uint32_t *devs, uint32_t n);
 void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n);
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m);
+/* Serves a client's frame as if it had just arrived (a suspended session's held request). */
+void ctl_replay_frame(peer *p, lm_frame *f);
 #define ctl_reply_error(p, rid, code, ...) lm_conn_send_errorf((p)->conn, rid, code, __VA_ARGS__)
 /* Sends to a live, registered worker (counting its cseq); a worker that is gone is skipped (0:
  * losing it settles what waits on it). < 0 (logged, and in err, which may be NULL): the message

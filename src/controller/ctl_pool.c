@@ -41,8 +41,22 @@ typedef struct pool_quota {
   uint64_t memory;
 } pool_quota;
 
-enum { PS_QUEUED = 0, PS_RUNNING, PS_SHARED, PS_CLOSED };
-static const char *const g_state_names[] = {"queued", "running", "shared", "closed"};
+enum { PS_QUEUED = 0, PS_RUNNING, PS_SHARED, PS_CLOSED,
+       PS_SUSPENDING, /* preempted: its requests are held, its launches in flight finish */
+       PS_SUSPENDED };  /* its devices lent to a higher class; its arrays stay in place */
+static const char *const g_state_names[] = {"queued", "running", "shared", "closed", "suspending", "suspended"};
+/* The session holds devices as its own (its numbering applies), running or not. */
+#define HAS_DEVS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_SUSPENDED)
+/* Its devices are in use (not free for others). */
+#define HOLDS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING)
+
+/* A request of a suspended session, kept until it resumes. */
+typedef struct held_frame {
+  lm_frame_header h;
+  uint8_t *meta, *payload;
+  struct held_frame *next;
+} held_frame;
+#define POOL_HELD_MAX_BYTES (256ull << 20)
 
 struct pool_sess {
   peer *p;                           /* NULL once closed */
@@ -63,6 +77,11 @@ struct pool_sess {
   uint32_t active;                   /* launches not yet freed */
   uint32_t launch_limit_ms;
   uint32_t refs;                     /* its peer, arrays and launches */
+  held_frame *held, **held_tail;     /* suspended: its requests, in order */
+  uint64_t held_bytes;
+  uint32_t suspensions;              /* times it was preempted */
+  uint64_t suspended_ms;             /* total time suspended */
+  uint64_t suspended_at;             /* loop ms when it was preempted */
   pool_usage u;
   pool_sess *next;                   /* arrival order */
 };
@@ -447,8 +466,21 @@ int ctl_pool_init(ctl *c, const char *path, lm_err *err) {
   return rc;
 }
 
+static void held_free(pool_sess *s) {
+  for (held_frame *h = s->held, *n; h; h = n) {
+    n = h->next;
+    free(h->meta);
+    free(h->payload);
+    free(h);
+  }
+  s->held = NULL;
+  s->held_tail = &s->held;
+  s->held_bytes = 0;
+}
+
 static void sess_free(pool_sess *s) {
   if (!s) return;
+  held_free(s);
   free(s->devs);
   free(s);
 }
@@ -510,7 +542,7 @@ static user_now user_totals(const ctl_pool *P, const char *user) {
   for (const pool_sess *s = P->head; s; s = s->next) {
     if (s->state == PS_CLOSED || strcmp(s->user, user)) continue;
     t.sessions++;
-    if (s->state == PS_RUNNING) t.devices += s->ndev;
+    if (HOLDS(s)) t.devices += s->ndev;
     t.launches += s->active;
     t.memory += s->memory;
   }
@@ -561,7 +593,7 @@ static uint32_t free_devices(ctl *c, uint32_t *out, uint32_t *ntotal) {
   uint8_t *held = calloc(n ? n : 1, 1);
   if (!held) return *ntotal = 0, 0;
   for (const pool_sess *s = c->pool->head; s; s = s->next)
-    if (s->state == PS_RUNNING)
+    if (HOLDS(s))
       for (uint32_t i = 0; i < s->ndev; i++)
         if (s->devs[i] < n) held[s->devs[i]] = 1;
   for (uint32_t i = 0; i < n; i++) {
@@ -575,12 +607,93 @@ static uint32_t free_devices(ctl *c, uint32_t *out, uint32_t *ntotal) {
   return k;
 }
 
-static void pool_admit(ctl *c) {
+/* Removes devs[0..n) from the free list when all of them are in it. */
+static bool take_devices(uint32_t *fl, uint32_t *nfree, const uint32_t *devs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = 0;
+    while (k < *nfree && fl[k] != devs[i]) k++;
+    if (k == *nfree) return false;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = 0;
+    while (fl[k] != devs[i]) k++;
+    memmove(fl + k, fl + k + 1, (*nfree - k - 1) * sizeof *fl);
+    (*nfree)--;
+  }
+  return true;
+}
+
+/* Preempts lower-class sessions (the lowest class first, the latest admitted first) so that s
+ * fits: they become SUSPENDING (their new requests held) and SUSPENDED once their launches in
+ * flight are done. Returns true when it fits once they are (or were already being) suspended. */
+static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
   ctl_pool *P = c->pool;
+  uint32_t avail = nfree;
+  for (pool_sess *v = P->head; v; v = v->next)
+    if (v->state == PS_SUSPENDING) avail += v->ndev;
+  if (avail >= s->asked) return true;
+  pool_sess *pick[64];
+  uint32_t npick = 0;
+  while (avail < s->asked && npick < 64) {
+    pool_sess *best = NULL;
+    for (pool_sess *v = P->head; v; v = v->next) {
+      if (v->state != PS_RUNNING || v->cls <= s->cls || !v->p) continue;
+      bool taken = false;
+      for (uint32_t i = 0; i < npick; i++) taken |= pick[i] == v;
+      if (taken) continue;
+      if (!best || v->cls > best->cls || (v->cls == best->cls && v->admitted_loop_ms >= best->admitted_loop_ms))
+        best = v;
+    }
+    if (!best) return false; /* nothing lower to make room with: it waits */
+    pick[npick++] = best;
+    avail += best->ndev;
+  }
+  if (avail < s->asked) return false;
+  for (uint32_t i = 0; i < npick; i++) {
+    pool_sess *v = pick[i];
+    v->state = PS_SUSPENDING;
+    v->suspended_at = ctl_now_ms(c);
+    v->suspensions++;
+    v->u.held_dev_s += (double)v->ndev * (double)(v->suspended_at - v->admitted_loop_ms) / 1000.0;
+    lm_info("session %llu (user %s, %s) is preempted for session %llu (%s): its requests wait, its arrays stay",
+            (unsigned long long)v->id, user_label(v->user), P->classes[v->cls].name, (unsigned long long)s->id,
+            P->classes[s->cls].name);
+  }
+  return true;
+}
+
+static void resume(ctl *c, pool_sess *s);
+
+static void pool_admit_once(ctl *c, bool *again);
+
+static void pool_admit(ctl *c) {
+  bool again = true;
+  for (int i = 0; i < 4 && again; i++) pool_admit_once(c, &again);
+}
+
+static void pool_admit_once(ctl *c, bool *again) {
+  ctl_pool *P = c->pool;
+  *again = false;
+  /* suspensions complete once the session's launches in flight are done */
+  for (pool_sess *s = P->head; s; s = s->next)
+    if (s->state == PS_SUSPENDING && !s->active) {
+      s->state = PS_SUSPENDED;
+      lm_info("session %llu (user %s) suspended: devices lent to a higher class", (unsigned long long)s->id,
+              user_label(s->user));
+    }
   uint32_t n = lm_registry_device_count(c->reg), total;
   uint32_t *fl = malloc((n ? n : 1) * sizeof *fl);
   if (!fl) return;
   uint32_t nfree = free_devices(c, fl, &total);
+  /* a suspended session resumes on its own devices (its arrays are there) once they are free and
+   * no session of a higher class waits */
+  for (uint32_t cls = 0; cls < P->nclasses; cls++)
+    for (pool_sess *s = P->head; s; s = s->next) {
+      if (s->state != PS_SUSPENDED || s->cls != cls || !s->p) continue;
+      bool higher = false;
+      for (pool_sess *q = P->head; q && !higher; q = q->next) higher = q->state == PS_QUEUED && q->p && q->cls < cls;
+      if (!higher && take_devices(fl, &nfree, s->devs, s->ndev)) resume(c, s);
+    }
   bool blocked = false;
   uint32_t pos = 0;
   char blocker[128] = "";
@@ -622,8 +735,14 @@ static void pool_admit(ctl *c) {
       if (!blocked) {
         blocked = true;
         snprintf(blocker, sizeof blocker, "session %llu (%s)", (unsigned long long)s->id, P->classes[s->cls].name);
-        snprintf(s->blocked_by, sizeof s->blocked_by, "waiting for %u devices to be free (%u of %u are)", s->asked,
-                 nfree, total);
+        if (preempt_for(c, s, nfree)) {
+          snprintf(s->blocked_by, sizeof s->blocked_by, "waiting for lower-class sessions to be suspended");
+          for (pool_sess *v = P->head; v; v = v->next) /* those with nothing in flight: at once */
+            *again |= v->state == PS_SUSPENDING && !v->active;
+        } else {
+          snprintf(s->blocked_by, sizeof s->blocked_by, "waiting for %u devices to be free (%u of %u are)", s->asked,
+                   nfree, total);
+        }
       } else {
         snprintf(s->blocked_by, sizeof s->blocked_by, "behind %.100s in the queue", blocker);
       }
@@ -635,6 +754,66 @@ static void pool_admit(ctl *c) {
   for (pool_sess *s = P->head; s; s = s->next)
     if (s->state == PS_QUEUED && s->p && (s->position != s->last_position || now - s->last_update_ms >= POOL_UPDATE_MS))
       send_queue_update(c, s, pos, nfree);
+}
+
+/* Back on its devices: its held requests run, in order, as if they had just arrived. */
+static void resume(ctl *c, pool_sess *s) {
+  uint64_t now = ctl_now_ms(c);
+  s->state = PS_RUNNING;
+  s->suspended_ms += now - s->suspended_at;
+  s->admitted_loop_ms = now; /* held_device_seconds count again from here */
+  held_frame *h = s->held;
+  uint32_t n = 0;
+  s->held = NULL;
+  s->held_tail = &s->held;
+  s->held_bytes = 0;
+  peer *p = s->p;
+  while (h) {
+    held_frame *next = h->next;
+    if (s->p == p && s->state == PS_RUNNING && lm_conn_is_open(p->conn)) {
+      lm_frame f = {.h = h->h, .meta = h->meta, .payload = h->payload, .payload_external = true};
+      ctl_replay_frame(p, &f);
+      n++;
+    }
+    free(h->meta);
+    free(h->payload);
+    free(h);
+    h = next;
+  }
+  lm_info("session %llu (user %s) resumed on its devices after %llu ms; %u held requests replayed",
+          (unsigned long long)s->id, user_label(s->user), (unsigned long long)(now - s->suspended_at), n);
+}
+
+int ctl_pool_hold(peer *p, const lm_frame *f) {
+  pool_sess *s = p->pool;
+  if (!s || (s->state != PS_SUSPENDING && s->state != PS_SUSPENDED)) return 0;
+  unsigned t = f->h.type;
+  if (t == LM_MSG_PING || t == LM_MSG_LIST_DEVICES || t == LM_MSG_CLUSTER_STATUS || t == LM_MSG_POOL_STATUS) return 0;
+  if (s->held_bytes + f->h.meta_len + f->h.payload_len > POOL_HELD_MAX_BYTES) {
+    lm_conn_send_errorf(p->conn, f->h.request_id, LOOM_BUSY,
+                        "the session is suspended (preempted by a higher priority class) and holds %llu bytes of "
+                        "requests already; %s is refused",
+                        (unsigned long long)s->held_bytes, lm_msg_name(t));
+    return 1;
+  }
+  held_frame *h = calloc(1, sizeof *h);
+  if (h) {
+    h->h = f->h;
+    h->meta = malloc(f->h.meta_len ? f->h.meta_len : 1);
+    h->payload = f->h.payload_len && f->payload ? malloc(f->h.payload_len) : NULL;
+  }
+  if (!h || !h->meta || (f->h.payload_len && f->payload && !h->payload)) {
+    if (h) free(h->meta), free(h->payload);
+    free(h);
+    lm_conn_send_errorf(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory holding a suspended session's request");
+    return 1;
+  }
+  if (f->h.meta_len) memcpy(h->meta, f->meta, f->h.meta_len);
+  if (h->payload) memcpy(h->payload, f->payload, f->h.payload_len);
+  *s->held_tail = h;
+  s->held_tail = &h->next;
+  s->held_bytes += f->h.meta_len + f->h.payload_len;
+  return 1;
 }
 
 int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloReply *r, lm_err *err) {
@@ -681,6 +860,7 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   s->opened_loop_ms = ctl_now_ms(c);
   s->opened_unix_ms = unix_ms();
   s->refs = 1;
+  s->held_tail = &s->held;
   uint32_t cl_lim = P->classes[cls].launch_limit_ms;
   s->launch_limit_ms = !cl_lim ? h->launch_limit_ms : !h->launch_limit_ms || h->launch_limit_ms > cl_lim ? cl_lim
                                                                                                          : h->launch_limit_ms;
@@ -729,7 +909,9 @@ void ctl_pool_client_gone(ctl *c, peer *p) {
   s->p = NULL;
   uint64_t now = ctl_now_ms(c);
   if (s->state == PS_RUNNING) s->u.held_dev_s += (double)s->ndev * (double)(now - s->admitted_loop_ms) / 1000.0;
+  if (s->state == PS_SUSPENDING || s->state == PS_SUSPENDED) s->suspended_ms += now - s->suspended_at;
   if (s->state == PS_QUEUED) s->position = 0;
+  held_free(s);
   s->state = PS_CLOSED;
   s->closed_unix_ms = unix_ms();
   c->pool->nclosed++;
@@ -741,7 +923,7 @@ void ctl_pool_client_gone(ctl *c, peer *p) {
 
 const uint32_t *ctl_pool_devices(const peer *p, uint32_t *n) {
   const pool_sess *s = p->pool;
-  if (!s || s->state != PS_RUNNING) return *n = 0, NULL;
+  if (!s || !HAS_DEVS(s)) return *n = 0, NULL;
   *n = s->ndev;
   return s->devs;
 }
@@ -758,7 +940,7 @@ static int map_in(const pool_sess *s, uint32_t *devs, size_t n, const char *what
 
 int ctl_pool_rewrite(peer *p, unsigned type, ProtobufCMessage *m, lm_err *err) {
   const pool_sess *s = p->pool;
-  if (!s || s->state != PS_RUNNING) return 0;
+  if (!s || !HAS_DEVS(s)) return 0;
   if (type == LM_MSG_ARRAY_CREATE) {
     Lmw__ArrayCreate *a = (Lmw__ArrayCreate *)m;
     if (a->sharding) return map_in(s, a->sharding->devices, a->sharding->n_devices, "the sharding", err);
@@ -771,7 +953,7 @@ int ctl_pool_rewrite(peer *p, unsigned type, ProtobufCMessage *m, lm_err *err) {
 
 void ctl_pool_map_out(const peer *p, uint32_t *devs, size_t n) {
   const pool_sess *s = p ? p->pool : NULL;
-  if (!s || s->state != PS_RUNNING) return;
+  if (!s || !HAS_DEVS(s)) return;
   for (size_t i = 0; i < n; i++)
     for (uint32_t k = 0; k < s->ndev; k++)
       if (s->devs[k] == devs[i]) {
@@ -885,6 +1067,7 @@ void ctl_pool_launch_end(ctl *c, c_launch *l) {
   s->u.dev_s += (double)l->prog->ndev * (double)(uv_hrtime() - l->started_ns) / 1e9;
   if (l->failed) s->u.failed++;
   if (s->active) s->active--;
+  if (s->state == PS_SUSPENDING && !s->active && c->pool && !c->stopping) pool_admit(c); /* its devices are free now */
   if (c->pool) sess_unref(c->pool, s);
   else if (s->refs) s->refs--;
 }
@@ -980,6 +1163,8 @@ void ctl_pool_on_status(peer *p, const lm_frame *f, const Lmw__PoolStatus *m) {
         o->device_ids = s->devs;
         o->position = s->state == PS_QUEUED ? s->position : 0;
         o->blocked_by = s->state == PS_QUEUED ? s->blocked_by : "";
+        o->suspensions = s->suspensions;
+        o->suspended_ms = s->suspended_ms + (s->state == PS_SUSPENDING || s->state == PS_SUSPENDED ? now - s->suspended_at : 0);
         o->opened_unix_ms = s->opened_unix_ms;
         o->admitted_unix_ms = s->admitted_unix_ms;
         o->closed_unix_ms = s->closed_unix_ms;

@@ -31,6 +31,9 @@ void ctl_pool_free(struct ctl *c);
 /* A client's HELLO, its session just created: 1 = fill r's pool fields and reply now; 0 = the
  * session waits in the queue (its HELLO_REPLY goes out when admitted); < 0 = refused (err). */
 int ctl_pool_hello(struct peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloReply *r, lm_err *err);
+/* A client request of a suspended (preempted) session: kept (a copy) to run when it resumes;
+ * returns 1 when it was kept or refused (answered), 0 when it is to be served now. */
+int ctl_pool_hold(struct peer *p, const lm_frame *f);
 /* True while the peer's session waits for admission: it may make no request yet. */
 bool ctl_pool_queued(const struct peer *p);
 /* The client's connection closed (its session already destroyed): frees its devices, admits. */

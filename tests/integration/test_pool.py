@@ -73,7 +73,7 @@ def test_queue_order_under_a_burst(procs, tmp_path):
     """50 sessions arrive while the pool is full; they are admitted prod first, then interactive,
     then batch, each class first come first served, one at a time (each wants every device)."""
     c = start(procs, tmp_path)
-    holder = loom.connect(c.addr, devices=8, progress=False)
+    holder = loom.connect(c.addr, devices=8, priority="prod", progress=False)  # the top class: never preempted
     classes = ["batch", "interactive", "prod"]
     rng = np.random.default_rng(7)
     plan = [(i, classes[int(rng.integers(3))]) for i in range(50)]
@@ -113,13 +113,13 @@ def test_queue_order_under_a_burst(procs, tmp_path):
 
 def test_waiting_client_prints_progress(procs, tmp_path):
     c = start(procs, tmp_path, workers=1)
-    holder = loom.connect(c.addr, devices=4, progress=False)
+    holder = loom.connect(c.addr, devices=4, priority="prod", progress=False)
     x = tmp_path / "x.npy"
     np.save(x, np.arange(8, dtype=np.int32))
     import subprocess
     from loomtest import LOOM_BIN
     p = subprocess.Popen([LOOM_BIN, "run", str(PROGRAMS / "add_one_4.mlir"), "--input", str(x), "--pool-devices", "4",
-                          "--priority", "prod", "--controller", c.addr], stdout=subprocess.PIPE,
+                          "--priority", "batch", "--controller", c.addr], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     wait_for(lambda: pool_json(c.addr, "queue")["queue"], 30, what="the run in the queue")
     time.sleep(2.5)  # at least one periodic update
@@ -127,8 +127,8 @@ def test_waiting_client_prints_progress(procs, tmp_path):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert "[1 2 3 4 5 6 7 8]" in out
-    assert "waiting for 4 devices (prod): 1 of 1 in the queue" in err
-    assert "admitted on 4 devices (prod)" in err
+    assert "waiting for 4 devices (batch): 1 of 1 in the queue" in err
+    assert "admitted on 4 devices (batch)" in err
 
 
 QUOTAS = """
@@ -255,3 +255,78 @@ def test_watchdog_cuts_a_runaway_launch_and_frees_the_devices(procs, tmp_path):
     with pytest.raises(loom.errors.TimeoutError, match="limit of 500 ms"):
         fut.result(timeout=30)
     p.close()
+
+
+STEP_4 = """
+module @step attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["d"=4]>
+  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"d"}]>] out_shardings=[<@mesh, [{"d"}]>] manual_axes={"d"} (%a: tensor<2xf32>) {
+      %c = stablehlo.constant dense<1.0001> : tensor<2xf32>
+      %m = stablehlo.multiply %a, %c : tensor<2xf32>
+      %s = stablehlo.sine %a : tensor<2xf32>
+      %r = stablehlo.add %m, %s : tensor<2xf32>
+      sdy.return %r : tensor<2xf32>
+    } : (tensor<8xf32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
+"""
+
+
+def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
+    """A batch session in the middle of a chain of launches is suspended for a prod session that
+    needs its devices, then resumes by itself: its client sees no error and its result is bitwise
+    the result of the same chain run undisturbed."""
+    c = start(procs, tmp_path, workers=1)
+    b = loom.connect(c.addr, devices=4, priority="batch", name="victim", progress=False, timeout=120)
+    exe = b.compile(STEP_4)
+    sh = loom.Sharding.named(np.arange(4), ("d",), ("d",))
+    x0 = np.arange(8, dtype=np.float32) * 0.37 + 0.5
+    state = {"n": 0, "stop": False, "err": None, "x": None}
+
+    def chain():
+        try:
+            x = b.put(x0, sharding=sh)
+            while not state["stop"]:
+                (x,), fut = exe.launch(x)
+                fut.result(timeout=120)
+                state["n"] += 1
+            state["x"] = x.numpy()
+        except Exception as e:  # noqa: BLE001 (checked below)
+            state["err"] = e
+
+    t = threading.Thread(target=chain, daemon=True)
+    t.start()
+    wait_for(lambda: state["n"] >= 5, 30, what="the batch chain running")
+    t0 = time.monotonic()
+    p = loom.connect(c.addr, devices=4, priority="prod", name="urgent", progress=False)
+    waited = time.monotonic() - t0
+    assert waited < 10
+    s = {x["session"]: x for x in pool_json(c.addr)["sessions"]}
+    assert s[b.session]["state"] == "suspended" and s[b.session]["suspensions"] == 1
+    assert s[p.session]["device_ids"] == s[b.session]["device_ids"]
+    n_at = state["n"]
+    (out,), fut = p.compile(ADD_ONE_4).launch(np.arange(8, dtype=np.int32))
+    fut.result(timeout=30)
+    assert np.array_equal(out.numpy(), np.arange(1, 9, dtype=np.int32))
+    time.sleep(0.5)
+    assert state["n"] <= n_at + 1  # held while suspended
+    p.close()
+    wait_for(lambda: state["n"] >= n_at + 5, 30, what="the batch chain resumed")
+    state["stop"] = True
+    t.join(60)
+    assert state["err"] is None, state["err"]
+    s = {x["session"]: x for x in pool_json(c.addr)["sessions"]}
+    assert s[b.session]["state"] == "running" and s[b.session]["suspended_ms"] > 0
+    count = state["n"]
+    b.close()
+    ref = loom.connect(c.addr, devices=4, progress=False)
+    e2 = ref.compile(STEP_4)
+    y = ref.put(x0, sharding=sh)
+    for _ in range(count):
+        (y,), f = e2.launch(y)
+        f.result(timeout=30)
+    assert state["x"].tobytes() == y.numpy().tobytes()
+    ref.close()
+    print(f"preempted after a {waited * 1000:.0f} ms wait; chain of {count} launches bitwise equal")
