@@ -630,7 +630,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   case LM_MSG_HEARTBEAT: on_heartbeat(p, f, (Lmw__Heartbeat *)m); break;
   case LM_MSG_LIST_DEVICES: on_list_devices(p, f); break;
   case LM_MSG_CLUSTER_STATUS: on_cluster_status(p, f); break;
-  case LM_MSG_POOL_STATUS: ctl_pool_on_status(p, f, (Lmw__PoolStatus *)m); break;
+  case LM_MSG_POOL_STATUS:
+    if (p->role == ROLE_CLIENT) ctl_pool_on_status(p, f, (Lmw__PoolStatus *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "POOL_STATUS is only for clients");
+    break;
   case LM_MSG_PING: {
     Lmw__Pong pong = LMW__PONG__INIT;
     pong.nonce = ((Lmw__Ping *)m)->nonce;

@@ -822,6 +822,9 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   int cls = (int)P->default_class;
   char cl[256];
   if (h->priority && h->priority[0]) {
+    if (!lm_msg_name_ok(h->priority, POOL_CLASS_NAME_MAX))
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "the priority class must be 1 to %d printable characters",
+                     POOL_CLASS_NAME_MAX);
     cls = find_class(P, h->priority);
     if (cls < 0) {
       class_list(P, cl, sizeof cl);
