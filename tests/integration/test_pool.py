@@ -10,9 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import Auth, Cluster, run_loom, wait_for
+from conftest import BUILD_DIR, Auth, Cluster, run_loom, sanitized_build, wait_for
 
+if sanitized_build():  # the package bundles the main build's libloom; test_pool_cli.py covers this build
+    pytest.skip("the Python package is not built for the sanitizer build", allow_module_level=True)
 loom = pytest.importorskip("loom")
+if not Path(loom.__file__).resolve().is_relative_to((BUILD_DIR / "python").resolve()):
+    pytest.skip(f"loom is imported from {loom.__file__}, not this build's package ({BUILD_DIR}/python: "
+                "scripts/install-python.sh)", allow_module_level=True)
 
 PROGRAMS = Path(__file__).parent / "programs"
 ADD_ONE_4 = (PROGRAMS / "add_one_4.mlir").read_text()      # i32[8] + 1 over 4 devices

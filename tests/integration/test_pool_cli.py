@@ -1,0 +1,75 @@
+"""The shared pool through the `loom` command only (so the sanitizer build runs it too): a session
+waiting in the queue behind a running one, admitted when that one's client goes away in the middle
+of a launch; `loom queue`, `loom sessions`, `loom usage`; a runaway launch cut by the watchdog."""
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from conftest import Cluster, run_loom, wait_for
+from loomtest import LOOM_BIN
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+CONFIG = """
+[pool]
+classes = ["prod", "batch"]   # highest first
+default_class = "batch"
+[class.batch]
+launch_limit = "1500ms"
+"""
+
+
+def as_json(addr, what, *extra):
+    return json.loads(run_loom(what, "--json", "--controller", addr, *extra, check=True).stdout)
+
+
+def test_queue_admission_and_watchdog_from_the_cli(procs, tmp_path):
+    cfg = tmp_path / "loom.toml"
+    cfg.write_text(CONFIG)
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--config", str(cfg))
+    c.start_worker(4)
+    c.wait_devices(4)
+    x = tmp_path / "x.npy"
+    np.save(x, np.arange(8, dtype=np.int32))
+    hold = subprocess.Popen([LOOM_BIN, "run", str(PROGRAMS / "forever_local_4.mlir"), "--pool-devices", "4",
+                             "--priority", "prod", "--controller", c.addr], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: any(s["state"] == "running" and s["usage"]["launches"] == 1
+                             for s in as_json(c.addr, "sessions")["sessions"]), 30, what="the holder running")
+        wait = subprocess.Popen([LOOM_BIN, "run", str(PROGRAMS / "add_one_4.mlir"), "--input", str(x),
+                                 "--pool-devices", "4", "--controller", c.addr], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        q = wait_for(lambda: as_json(c.addr, "queue")["queue"], 30, what="the second run in the queue")
+        assert q[0]["position"] == 1 and q[0]["priority"] == "batch" and q[0]["devices_asked"] == 4
+        assert "waiting for 4 devices to be free (0 of 4 are)" in q[0]["blocked_by"]
+        text = run_loom("queue", "--controller", c.addr, check=True).stdout
+        assert "POS" in text and "batch" in text
+        # a queued client may not make requests (nothing to test from the CLI); its holder goes away
+        hold.send_signal(signal.SIGINT)
+        hold.communicate(timeout=30)
+        out, err = wait.communicate(timeout=60)
+        assert wait.returncode == 0, err
+        assert "[1 2 3 4 5 6 7 8]" in out
+        assert "waiting for 4 devices (batch): 1 of 1 in the queue" in err
+    finally:
+        for p in (hold,):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    r = run_loom("run", str(PROGRAMS / "forever_local_4.mlir"), "--pool-devices", "4", "--controller", c.addr,
+                 timeout=60)
+    assert r.returncode != 0
+    assert "past its session's limit of 1500 ms (class batch): the watchdog cancelled it" in r.stderr
+    u = as_json(c.addr, "usage")
+    (me,) = u["users"]
+    assert me["usage"]["launches"] == 3 and me["usage"]["launches_timed_out"] == 1
+    assert me["usage"]["launches_failed"] >= 2  # the holder's (its client went) and the runaway
+    assert me["usage"]["device_seconds"] > 4 * 1.5
+    sessions = as_json(c.addr, "sessions", "--all")["sessions"]
+    assert sum(s["state"] == "closed" for s in sessions) >= 3
+    assert [x["name"] for x in u["classes"]] == ["prod", "batch"] and u["classes"][1]["launch_limit_ms"] == 1500
