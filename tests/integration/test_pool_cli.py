@@ -73,3 +73,49 @@ def test_queue_admission_and_watchdog_from_the_cli(procs, tmp_path):
     sessions = as_json(c.addr, "sessions", "--all")["sessions"]
     assert sum(s["state"] == "closed" for s in sessions) >= 3
     assert [x["name"] for x in u["classes"]] == ["prod", "batch"] and u["classes"][1]["launch_limit_ms"] == 1500
+
+
+def test_queued_session_on_the_wire(procs, tmp_path):
+    """Byte by byte: a HELLO asking for devices waits for its reply; meanwhile QUEUE_UPDATE comes,
+    requests are refused (the connection kept), PING is served; odd requests are refused at once;
+    a queued client that goes away leaves the queue."""
+    import wire
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(4)
+    c.wait_devices(4)
+    holder = wire.Conn(c.addr)
+    holder.send(wire.frame(wire.HELLO, wire.hello() + wire.field_varint(12, 4), request_id=1))
+    t, rid, meta, _ = holder.recv_frame()
+    assert (t, rid) == (wire.HELLO_REPLY, 1) and wire.unpack_varints(wire.parse_fields(meta)[14][0]) == [0, 1, 2, 3]
+    waiter = wire.Conn(c.addr)
+    waiter.send(wire.frame(wire.HELLO, wire.hello() + wire.field_varint(12, 2) + wire.field_bytes(13, "batch"),
+                           request_id=1))
+    t, rid, meta, _ = waiter.recv_frame()
+    assert (t, rid) == (60, 0)  # QUEUE_UPDATE
+    f = wire.parse_fields(meta)
+    assert f[1] == [1] and f[3] == [2] and f[5] == [b"batch"]
+    waiter.send(wire.frame(wire.LIST_DEVICES, request_id=2))
+    code, msg, rid = waiter.expect_error()
+    assert code == -19 and rid == 2 and "waiting in the pool's queue" in msg
+    waiter.send(wire.frame(wire.PING, wire.field_varint(1, 7), request_id=3))
+    while True:  # periodic QUEUE_UPDATEs may come first
+        t, rid, _, _ = waiter.recv_frame()
+        if t != 60:
+            break
+    assert (t, rid) == (wire.PONG, 3)
+    for extra, want in ((wire.field_varint(12, 1 << 31), "but the cluster has 4"),
+                        (wire.field_varint(12, 1) + wire.field_bytes(13, "x\x01y"), "printable"),
+                        (wire.field_varint(12, 1) + wire.field_bytes(13, "gold"), "unknown priority class 'gold'")):
+        bad = wire.Conn(c.addr)
+        bad.send(wire.frame(wire.HELLO, wire.hello() + extra, request_id=1))
+        code, msg, _ = bad.expect_error()
+        assert want in msg, msg
+        bad.expect_closed()
+    assert len(as_json(c.addr, "queue")["queue"]) == 1
+    waiter.close()
+    wait_for(lambda: not as_json(c.addr, "queue")["queue"], 10, what="the queue empty")
+    holder.close()
+    r = run_loom("run", str(PROGRAMS / "forever_local_4.mlir"), "--pool-devices", "4", "--launch-limit", "300",
+                 "--controller", c.addr, timeout=60)
+    assert r.returncode != 0 and "limit of 300 ms" in r.stderr  # a client's own limit, no class limit
