@@ -104,6 +104,10 @@ typedef struct loom_connect_options {
    * waits; NULL: nothing is reported. */
   loom_queue_fn queue_progress;
   void *queue_progress_arg;
+  /* With pool_devices: > 0 time-shares the devices with other sessions that ask for as many
+   * devices with a weight: their launches interleave, each session getting launches in
+   * proportion to its weight. 0 (default): the devices are the session's alone. */
+  uint32_t share_weight;
 } loom_connect_options;
 
 /* Sets struct_size and the defaults above. */

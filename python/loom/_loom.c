@@ -326,13 +326,13 @@ static void queue_line(void *arg, const loom_queue_status *s) {
 static PyObject *client_connect(PyObject *mod, PyObject *args, PyObject *kw) {
   (void)mod;
   static char *kwlist[] = {"address", "timeout_ms", "name", "token", "devices", "priority", "launch_limit_ms",
-                           "queue_timeout_ms", "progress", NULL};
+                           "queue_timeout_ms", "progress", "weight", NULL};
   const char *address = NULL, *name = NULL, *token = NULL, *priority = NULL;
   long long timeout_ms = 30000, queue_timeout_ms = 0;
-  unsigned int devices = 0, launch_limit_ms = 0;
+  unsigned int devices = 0, launch_limit_ms = 0, weight = 0;
   int progress = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zLzzIzILp", kwlist, &address, &timeout_ms, &name, &token, &devices,
-                                   &priority, &launch_limit_ms, &queue_timeout_ms, &progress))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zLzzIzILpI", kwlist, &address, &timeout_ms, &name, &token, &devices,
+                                   &priority, &launch_limit_ms, &queue_timeout_ms, &progress, &weight))
     return NULL;
   loom_connect_options o;
   loom_connect_options_initialize(&o);
@@ -340,6 +340,7 @@ static PyObject *client_connect(PyObject *mod, PyObject *args, PyObject *kw) {
   o.priority = priority;
   o.launch_limit_ms = launch_limit_ms;
   o.queue_timeout_ms = queue_timeout_ms;
+  o.share_weight = weight;
   if (progress) o.queue_progress = queue_line;
   o.address = address;
   if (token && *token) {

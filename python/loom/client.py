@@ -423,15 +423,18 @@ class Client:
     session owns on the cluster."""
 
     def __init__(self, address=None, *, timeout=30.0, name=None, token=None, devices=None, priority=None,
-                 launch_limit=None, queue_timeout=None, progress=True):
+                 launch_limit=None, queue_timeout=None, progress=True, weight=None):
         # devices/priority: ask the shared pool for that many devices in that class (docs/pool.md);
         # the session waits in the controller's queue until they are free (printing a progress
         # line on stderr unless progress=False; at most queue_timeout seconds if given) and then
         # sees them as devices 0..devices-1. launch_limit (seconds): the watchdog cancels a launch
-        # running longer. None: a shared session on every device, as without the pool.
+        # running longer. weight: time-share the devices with other sessions of as many devices
+        # that give a weight, launches interleaved in proportion to the weights. None: a shared
+        # session on every device, as without the pool.
         self._c = _loom.connect(address, _timeout_ms(timeout), name or "python", token, int(devices or 0),
                                 priority, int((launch_limit or 0) * 1000),
-                                0 if queue_timeout is None else max(1, int(queue_timeout * 1000)), bool(progress))
+                                0 if queue_timeout is None else max(1, int(queue_timeout * 1000)), bool(progress),
+                                int(weight or 0))
         self._devices = None
         self._compiled = {}
         self._lock = threading.Lock()
@@ -537,8 +540,8 @@ class Client:
 
 
 def connect(address=None, *, timeout=30.0, name=None, token=None, devices=None, priority=None, launch_limit=None,
-            queue_timeout=None, progress=True):
+            queue_timeout=None, progress=True, weight=None):
     """Connects to a Loom controller (see Client). devices=N, priority="batch": a session of the
     shared pool (docs/pool.md)."""
     return Client(address, timeout=timeout, name=name, token=token, devices=devices, priority=priority,
-                  launch_limit=launch_limit, queue_timeout=queue_timeout, progress=progress)
+                  launch_limit=launch_limit, queue_timeout=queue_timeout, progress=progress, weight=weight)

@@ -518,6 +518,7 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
     h.pool_devices = o.pool_devices;
     h.priority = (char *)(o.priority ? o.priority : "");
     h.launch_limit_ms = o.launch_limit_ms;
+    h.share_weight = o.share_weight;
     ProtobufCMessage *rm;
     int64_t hello_ms = o.pool_devices ? (o.queue_timeout_ms > 0 ? o.queue_timeout_ms : -1) : o.timeout_ms;
     rc = lm_cconn_call(c, LM_MSG_HELLO, &h.base, LM_MSG_HELLO_REPLY, hello_ms, o.intr, o.intr_arg, &rm, err);

@@ -36,6 +36,7 @@ typedef struct lm_cconn_options {
   const char *priority;        /* HELLO.priority: the class (NULL: the controller's default) */
   uint32_t launch_limit_ms;    /* HELLO.launch_limit_ms (0: the class's) */
   int64_t queue_timeout_ms;    /* with pool_devices: how long HELLO may wait in the queue (<= 0: no limit) */
+  uint32_t share_weight;       /* HELLO.share_weight: time-share devices with this weight (0: exclusive) */
   /* called on the receiver thread for each QUEUE_UPDATE while HELLO waits (msg: Lmw__QueueUpdate) */
   void (*on_queue)(void *arg, const Lmw__QueueUpdate *u);
   void *on_queue_arg;

@@ -106,7 +106,8 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   lm_cconn_options co = {.timeout_ms = o.timeout_ms, .intr = o.interrupt, .intr_arg = o.interrupt_arg,
                          .name = o.client_name, .auth_token = o.auth_token, .auth_token_len = o.auth_token_size,
                          .pool_devices = o.pool_devices, .priority = o.priority,
-                         .launch_limit_ms = o.launch_limit_ms, .queue_timeout_ms = o.queue_timeout_ms};
+                         .launch_limit_ms = o.launch_limit_ms, .queue_timeout_ms = o.queue_timeout_ms,
+                         .share_weight = o.share_weight};
   queue_relay relay = {.fn = o.queue_progress, .arg = o.queue_progress_arg};
   if (o.queue_progress) co.on_queue = relay_queue, co.on_queue_arg = &relay;
   if (tn > 0) co.auth_token = token, co.auth_token_len = (size_t)tn;

@@ -80,6 +80,9 @@ struct pool_sess {
   held_frame *held, **held_tail;     /* suspended: its requests, in order */
   uint64_t held_bytes;
   uint32_t suspensions;              /* times it was preempted */
+  uint32_t weight;                   /* time sharing: its share of its group's devices (0: exclusive) */
+  double pass;                       /* time sharing: virtual time (stride scheduling) */
+  bool replaying;                    /* its held frames are being served: do not hold them again */
   uint64_t suspended_ms;             /* total time suspended */
   uint64_t suspended_at;             /* loop ms when it was preempted */
   pool_usage u;
@@ -608,6 +611,24 @@ static uint32_t free_devices(ctl *c, uint32_t *out, uint32_t *ntotal) {
 }
 
 /* Removes devs[0..n) from the free list when all of them are in it. */
+/* Time sharing: g is a sharer of the devices of s (any state: a closed one's launches may still run). */
+static bool on_devs(const pool_sess *g, const pool_sess *s) {
+  return g->weight && s->weight && g->ndev == s->ndev && g->ndev && g->devs && s->devs &&
+         !memcmp(g->devs, s->devs, g->ndev * sizeof *g->devs);
+}
+/* ... and running, so in its group. */
+static bool same_group(const pool_sess *g, const pool_sess *s) {
+  return g->state == PS_RUNNING && s->state == PS_RUNNING && on_devs(g, s);
+}
+
+/* Launches on the group's devices in flight (sent to the workers, not yet complete). */
+static uint32_t group_inflight(const ctl_pool *P, const pool_sess *s) {
+  uint32_t n = 0;
+  for (const pool_sess *g = P->head; g; g = g->next)
+    if (g == s || on_devs(g, s)) n += g->active;
+  return n;
+}
+
 static bool take_devices(uint32_t *fl, uint32_t *nfree, const uint32_t *devs, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     uint32_t k = 0;
@@ -637,7 +658,7 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
   while (avail < s->asked && npick < 64) {
     pool_sess *best = NULL;
     for (pool_sess *v = P->head; v; v = v->next) {
-      if (v->state != PS_RUNNING || v->cls <= s->cls || !v->p) continue;
+      if (v->state != PS_RUNNING || v->cls <= s->cls || !v->p || v->weight) continue; /* sharers: not yet */
       bool taken = false;
       for (uint32_t i = 0; i < npick; i++) taken |= pick[i] == v;
       if (taken) continue;
@@ -709,6 +730,27 @@ static void pool_admit_once(ctl *c, bool *again) {
         snprintf(s->blocked_by, sizeof s->blocked_by, "%u devices held by the user's other sessions (%.100s)",
                  un.devices, qn);
         s->position = ++pos;
+        continue;
+      }
+      pool_sess *grp = NULL; /* time sharing: a running group of as many devices to join */
+      for (pool_sess *g = P->head; s->weight && g && !grp; g = g->next)
+        if (g->state == PS_RUNNING && g->weight && g->ndev == s->asked && g->p) grp = g;
+      if (!blocked && grp) {
+        s->devs = malloc(s->asked * sizeof *s->devs);
+        if (!s->devs) break;
+        memcpy(s->devs, grp->devs, s->asked * sizeof *s->devs);
+        s->ndev = s->asked;
+        s->pass = grp->pass; /* from the group's present, neither ahead nor owed */
+        for (pool_sess *g = P->head; g; g = g->next)
+          if (same_group(g, s) && g->pass < s->pass) s->pass = g->pass;
+        s->state = PS_RUNNING;
+        s->admitted_loop_ms = ctl_now_ms(c);
+        s->admitted_unix_ms = unix_ms();
+        s->position = 0;
+        lm_info("session %llu (user %s, %s) admitted sharing the devices of session %llu (weight %u)",
+                (unsigned long long)s->id, user_label(s->user), P->classes[s->cls].name, (unsigned long long)grp->id,
+                s->weight);
+        send_hello_reply(c, s);
         continue;
       }
       if (!blocked && s->asked <= nfree) {
@@ -784,10 +826,61 @@ static void resume(ctl *c, pool_sess *s) {
           (unsigned long long)s->id, user_label(s->user), (unsigned long long)(now - s->suspended_at), n);
 }
 
+/* Stride scheduling over a sharing group: while the group has no launch in flight, the member
+ * with the least virtual time (pass) and a held LAUNCH gets it sent; its pass grows by
+ * 1/weight. Frames held behind a LAUNCH are served up to its next LAUNCH. */
+static void share_dispatch(ctl *c, pool_sess *any) {
+  ctl_pool *P = c->pool;
+  static bool busy;
+  if (busy) return; /* a replayed launch that completes at once comes back here */
+  busy = true;
+  for (int guard = 0; guard < 1024 && group_inflight(P, any) == 0; guard++) {
+    pool_sess *best = NULL;
+    for (pool_sess *g = P->head; g; g = g->next)
+      if (g->state == PS_RUNNING && (g == any || on_devs(g, any)) && g->held && g->p && (!best || g->pass < best->pass))
+        best = g;
+    if (!best) break;
+    peer *p = best->p;
+    best->replaying = true;
+    bool launched = false;
+    while (best->held && best->p == p && best->state == PS_RUNNING) {
+      held_frame *h = best->held;
+      if (h->h.type == LM_MSG_LAUNCH && launched) break; /* the next one waits its turn */
+      best->held = h->next;
+      if (!best->held) best->held_tail = &best->held;
+      best->held_bytes -= h->h.meta_len + h->h.payload_len;
+      if (h->h.type == LM_MSG_LAUNCH) {
+        launched = true;
+        best->pass += 1.0 / best->weight;
+      }
+      lm_frame f = {.h = h->h, .meta = h->meta, .payload = h->payload, .payload_external = true};
+      if (lm_conn_is_open(p->conn)) ctl_replay_frame(p, &f);
+      free(h->meta);
+      free(h->payload);
+      free(h);
+    }
+    best->replaying = false;
+  }
+  busy = false;
+}
+
 int ctl_pool_hold(peer *p, const lm_frame *f) {
   pool_sess *s = p->pool;
-  if (!s || (s->state != PS_SUSPENDING && s->state != PS_SUSPENDED)) return 0;
   unsigned t = f->h.type;
+  if (s && s->weight && s->state == PS_RUNNING && !s->replaying) {
+    /* time sharing: a LAUNCH waits while the group runs one; what follows it waits behind it */
+    bool hold = s->held != NULL;
+    if (!hold && t == LM_MSG_LAUNCH) {
+      if (group_inflight(p->ctl->pool, s) == 0) {
+        s->pass += 1.0 / s->weight;
+        return 0; /* the devices are idle: at once */
+      }
+      hold = true;
+    }
+    if (!hold) return 0;
+  } else if (!s || (s->state != PS_SUSPENDING && s->state != PS_SUSPENDED)) {
+    return 0;
+  }
   if (t == LM_MSG_PING || t == LM_MSG_LIST_DEVICES || t == LM_MSG_CLUSTER_STATUS || t == LM_MSG_POOL_STATUS) return 0;
   if (s->held_bytes + f->h.meta_len + f->h.payload_len > POOL_HELD_MAX_BYTES) {
     lm_conn_send_errorf(p->conn, f->h.request_id, LOOM_BUSY,
@@ -862,6 +955,7 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   s->asked = asked;
   s->opened_loop_ms = ctl_now_ms(c);
   s->opened_unix_ms = unix_ms();
+  s->weight = asked ? h->share_weight : 0;
   s->refs = 1;
   s->held_tail = &s->held;
   uint32_t cl_lim = P->classes[cls].launch_limit_ms;
@@ -1071,6 +1165,7 @@ void ctl_pool_launch_end(ctl *c, c_launch *l) {
   if (l->failed) s->u.failed++;
   if (s->active) s->active--;
   if (s->state == PS_SUSPENDING && !s->active && c->pool && !c->stopping) pool_admit(c); /* its devices are free now */
+  if (s->weight && c->pool && !c->stopping) share_dispatch(c, s); /* the group's next */
   if (c->pool) sess_unref(c->pool, s);
   else if (s->refs) s->refs--;
 }
@@ -1167,6 +1262,7 @@ void ctl_pool_on_status(peer *p, const lm_frame *f, const Lmw__PoolStatus *m) {
         o->position = s->state == PS_QUEUED ? s->position : 0;
         o->blocked_by = s->state == PS_QUEUED ? s->blocked_by : "";
         o->suspensions = s->suspensions;
+        o->share_weight = s->weight;
         o->suspended_ms = s->suspended_ms + (s->state == PS_SUSPENDING || s->state == PS_SUSPENDED ? now - s->suspended_at : 0);
         o->opened_unix_ms = s->opened_unix_ms;
         o->admitted_unix_ms = s->admitted_unix_ms;

@@ -335,3 +335,57 @@ def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
     assert state["x"].tobytes() == y.numpy().tobytes()
     ref.close()
     print(f"preempted after a {waited * 1000:.0f} ms wait; chain of {count} launches bitwise equal")
+
+
+def spin_program(nd, k):
+    return (PROGRAMS / "spin_4.mlir").read_text().replace("dense<1000000>", f"dense<{k}>") if nd == 4 else None
+
+
+def test_time_sharing_in_proportion_to_weights(procs, tmp_path):
+    """Three sessions with weights 1, 2 and 4 share the same 4 devices, each keeping launches queued:
+    over a window where all are busy, their launches go in proportion 1:2:4 (within 10%)."""
+    c = start(procs, tmp_path, workers=1)
+    prog = spin_program(4, 3000)
+    assert "dense<3000>" in prog
+    clients = [loom.connect(c.addr, devices=4, weight=w, name=f"w{w}", progress=False) for w in (1, 2, 4)]
+    assert len({tuple(x["device_ids"]) for x in pool_json(c.addr)["sessions"] if x["name"].startswith("w")}) == 1
+    stop = threading.Event()
+    errors = []
+
+    def pump(cl):
+        try:
+            exe = cl.compile(prog)
+            futs = [exe.launch()[1] for _ in range(6)]
+            while not stop.is_set():
+                futs.pop(0).result(timeout=60)
+                futs.append(exe.launch()[1])
+            for f in futs:
+                f.result(timeout=60)
+        except Exception as e:  # noqa: BLE001 (checked below)
+            errors.append(e)
+
+    ts = [threading.Thread(target=pump, args=(cl,), daemon=True) for cl in clients]
+    for t in ts:
+        t.start()
+
+    def counts():
+        by = {x["session"]: x["usage"]["launches"] for x in pool_json(c.addr)["sessions"]}
+        return [by[cl.session] for cl in clients]
+
+    time.sleep(2.0)
+    a = counts()
+    time.sleep(8.0)
+    b = counts()
+    stop.set()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors
+    d = [y - x for x, y in zip(a, b)]
+    total = sum(d)
+    assert total >= 70, d  # enough launches for the ratio to mean something
+    for w, n in zip((1, 2, 4), d):
+        share = n / total
+        assert abs(share - w / 7) <= 0.1 * w / 7, (d, [round(x / total, 3) for x in d])
+    print(f"launches in 8 s by weight 1:2:4 -> {d[0]}:{d[1]}:{d[2]}")
+    for cl in clients:
+        cl.close()
