@@ -143,6 +143,9 @@ int cli_pool_option(const char *cmd, const char *opt, const char *val) {
     g_cli_pool.devices = (uint32_t)v;
   } else if (!strcmp(opt, "--priority")) {
     g_cli_pool.priority = val;
+  } else if (!strcmp(opt, "--share-weight")) {
+    if (cli_parse_u64(cmd, opt, val, 1, 1000000, &v) < 0) return -1;
+    g_cli_pool.share_weight = (uint32_t)v;
   } else {
     if (cli_parse_u64(cmd, opt, val, 1, 86400000, &v) < 0) return -1;
     g_cli_pool.launch_limit_ms = (uint32_t)v;
@@ -174,6 +177,8 @@ loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s) 
   o.priority = g_cli_pool.priority ? g_cli_pool.priority : getenv("LOOM_PRIORITY");
   o.launch_limit_ms = g_cli_pool.launch_limit_ms;
   if (!o.launch_limit_ms && (e = getenv("LOOM_LAUNCH_LIMIT_MS")) && *e) o.launch_limit_ms = (uint32_t)strtoul(e, NULL, 10);
+  o.share_weight = g_cli_pool.share_weight;
+  if (!o.share_weight && (e = getenv("LOOM_SHARE_WEIGHT")) && *e) o.share_weight = (uint32_t)strtoul(e, NULL, 10);
   o.queue_progress = queue_line;
   o.queue_progress_arg = (void *)cmd;
   loom_client *c;

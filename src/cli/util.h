@@ -72,6 +72,7 @@ typedef struct cli_pool {
   uint32_t devices;
   const char *priority;
   uint32_t launch_limit_ms;
+  uint32_t share_weight;
 } cli_pool;
 extern cli_pool g_cli_pool;
 /* Parses one of those options (O is the option's name); -1 after a usage error. */

@@ -120,3 +120,36 @@ def test_queued_session_on_the_wire(procs, tmp_path):
     r = run_loom("run", str(PROGRAMS / "forever_local_4.mlir"), "--pool-devices", "4", "--launch-limit", "300",
                  "--controller", c.addr, timeout=60)
     assert r.returncode != 0 and "limit of 300 ms" in r.stderr  # a client's own limit, no class limit
+
+
+def test_jax_through_the_proxy_in_the_pool(procs, tmp_path):
+    """`loom proxy --pool-devices 4 --priority batch`: an unmodified JAX program sees the 4 devices
+    its session was given, computes on them, and the session shows in `loom sessions`."""
+    import os
+    import sys
+    import pytest
+    pytest.importorskip("grpc")
+    pytest.importorskip("jax")
+    pytest.importorskip("pathwaysutils")
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(4)
+    c.start_worker(4)
+    c.wait_devices(8)
+    addr_file = tmp_path / "proxy.addr"
+    procs.start(["proxy", "--listen", "127.0.0.1:0", "--address-file", str(addr_file), "--controller", c.addr,
+                 "--pool-devices", "4", "--priority", "batch"], "proxy")
+    paddr = wait_for(lambda: addr_file.exists() and addr_file.read_text().strip(), 30, what="the proxy's address")
+    script = tmp_path / "job.py"
+    script.write_text("import jax, jax.numpy as jnp, pathwaysutils\n"
+                      "pathwaysutils.initialize()\n"
+                      "print('devices', len(jax.devices()))\n"
+                      "print('sum', float((jnp.arange(8.0) * 2).sum()))\n")
+    env = {k: v for k, v in os.environ.items() if k != "LOOM_CONTROLLER"}
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://{paddr}", IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "devices 4" in r.stdout and "sum 56.0" in r.stdout
+    s = [x for x in as_json(c.addr, "sessions", "--all")["sessions"] if x["name"].startswith("ifrt-proxy session")]
+    assert s and all(x["devices_asked"] == 4 and x["priority"] == "batch" for x in s)
