@@ -93,6 +93,8 @@ typedef struct ctl_pool {
   char path[512];                    /* "" : no file */
   pool_class classes[POOL_MAX_CLASSES];
   uint32_t nclasses, default_class;
+  uint32_t preempt_grace_ms;         /* a waiting session preempts only after waiting this long */
+  uint32_t min_run_ms;               /* a session runs this long (since admitted or resumed) before it may be preempted */
   pool_quota dflt;                   /* [quota.default] */
   pool_quota *quotas;                /* [quota.USER] */
   uint32_t nquotas;
@@ -374,6 +376,10 @@ static int parse_config(ctl_pool *P, const char *path, char *text, lm_err *err) 
           memset(&P->classes[i], 0, sizeof P->classes[i]);
           snprintf(P->classes[i].name, sizeof P->classes[i].name, "%s", v.arr[i]);
         }
+      } else if (!strcmp(key, "preempt_grace")) {
+        ok = value_ms(&v, &P->preempt_grace_ms) == 0;
+      } else if (!strcmp(key, "min_run")) {
+        ok = value_ms(&v, &P->min_run_ms) == 0;
       } else if (!strcmp(key, "default_class")) {
         ok = v.kind == TV_STR && name_ok(v.s, POOL_CLASS_NAME_MAX);
         if (ok) snprintf(dflt_class, sizeof dflt_class, "%.31s", v.s), dflt_line = line;
@@ -649,6 +655,8 @@ static bool take_devices(uint32_t *fl, uint32_t *nfree, const uint32_t *devs, ui
  * flight are done. Returns true when it fits once they are (or were already being) suspended. */
 static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
   ctl_pool *P = c->pool;
+  uint64_t now = ctl_now_ms(c);
+  if (now - s->opened_loop_ms < P->preempt_grace_ms) return false; /* [pool] preempt_grace */
   uint32_t avail = nfree;
   for (pool_sess *v = P->head; v; v = v->next)
     if (v->state == PS_SUSPENDING) avail += v->ndev;
@@ -659,6 +667,7 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
     pool_sess *best = NULL;
     for (pool_sess *v = P->head; v; v = v->next) {
       if (v->state != PS_RUNNING || v->cls <= s->cls || !v->p || v->weight) continue; /* sharers: not yet */
+      if (now - v->admitted_loop_ms < P->min_run_ms) continue; /* [pool] min_run */
       bool taken = false;
       for (uint32_t i = 0; i < npick; i++) taken |= pick[i] == v;
       if (taken) continue;

@@ -389,3 +389,25 @@ def test_time_sharing_in_proportion_to_weights(procs, tmp_path):
     print(f"launches in 8 s by weight 1:2:4 -> {d[0]}:{d[1]}:{d[2]}")
     for cl in clients:
         cl.close()
+
+
+def test_preemption_waits_for_grace_and_minimum_run(procs, tmp_path):
+    cfg = '[pool]\nclasses = ["prod", "batch"]\npreempt_grace = "1s"\nmin_run = "2500ms"\n'
+    c = start(procs, tmp_path, config=cfg, workers=1)
+    b = loom.connect(c.addr, devices=4, priority="batch", progress=False)
+    t0 = time.monotonic()
+    p = loom.connect(c.addr, devices=4, priority="prod", progress=False)
+    waited = time.monotonic() - t0
+    assert 2.3 <= waited <= 8, waited  # the victim's minimum run (2.5 s since its admission) bounds it
+    assert p.queued_ms >= 2000
+    s = {x["session"]: x for x in pool_json(c.addr)["sessions"]}
+    assert s[b.session]["state"] == "suspended"
+    p.close()
+    wait_for(lambda: {x["session"]: x for x in pool_json(c.addr)["sessions"]}[b.session]["state"] == "running", 10,
+             what="the victim resumed")
+    # resumed just now: its minimum run starts again; a prod session also waits its grace first
+    t0 = time.monotonic()
+    p2 = loom.connect(c.addr, devices=4, priority="prod", progress=False)
+    assert 2.0 <= time.monotonic() - t0 <= 8
+    p2.close()
+    b.close()
