@@ -53,6 +53,21 @@ typedef struct loom_client loom_client;
  * waiting: the call fails with LOOM_CANCELLED. For Ctrl-C in bindings (issue 5). */
 typedef int (*loom_interrupt_fn)(void *arg);
 
+/* Where a session waiting for the shared pool's devices stands (docs/pool.md); passed to
+ * loom_connect_options.queue_progress. Strings are valid during the call only. */
+typedef struct loom_queue_status {
+  size_t struct_size;          /* sizeof(loom_queue_status) as the library knows it */
+  uint32_t position;           /* 1: next to be admitted */
+  uint32_t queued;             /* sessions waiting in all */
+  uint32_t devices;            /* what this session asked for */
+  uint32_t free_devices;       /* devices free now */
+  uint64_t waited_ms;
+  const char *priority;        /* its class */
+  const char *blocked_by;      /* why it waits, one line */
+} loom_queue_status;
+
+typedef void (*loom_queue_fn)(void *arg, const loom_queue_status *status);
+
 typedef struct loom_connect_options {
   size_t struct_size;          /* sizeof(loom_connect_options) */
   /* "HOST:PORT" of the controller. NULL: $LOOM_CONTROLLER, else the local cluster started by
@@ -71,6 +86,28 @@ typedef struct loom_connect_options {
    * cluster's token (`loom up` writes it to the state directory) when connecting to that cluster. */
   const void *auth_token;
   size_t auth_token_size;
+  /* ---- the shared pool (docs/pool.md); fields appended after auth_token_size ---- */
+  /* Devices the session asks the pool for: it is admitted when that many are free (waiting in the
+   * controller's queue until then) and sees them as its devices 0..n-1. 0 (default): a shared
+   * session that sees every device and never waits. */
+  uint32_t pool_devices;
+  /* The priority class ("prod", "interactive", "batch" unless the controller's --config names
+   * others); NULL: the controller's default class. Copied during the call. */
+  const char *priority;
+  /* A launch running longer than this is cancelled by the controller's watchdog (LOOM_TIMEOUT);
+   * 0: the class's limit. It can lower the class's limit, never raise it. */
+  uint32_t launch_limit_ms;
+  /* With pool_devices: how long loom_connect may wait in the queue; <= 0 (default): no limit
+   * (interrupt still stops it). */
+  int64_t queue_timeout_ms;
+  /* Called (on a library thread) each time the controller reports the queue while the session
+   * waits; NULL: nothing is reported. */
+  loom_queue_fn queue_progress;
+  void *queue_progress_arg;
+  /* With pool_devices: > 0 time-shares the devices with other sessions that ask for as many
+   * devices with a weight: their launches interleave, each session getting launches in
+   * proportion to its weight. 0 (default): the devices are the session's alone. */
+  uint32_t share_weight;
 } loom_connect_options;
 
 /* Sets struct_size and the defaults above. */
@@ -94,6 +131,11 @@ LOOM_API const char *loom_errmsg(const loom_client *client);
 LOOM_API const char *loom_client_address(const loom_client *client);
 /* This client's session id at the controller (nonzero). */
 LOOM_API uint64_t loom_client_session(const loom_client *client);
+/* A pool session: the number of devices it was given (0: a shared session), its class, and how
+ * long it waited in the queue. priority is valid until loom_disconnect. */
+LOOM_API uint32_t loom_client_pool_devices(const loom_client *client);
+LOOM_API const char *loom_client_priority(const loom_client *client);
+LOOM_API uint64_t loom_client_queued_ms(const loom_client *client);
 
 /* ---- devices ---- */
 

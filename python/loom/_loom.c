@@ -313,14 +313,35 @@ fail:
 
 /* ---- Client ---- */
 
+/* The waiting session's progress line on stderr (called on libloom's receiver thread: no GIL,
+ * no Python objects). */
+static void queue_line(void *arg, const loom_queue_status *s) {
+  (void)arg;
+  fprintf(stderr, "loom: waiting for %u devices (%s): %u of %u in the queue, %u free, %llu s: %s\n", s->devices,
+          s->priority, s->position, s->queued, s->free_devices, (unsigned long long)(s->waited_ms / 1000),
+          s->blocked_by);
+  fflush(stderr);
+}
+
 static PyObject *client_connect(PyObject *mod, PyObject *args, PyObject *kw) {
   (void)mod;
-  static char *kwlist[] = {"address", "timeout_ms", "name", "token", NULL};
-  const char *address = NULL, *name = NULL, *token = NULL;
-  long long timeout_ms = 30000;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zLzz", kwlist, &address, &timeout_ms, &name, &token)) return NULL;
+  static char *kwlist[] = {"address", "timeout_ms", "name", "token", "devices", "priority", "launch_limit_ms",
+                           "queue_timeout_ms", "progress", "weight", NULL};
+  const char *address = NULL, *name = NULL, *token = NULL, *priority = NULL;
+  long long timeout_ms = 30000, queue_timeout_ms = 0;
+  unsigned int devices = 0, launch_limit_ms = 0, weight = 0;
+  int progress = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zLzzIzILpI", kwlist, &address, &timeout_ms, &name, &token, &devices,
+                                   &priority, &launch_limit_ms, &queue_timeout_ms, &progress, &weight))
+    return NULL;
   loom_connect_options o;
   loom_connect_options_initialize(&o);
+  o.pool_devices = devices;
+  o.priority = priority;
+  o.launch_limit_ms = launch_limit_ms;
+  o.queue_timeout_ms = queue_timeout_ms;
+  o.share_weight = weight;
+  if (progress) o.queue_progress = queue_line;
   o.address = address;
   if (token && *token) {
     o.auth_token = token;
@@ -403,6 +424,21 @@ static PyObject *Client_get_session(ClientObject *self, void *u) {
   (void)u;
   CLIENT_OPEN(self);
   return PyLong_FromUnsignedLongLong(loom_client_session(self->c));
+}
+static PyObject *Client_get_pool_devices(ClientObject *self, void *u) {
+  (void)u;
+  CLIENT_OPEN(self);
+  return PyLong_FromUnsignedLong(loom_client_pool_devices(self->c));
+}
+static PyObject *Client_get_priority(ClientObject *self, void *u) {
+  (void)u;
+  CLIENT_OPEN(self);
+  return PyUnicode_FromString(loom_client_priority(self->c));
+}
+static PyObject *Client_get_queued_ms(ClientObject *self, void *u) {
+  (void)u;
+  CLIENT_OPEN(self);
+  return PyLong_FromUnsignedLongLong(loom_client_queued_ms(self->c));
 }
 static PyObject *Client_get_closed(ClientObject *self, void *u) {
   (void)u;
@@ -595,6 +631,9 @@ static PyGetSetDef Client_getset[] = {
     {"address", (getter)Client_get_address, NULL, "the controller's HOST:PORT", NULL},
     {"session", (getter)Client_get_session, NULL, "the session id", NULL},
     {"closed", (getter)Client_get_closed, NULL, "True once closed", NULL},
+    {"pool_devices", (getter)Client_get_pool_devices, NULL, "devices given by the pool (0: shared session)", NULL},
+    {"priority", (getter)Client_get_priority, NULL, "the session's priority class", NULL},
+    {"queued_ms", (getter)Client_get_queued_ms, NULL, "how long the session waited in the pool's queue", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

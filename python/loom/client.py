@@ -422,8 +422,19 @@ class Client:
     bounds connecting and each request. Closing it (or the process ending) frees everything the
     session owns on the cluster."""
 
-    def __init__(self, address=None, *, timeout=30.0, name=None, token=None):
-        self._c = _loom.connect(address, _timeout_ms(timeout), name or "python", token)
+    def __init__(self, address=None, *, timeout=30.0, name=None, token=None, devices=None, priority=None,
+                 launch_limit=None, queue_timeout=None, progress=True, weight=None):
+        # devices/priority: ask the shared pool for that many devices in that class (docs/pool.md);
+        # the session waits in the controller's queue until they are free (printing a progress
+        # line on stderr unless progress=False; at most queue_timeout seconds if given) and then
+        # sees them as devices 0..devices-1. launch_limit (seconds): the watchdog cancels a launch
+        # running longer. weight: time-share the devices with other sessions of as many devices
+        # that give a weight, launches interleaved in proportion to the weights. None: a shared
+        # session on every device, as without the pool.
+        self._c = _loom.connect(address, _timeout_ms(timeout), name or "python", token, int(devices or 0),
+                                priority, int((launch_limit or 0) * 1000),
+                                0 if queue_timeout is None else max(1, int(queue_timeout * 1000)), bool(progress),
+                                int(weight or 0))
         self._devices = None
         self._compiled = {}
         self._lock = threading.Lock()
@@ -435,6 +446,21 @@ class Client:
     @property
     def session(self):
         return self._c.session
+
+    @property
+    def pool_devices(self):
+        """Devices the shared pool gave this session (0: a shared session on every device)."""
+        return self._c.pool_devices
+
+    @property
+    def priority(self):
+        """The session's priority class."""
+        return self._c.priority
+
+    @property
+    def queued_ms(self):
+        """How long the session waited in the pool's queue, in milliseconds."""
+        return self._c.queued_ms
 
     @property
     def closed(self):
@@ -513,6 +539,9 @@ class Client:
         return f"<loom.Client session {self.session} at {self.address}, {self.device_count()} devices>"
 
 
-def connect(address=None, *, timeout=30.0, name=None, token=None):
-    """Connects to a Loom controller (see Client)."""
-    return Client(address, timeout=timeout, name=name, token=token)
+def connect(address=None, *, timeout=30.0, name=None, token=None, devices=None, priority=None, launch_limit=None,
+            queue_timeout=None, progress=True, weight=None):
+    """Connects to a Loom controller (see Client). devices=N, priority="batch": a session of the
+    shared pool (docs/pool.md)."""
+    return Client(address, timeout=timeout, name=name, token=token, devices=devices, priority=priority,
+                  launch_limit=launch_limit, queue_timeout=queue_timeout, progress=progress, weight=weight)

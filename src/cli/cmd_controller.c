@@ -30,6 +30,8 @@ static const char g_usage[] =
     "  --session-idle-timeout MS   close a session that sent nothing this long and has no launch\n"
     "                              running (default 0: never)\n"
     "  --max-sessions-per-user N   open sessions one token's user may hold (default 1024)\n"
+    "  --config PATH               the shared pool's priority classes, launch limits and per-user quotas\n"
+    "                              (a small TOML subset; docs/pool.md)\n"
     "  --reclaim-after MS          once fresh worker/device ids run out, reuse those of a worker lost\n"
     "                              this long (same device count, ids no longer named; default 60000)\n"
     "  --http HOST:PORT            serve HTTP there: Prometheus /metrics, /healthz (liveness),\n"
@@ -44,7 +46,7 @@ int cmd_controller(int argc, char **argv) {
   const char *cmd = "controller";
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
-  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE };
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -61,6 +63,7 @@ int cmd_controller(int argc, char **argv) {
       {"reclaim-after", required_argument, 0, O_RECLAIM},
       {"http", required_argument, 0, O_HTTP},
       {"http-address-file", required_argument, 0, O_HTTPFILE},
+      {"config", required_argument, 0, O_CONFIG},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -76,6 +79,7 @@ int cmd_controller(int argc, char **argv) {
     case O_INSECURE: cfg.insecure = true; break;
     case O_HTTP: cfg.http_listen = optarg; break;
     case O_HTTPFILE: cfg.http_address_file = optarg; break;
+    case O_CONFIG: cfg.pool_config = optarg; break;
     case O_IDLE:
       if (cli_parse_u64(cmd, "--session-idle-timeout", optarg, 0, 86400000, &v) < 0) return 2;
       cfg.session_idle_timeout_ms = (uint32_t)v;

@@ -22,6 +22,10 @@ static const char g_usage[] =
     "  --controller HOST:PORT    the cluster's controller (default: $LOOM_CONTROLLER, else the local cluster)\n"
     "  --address-file PATH       write the address actually listened on to PATH once ready\n"
     "  --host-buffer-wait MS     how long a request waits for its host buffer to arrive (default 60000)\n"
+    "  --pool-devices N          each JAX session asks the shared pool for N devices and sees only them\n"
+    "                            (it waits in the controller's queue until they are free; docs/pool.md)\n"
+    "  --priority CLASS          ... in this priority class\n"
+    "  --share-weight W          ... time-sharing them with other weighted sessions in proportion to W\n"
     "  -h, --help                show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much. docs/proxy.md lists\n"
@@ -33,12 +37,15 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 int cmd_proxy(int argc, char **argv) {
   const char *cmd = "proxy";
   px_options po = {.listen = "127.0.0.1:29000", .host_buffer_wait_ms = 60000, .stop = &g_stop};
-  enum { O_LISTEN = 1, O_CTL, O_ADDRFILE, O_HBW };
+  enum { O_LISTEN = 1, O_CTL, O_ADDRFILE, O_HBW, O_POOL, O_PRIO, O_WEIGHT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"controller", required_argument, 0, O_CTL},
       {"address-file", required_argument, 0, O_ADDRFILE},
       {"host-buffer-wait", required_argument, 0, O_HBW},
+      {"pool-devices", required_argument, 0, O_POOL},
+      {"priority", required_argument, 0, O_PRIO},
+      {"share-weight", required_argument, 0, O_WEIGHT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -50,6 +57,15 @@ int cmd_proxy(int argc, char **argv) {
     case O_LISTEN: po.listen = optarg; break;
     case O_CTL: po.controller = optarg; break;
     case O_ADDRFILE: po.address_file = optarg; break;
+    case O_POOL:
+      if (cli_parse_u64(cmd, "--pool-devices", optarg, 1, 65536, &v) < 0) return 2;
+      po.pool_devices = (uint32_t)v;
+      break;
+    case O_PRIO: po.priority = optarg; break;
+    case O_WEIGHT:
+      if (cli_parse_u64(cmd, "--share-weight", optarg, 1, 1000000, &v) < 0) return 2;
+      po.share_weight = (uint32_t)v;
+      break;
     case O_HBW:
       if (cli_parse_u64(cmd, "--host-buffer-wait", optarg, 1, 3600000, &v) < 0) return 2;
       po.host_buffer_wait_ms = (int64_t)v;

@@ -17,6 +17,7 @@
 
 static const char g_usage[] =
     "usage: loom run FILE.mlir [--input NAME=FILE.npy]... [--devices LIST] [--json] [--output-dir DIR]\n"
+    "                [--pool-devices N] [--priority CLASS] [--launch-limit MS] [--share-weight W]\n"
     "\n"
     "Compiles a StableHLO module (MLIR text as JAX prints it) for the cluster, puts its inputs on\n"
     "the devices, runs it once on every device it needs and prints the results as numpy does.\n"
@@ -28,6 +29,11 @@ static const char g_usage[] =
     "  --input NAME=FILE.npy    the value of argument NAME of @main: its index (0, arg0 or %arg0);\n"
     "                           --input FILE.npy takes the next argument in order\n"
     "  --devices LIST           virtual devices that run processes 0, 1, ...: e.g. 0-7 or 4,5,6,7\n"
+    "  --pool-devices N         ask the shared pool for N devices (wait in its queue until they are\n"
+    "                           free); the session sees them as devices 0..N-1 (docs/pool.md)\n"
+    "  --priority CLASS         the session's priority class (e.g. prod, interactive, batch)\n"
+    "  --launch-limit MS        the watchdog cancels a launch running longer than this\n"
+    "  --share-weight W         time-share the pool devices with other weighted sessions (weight W)\n"
     "  --output-dir DIR         also write the results to DIR/result_N.npy\n"
     "  --json                   print one JSON object (form, devices, sequence, results)\n"
     "  --controller HOST:PORT   the controller (default: $LOOM_CONTROLLER, else the local cluster)\n"
@@ -63,11 +69,13 @@ int cmd_run(int argc, char **argv) {
   uint64_t timeout_s = 120;
   run_input inputs[MAX_INPUTS];
   int ninputs = 0, next_pos = 0;
-  enum { O_CTL = 1, O_JSON, O_TIMEOUT, O_INPUT, O_DEV, O_OUT };
+  enum { O_CTL = 1, O_JSON, O_TIMEOUT, O_INPUT, O_DEV, O_OUT, O_POOL, O_PRIO, O_LIMIT, O_WEIGHT };
   static const struct option opts[] = {
       {"controller", required_argument, 0, O_CTL}, {"json", no_argument, 0, O_JSON},
       {"timeout", required_argument, 0, O_TIMEOUT}, {"input", required_argument, 0, O_INPUT},
       {"devices", required_argument, 0, O_DEV},     {"output-dir", required_argument, 0, O_OUT},
+      {"pool-devices", required_argument, 0, O_POOL}, {"priority", required_argument, 0, O_PRIO},
+      {"launch-limit", required_argument, 0, O_LIMIT}, {"share-weight", required_argument, 0, O_WEIGHT},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
   };
   cli_options o = {.cmd = cmd, .usage = g_usage, .argc = argc, .argv = argv, .opts = opts, .max_operands = 1};
@@ -75,6 +83,16 @@ int cmd_run(int argc, char **argv) {
   while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
     case O_CTL: addr = optarg; break;
+    case O_POOL:
+      if (cli_pool_option(cmd, "--pool-devices", optarg) < 0) return 2;
+      break;
+    case O_PRIO: cli_pool_option(cmd, "--priority", optarg); break;
+    case O_LIMIT:
+      if (cli_pool_option(cmd, "--launch-limit", optarg) < 0) return 2;
+      break;
+    case O_WEIGHT:
+      if (cli_pool_option(cmd, "--share-weight", optarg) < 0) return 2;
+      break;
     case O_JSON: json = 1; break;
     case O_TIMEOUT:
       if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &timeout_s) < 0) return 2;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include "cli/util.h"
 #include "common/dtype.h"
 #include "loom/loom.h"
@@ -133,6 +134,35 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
   return -1;
 }
 
+cli_pool g_cli_pool;
+
+int cli_pool_option(const char *cmd, const char *opt, const char *val) {
+  uint64_t v;
+  if (!strcmp(opt, "--pool-devices")) {
+    if (cli_parse_u64(cmd, opt, val, 1, 65536, &v) < 0) return -1;
+    g_cli_pool.devices = (uint32_t)v;
+  } else if (!strcmp(opt, "--priority")) {
+    g_cli_pool.priority = val;
+  } else if (!strcmp(opt, "--share-weight")) {
+    if (cli_parse_u64(cmd, opt, val, 1, 1000000, &v) < 0) return -1;
+    g_cli_pool.share_weight = (uint32_t)v;
+  } else {
+    if (cli_parse_u64(cmd, opt, val, 1, 86400000, &v) < 0) return -1;
+    g_cli_pool.launch_limit_ms = (uint32_t)v;
+  }
+  return 0;
+}
+
+/* The waiting client's progress line (stderr, rewritten in place on a terminal). */
+static void queue_line(void *arg, const loom_queue_status *s) {
+  const char *cmd = arg;
+  bool tty = isatty(2);
+  fprintf(stderr, "%sloom %s: waiting for %u devices (%s): %u of %u in the queue, %u free, %llu s: %s%s",
+          tty ? "\r\033[K" : "", cmd, s->devices, s->priority, s->position, s->queued, s->free_devices,
+          (unsigned long long)(s->waited_ms / 1000), s->blocked_by, tty ? "" : "\n");
+  fflush(stderr);
+}
+
 loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s) {
   char name[64];
   snprintf(name, sizeof name, "loom %s", cmd);
@@ -141,11 +171,25 @@ loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s) 
   o.address = addr;
   o.timeout_ms = (int64_t)timeout_s * 1000;
   o.client_name = name;
+  const char *e;
+  o.pool_devices = g_cli_pool.devices;
+  if (!o.pool_devices && (e = getenv("LOOM_POOL_DEVICES")) && *e) o.pool_devices = (uint32_t)strtoul(e, NULL, 10);
+  o.priority = g_cli_pool.priority ? g_cli_pool.priority : getenv("LOOM_PRIORITY");
+  o.launch_limit_ms = g_cli_pool.launch_limit_ms;
+  if (!o.launch_limit_ms && (e = getenv("LOOM_LAUNCH_LIMIT_MS")) && *e) o.launch_limit_ms = (uint32_t)strtoul(e, NULL, 10);
+  o.share_weight = g_cli_pool.share_weight;
+  if (!o.share_weight && (e = getenv("LOOM_SHARE_WEIGHT")) && *e) o.share_weight = (uint32_t)strtoul(e, NULL, 10);
+  o.queue_progress = queue_line;
+  o.queue_progress_arg = (void *)cmd;
   loom_client *c;
   if (loom_connect(&o, &c) != LOOM_OK) {
+    if (o.pool_devices && isatty(2)) fprintf(stderr, "\n");
     cli_fail(cmd, "%s", loom_errmsg(NULL));
     return NULL;
   }
+  if (o.pool_devices && loom_client_queued_ms(c) >= 1000)
+    fprintf(stderr, "%sloom %s: admitted on %u devices (%s) after %.1f s in the queue\n", isatty(2) ? "\r\033[K" : "",
+            cmd, loom_client_pool_devices(c), loom_client_priority(c), (double)loom_client_queued_ms(c) / 1000.0);
   return c;
 }
 

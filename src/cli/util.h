@@ -66,6 +66,17 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
  * client "loom CMD", each request limited to timeout_s. On failure prints the error and returns
  * NULL. */
 struct loom_client *cli_connect(const char *cmd, const char *addr, uint64_t timeout_s);
+/* What cli_connect asks the shared pool for (docs/pool.md): set by --pool-devices, --priority and
+ * --launch-limit, else from $LOOM_POOL_DEVICES, $LOOM_PRIORITY, $LOOM_LAUNCH_LIMIT_MS. */
+typedef struct cli_pool {
+  uint32_t devices;
+  const char *priority;
+  uint32_t launch_limit_ms;
+  uint32_t share_weight;
+} cli_pool;
+extern cli_pool g_cli_pool;
+/* Parses one of those options (O is the option's name); -1 after a usage error. */
+int cli_pool_option(const char *cmd, const char *opt, const char *val);
 
 /* Parses a list of virtual device ids, "0-7", "4,5,6,7", "0-3,8,10-11" (ids 0..65535, ranges
  * ascending) into out[0..cap). Returns the count, or -1 when s is malformed or lists more than cap. */

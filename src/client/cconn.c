@@ -76,6 +76,9 @@ struct lm_cconn {
   char software[64];
   uint64_t peer_max_payload;         /* what the peer said it accepts (HELLO_REPLY); 0: unknown */
   lm_cconn_local local;       /* from the HELLO_REPLY */
+  lm_cconn_pool pool;         /* from the HELLO_REPLY */
+  void (*on_queue)(void *arg, const Lmw__QueueUpdate *u); /* while HELLO waits in the pool's queue */
+  void *on_queue_arg;
   atomic_bool peer_access;    /* the peer copies to and from our memory: see lm_cconn_set_peer_access */
 };
 
@@ -142,16 +145,23 @@ static int rx_frame(void *arg, lm_frame *f, lm_err *err) {
   lm_cconn *c = arg;
   pthread_mutex_lock(&c->mu);
   lm_call *call = f->h.request_id ? table_find(c, f->h.request_id, true) : NULL;
+  if (f->h.type == LM_MSG_HELLO_REPLY) c->on_queue = NULL; /* the wait is over: no callback after connect returns */
   if (c->sink_call && c->sink_call == call) {
     c->sink_call = NULL;
     pthread_cond_broadcast(&c->sink_cv);
   }
-  if (!call) { /* a one-way message: today only an ERROR explaining why we are dropped */
+  if (!call) { /* a one-way message: an ERROR explaining why we are dropped, or the queue's progress */
     if (f->h.type == LM_MSG_ERROR) {
       lm_msg_error_status(f, &c->peer_err);
       c->have_peer_err = true;
     }
     pthread_mutex_unlock(&c->mu);
+    ProtobufCMessage *qm;
+    lm_err qerr;
+    if (f->h.type == LM_MSG_QUEUE_UPDATE && c->on_queue && lm_msg_decode(f, &qm, &qerr) == 0) {
+      c->on_queue(c->on_queue_arg, (const Lmw__QueueUpdate *)qm);
+      lm_msg_free(qm);
+    }
     return 0;
   }
   pthread_mutex_unlock(&c->mu);
@@ -586,6 +596,8 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
   c->send_timeout_ms = o.timeout_ms;
   c->intr = o.intr;
   c->intr_arg = o.intr_arg;
+  c->on_queue = o.on_queue;
+  c->on_queue_arg = o.on_queue_arg;
   c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->send_mu, NULL);
@@ -623,10 +635,21 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
       h.local_probe.data = (uint8_t *)o.local_probe;
       h.local_probe.len = LM_LOCAL_PROBE_SIZE;
     }
+    h.pool_devices = o.pool_devices;
+    h.priority = (char *)(o.priority ? o.priority : "");
+    h.launch_limit_ms = o.launch_limit_ms;
+    h.share_weight = o.share_weight;
     ProtobufCMessage *rm;
-    rc = lm_cconn_call(c, LM_MSG_HELLO, &h.base, LM_MSG_HELLO_REPLY, o.timeout_ms, o.intr, o.intr_arg, &rm, err);
+    int64_t hello_ms = o.pool_devices ? (o.queue_timeout_ms > 0 ? o.queue_timeout_ms : -1) : o.timeout_ms;
+    rc = lm_cconn_call(c, LM_MSG_HELLO, &h.base, LM_MSG_HELLO_REPLY, hello_ms, o.intr, o.intr_arg, &rm, err);
+    if (rc == LOOM_TIMEOUT && o.pool_devices)
+      rc = lm_errf(err, LOOM_TIMEOUT, "the session waited %lld ms in the pool's queue for %u devices without being "
+                   "admitted (the queue timeout)", (long long)o.queue_timeout_ms, o.pool_devices);
     if (rc == 0) {
       Lmw__HelloReply *hr = (Lmw__HelloReply *)rm;
+      c->pool.ndevices = (uint32_t)hr->n_pool_device_ids;
+      copy_printable(c->pool.priority, sizeof c->pool.priority, hr->priority);
+      c->pool.queued_ms = hr->queued_ms;
       c->session_id = hr->session_id;
       c->peer_max_payload = hr->max_payload;
       snprintf(c->software, sizeof c->software, "%s", hr->software);
@@ -669,6 +692,7 @@ const char *lm_cconn_address(const lm_cconn *c) { return c->addr; }
 const char *lm_cconn_server_software(const lm_cconn *c) { return c->software; }
 
 const lm_cconn_local *lm_cconn_local_info(const lm_cconn *c) { return &c->local; }
+const lm_cconn_pool *lm_cconn_pool_info(const lm_cconn *c) { return &c->pool; }
 
 void lm_cconn_set_peer_access(lm_cconn *c) { atomic_store(&c->peer_access, true); }
 

@@ -32,7 +32,23 @@ typedef struct lm_cconn_options {
   /* optional: called once connected, before HELLO (a check of the peer); < 0 fails the open */
   int (*on_connected)(void *arg, int fd, lm_err *err);
   void *on_connected_arg;
+  /* the shared pool (docs/pool.md), controller connections only: */
+  uint32_t pool_devices;       /* HELLO.pool_devices: devices to ask for (0: a shared session) */
+  const char *priority;        /* HELLO.priority: the class (NULL: the controller's default) */
+  uint32_t launch_limit_ms;    /* HELLO.launch_limit_ms (0: the class's) */
+  int64_t queue_timeout_ms;    /* with pool_devices: how long HELLO may wait in the queue (<= 0: no limit) */
+  uint32_t share_weight;       /* HELLO.share_weight: time-share devices with this weight (0: exclusive) */
+  /* called on the receiver thread for each QUEUE_UPDATE while HELLO waits (msg: Lmw__QueueUpdate) */
+  void (*on_queue)(void *arg, const Lmw__QueueUpdate *u);
+  void *on_queue_arg;
 } lm_cconn_options;
+
+/* What the controller's HELLO_REPLY said about the session's place in the pool. */
+typedef struct lm_cconn_pool {
+  uint32_t ndevices;           /* pool session: the cluster devices it holds (0: shared) */
+  char priority[32];
+  uint64_t queued_ms;
+} lm_cconn_pool;
 
 /* What the peer's HELLO_REPLY said about local transfers (checked: printable, bounded). */
 typedef struct lm_cconn_local {
@@ -64,6 +80,7 @@ const char *lm_cconn_server_software(const lm_cconn *c);
 /* Whether the connection still works; when not, why (into err). */
 bool lm_cconn_ok(lm_cconn *c, lm_err *err);
 const lm_cconn_local *lm_cconn_local_info(const lm_cconn *c);
+const lm_cconn_pool *lm_cconn_pool_info(const lm_cconn *c);
 /* Marks a connection whose peer reads and writes this process's memory for pending calls (local
  * transfers). Stopping such a connection (releasing a pending call, a failed send, a bad frame)
  * then half-closes it and waits until the peer has closed its end, which it does once no copy

@@ -47,6 +47,27 @@ void loom_connect_options_initialize(loom_connect_options *o) {
   o->timeout_ms = 30000;
 }
 
+typedef struct queue_relay {
+  loom_queue_fn fn;
+  void *arg;
+} queue_relay;
+
+/* QUEUE_UPDATE -> the caller's queue_progress (on the receiver thread, while connect waits). */
+static void relay_queue(void *arg, const Lmw__QueueUpdate *u) {
+  queue_relay *r = arg;
+  char pri[32], why[160];
+  snprintf(pri, sizeof pri, "%s", u->priority ? u->priority : "");
+  snprintf(why, sizeof why, "%s", u->blocked_by ? u->blocked_by : "");
+  for (char *q = why; *q; q++)
+    if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = ' ';
+  for (char *q = pri; *q; q++)
+    if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = ' ';
+  loom_queue_status st = {.struct_size = sizeof st, .position = u->position, .queued = u->queued,
+                          .devices = u->devices, .free_devices = u->free_devices, .waited_ms = u->waited_ms,
+                          .priority = pri, .blocked_by = why};
+  r->fn(r->arg, &st);
+}
+
 loom_status loom_connect(const loom_connect_options *options, loom_client **out) {
   t_errmsg[0] = 0;
   if (!out) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_connect: out is NULL");
@@ -83,7 +104,12 @@ loom_status loom_connect(const loom_connect_options *options, loom_client **out)
   c->intr_arg = o.interrupt_arg;
   c->xfer_mode = xfer_mode;
   lm_cconn_options co = {.timeout_ms = o.timeout_ms, .intr = o.interrupt, .intr_arg = o.interrupt_arg,
-                         .name = o.client_name, .auth_token = o.auth_token, .auth_token_len = o.auth_token_size};
+                         .name = o.client_name, .auth_token = o.auth_token, .auth_token_len = o.auth_token_size,
+                         .pool_devices = o.pool_devices, .priority = o.priority,
+                         .launch_limit_ms = o.launch_limit_ms, .queue_timeout_ms = o.queue_timeout_ms,
+                         .share_weight = o.share_weight};
+  queue_relay relay = {.fn = o.queue_progress, .arg = o.queue_progress_arg};
+  if (o.queue_progress) co.on_queue = relay_queue, co.on_queue_arg = &relay;
   if (tn > 0) co.auth_token = token, co.auth_token_len = (size_t)tn;
   rc = lm_cconn_open(addr, &co, &c->conn, &err);
   if (rc == 0) {
@@ -112,6 +138,9 @@ const char *loom_errmsg(const loom_client *c) { return c ? c->errmsg : t_errmsg;
 
 const char *loom_client_address(const loom_client *c) { return c ? lm_cconn_address(c->conn) : ""; }
 uint64_t loom_client_session(const loom_client *c) { return c ? lm_cconn_session_id(c->conn) : 0; }
+uint32_t loom_client_pool_devices(const loom_client *c) { return c ? lm_cconn_pool_info(c->conn)->ndevices : 0; }
+const char *loom_client_priority(const loom_client *c) { return c ? lm_cconn_pool_info(c->conn)->priority : ""; }
+uint64_t loom_client_queued_ms(const loom_client *c) { return c ? lm_cconn_pool_info(c->conn)->queued_ms : 0; }
 
 loom_status loom_refresh_devices(loom_client *c) {
   if (!c) return failf(NULL, LOOM_INVALID_ARGUMENT, "loom_refresh_devices: client is NULL");

@@ -193,6 +193,16 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     r.session_id = s->id;
     lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
              s->name[0] ? s->name : "unnamed");
+    int prc = ctl_pool_hello(p, f, h, &r, &aerr); /* the pool: admit now, queue, or refuse */
+    if (prc < 0) {
+      lm_warn("refused session %llu (%s): %s", (unsigned long long)s->id, lm_conn_peer_name(p->conn), aerr.msg);
+      lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+      return;
+    }
+    if (prc == 0) { /* the pool answers this HELLO once the session is admitted */
+      lm_conn_set_established(p->conn);
+      return;
+    }
   } else if (h->role == LMW__ROLE__ROLE_WORKER) {
     if (c->have_secret) { /* the challenge: the worker proves the secret in REGISTER_WORKER */
       lm_err aerr;
@@ -441,8 +451,14 @@ static void on_list_devices(peer *p, const lm_frame *f) {
     o->health_reason = (char *)lm_registry_device_reason(c->reg, i);
     ptrs[i] = o;
   }
+  uint32_t npool;
+  const uint32_t *pool = ctl_pool_devices(p, &npool);
+  for (uint32_t i = 0; i < npool; i++) { /* a pool session sees its devices only, as 0..n-1 */
+    ptrs[i] = &devs[pool[i]];
+    ptrs[i]->id = i;
+  }
   Lmw__ListDevicesReply r = LMW__LIST_DEVICES_REPLY__INIT;
-  r.n_devices = n;
+  r.n_devices = pool ? npool : n;
   r.devices = ptrs;
   reply(p, f, LM_MSG_LIST_DEVICES_REPLY, &r.base);
   free(devs);
@@ -610,6 +626,12 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
     return;
   }
+  if (p->role == ROLE_CLIENT && ctl_pool_hold(p, f)) return; /* suspended: served when it resumes */
+  if (p->role == ROLE_CLIENT && ctl_pool_queued(p) && type != LM_MSG_PING) {
+    reply_error(p, f, LOOM_BUSY, "this session is waiting in the pool's queue for its devices; %s is served once it "
+                "is admitted", lm_msg_name(type));
+    return;
+  }
   if (f->h.payload_len && type != LM_MSG_COMPILE) { /* only COMPILE carries a payload (the text) */
     reply_error(p, f, LOOM_PROTOCOL, "%s does not take a payload (%llu bytes sent)", lm_msg_name(type),
                 (unsigned long long)f->h.payload_len);
@@ -626,12 +648,22 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, rc, "%s", err.msg);
     return;
   }
+  if (p->role == ROLE_CLIENT && (type == LM_MSG_ARRAY_CREATE || type == LM_MSG_COMPILE) &&
+      ctl_pool_rewrite(p, type, m, &err) < 0) { /* a pool session's own device ids -> the cluster's */
+    reply_error(p, f, err.code, "%s", err.msg);
+    lm_msg_free(m);
+    return;
+  }
   switch (type) {
   case LM_MSG_HELLO: on_hello(p, f, (Lmw__Hello *)m); break;
   case LM_MSG_REGISTER_WORKER: on_register_worker(p, f, (Lmw__RegisterWorker *)m); break;
   case LM_MSG_HEARTBEAT: on_heartbeat(p, f, (Lmw__Heartbeat *)m); break;
   case LM_MSG_LIST_DEVICES: on_list_devices(p, f); break;
   case LM_MSG_CLUSTER_STATUS: on_cluster_status(p, f); break;
+  case LM_MSG_POOL_STATUS:
+    if (p->role == ROLE_CLIENT) ctl_pool_on_status(p, f, (Lmw__PoolStatus *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "POOL_STATUS is only for clients");
+    break;
   case LM_MSG_PING: {
     Lmw__Pong pong = LMW__PONG__INIT;
     pong.nonce = ((Lmw__Ping *)m)->nonce;
@@ -706,6 +738,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     }
     lm_session_destroy(p->session);
     c->nsessions--;
+    ctl_pool_client_gone(c, p); /* after its arrays went: frees its devices, admits the next */
   } else if (code != 0 && !c->stopping) {
     lm_warn("dropped %s before its handshake: %s", lm_conn_peer_name(conn), reason);
   }
@@ -719,6 +752,8 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
 }
 
 static const lm_conn_ops g_peer_ops = {.on_frame = on_frame, .on_close = on_close};
+
+void ctl_replay_frame(peer *p, lm_frame *f) { on_frame(p->conn, f); }
 
 static void on_connection(uv_stream_t *server, int status) {
   ctl *c = server->data;
@@ -758,7 +793,7 @@ static void expire_idle_sessions(ctl *c) {
   if (!limit) return;
   for (peer *p = c->peers, *next; p; p = next) {
     next = p->next; /* closing does not free p before its close callback, but stay safe */
-    if (p->role != ROLE_CLIENT || !lm_conn_is_open(p->conn) || now - p->last_ms < limit) continue;
+    if (p->role != ROLE_CLIENT || !lm_conn_is_open(p->conn) || now - p->last_ms < limit || ctl_pool_queued(p)) continue;
     bool busy = false;
     for (c_launch *l = c->active; l && !busy; l = l->next) busy = l->client == p;
     if (busy) continue;
@@ -772,6 +807,7 @@ static void expire_idle_sessions(ctl *c) {
 static void on_health_tick(uv_timer_t *t) {
   ctl *c = t->data;
   expire_idle_sessions(c);
+  ctl_pool_tick(c);
   uint32_t lost[64];
   size_t n;
   do {
@@ -855,6 +891,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
     c->have_secret = rc == 0;
   }
+  if (rc == 0) rc = ctl_pool_init(c, c->cfg.pool_config, err);
   if (rc == 0 && c->cfg.tokens_file) {
     tokens_refresh(c);
     if (c->tokens_err < 0) rc = lm_errf(err, c->tokens_err, "%s", c->tokens_msg);
@@ -866,6 +903,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
                  "--secret-file and --tokens-file (`loom up` makes both), or --insecure to accept anyone",
                  c->cfg.listen);
   if (rc < 0) {
+    ctl_pool_free(c);
     free(c->log);
     free(c->dev_refs);
     lm_tokens_free(&c->tokens);
@@ -923,6 +961,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_trace_free(c);
   ctl_programs_free(c);
   ctl_frees_free(c);
+  ctl_pool_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);
   free(c->worker_key);

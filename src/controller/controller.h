@@ -30,6 +30,8 @@ typedef struct lm_controller_config {
   const char *http_address_file;   /* optional: the HTTP port's bound "HOST:PORT" is written here */
   uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
                                       tokens only) */
+  const char *pool_config;         /* the shared pool's classes and quotas (docs/pool.md); NULL: the
+                                      built-in classes prod > interactive > batch, no quotas */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

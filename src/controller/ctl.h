@@ -8,6 +8,7 @@
  *   ctl_frees.c     deleted arrays' frees, held briefly per worker and sent with its next RUN
  *   ctl_http.c      the HTTP port (/metrics, /healthz, /readyz) on its own thread, fed by snapshots
  *   ctl_metrics.c   counters and the Prometheus text format
+ *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
  * Everything runs on the loop thread, except what ctl_http.c says runs on its thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -18,6 +19,7 @@
 #include "controller/controller.h"
 #include "controller/ctl_metrics.h"
 #include "controller/ctl_trace.h"
+#include "controller/ctl_pool.h"
 #include "controller/registry.h"
 #include "controller/session.h"
 #include "hlo/spmd.h"
@@ -44,6 +46,7 @@ typedef struct peer {
   char user[LM_TOKEN_USER_MAX + 1]; /* clients: the user their token names ("" without tokens) */
   bool challenged;           /* workers: HELLO_REPLY carried our challenge */
   uint8_t nonce[LM_AUTH_NONCE_SIZE], challenge[LM_AUTH_NONCE_SIZE]; /* workers: the two halves */
+  pool_sess *pool;           /* clients: the session's place in the pool (ctl_pool.c) */
   struct peer *prev, *next;  /* the controller's list of peers */
 } peer;
 
@@ -66,6 +69,8 @@ typedef struct c_array {
   uint64_t producer;         /* the launch that computes it (0: put) */
   uint32_t *held;            /* the controller's dev_refs while devs hold its devices (ctl_hold) */
   uint32_t nheld;
+  pool_sess *pool;           /* the pool session charged for its memory (ctl_pool.c), or NULL */
+  uint64_t pool_bytes;
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
@@ -99,6 +104,7 @@ typedef struct c_program {
                                 workers get where every process runs */
   uint32_t nloads;
   bool default_devices;      /* compiled without a device list (devices 0..n-1) */
+  bool asked_prefix;         /* a pool session's compile without a list: its first n devices of asked */
   uint32_t *held;            /* the controller's dev_refs while devices[0..ndev) are held */
   uint32_t *asked;           /* P_ANALYZING: the device list the compile gave (nasked, 0 = default) */
   size_t nasked;
@@ -158,6 +164,8 @@ struct c_launch {
   uint64_t t0_ns;            /* uv_hrtime() when it arrived (metrics) */
   int end_code;              /* why it ended early (launch_end_early); 0 otherwise */
   ctl_trace_launch *trace;   /* its record while a trace records it (ctl_trace.c), else NULL */
+  pool_sess *pool;           /* charged for it (ctl_pool.c) */
+  uint64_t started_ns;       /* when it was sent to the workers (uv_hrtime) */
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -216,6 +224,7 @@ struct ctl {
   ctl_http *http;
   lm_met_counters *met;      /* counters bumped at a few points; NULL: none kept */
   struct ctl_tracer *trace;  /* launch traces (ctl_trace.c); NULL until one starts */
+  struct ctl_pool *pool;     /* ctl_pool.c */
 };
 
 uint64_t ctl_now_ms(ctl *c);
@@ -224,6 +233,8 @@ uint64_t ctl_now_ms(ctl *c);
 uint32_t *ctl_hold(ctl *c, const uint32_t *devs, uint32_t n);
 void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n);
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m);
+/* Serves a client's frame as if it had just arrived (a suspended session's held request). */
+void ctl_replay_frame(peer *p, lm_frame *f);
 #define ctl_reply_error(p, rid, code, ...) lm_conn_send_errorf((p)->conn, rid, code, __VA_ARGS__)
 /* Sends to a live, registered worker (counting its cseq); a worker that is gone is skipped (0:
  * losing it settles what waits on it). < 0 (logged, and in err, which may be NULL): the message
@@ -317,5 +328,7 @@ void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m);
 void ctl_launches_client_gone(ctl *c, peer *p);
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_launches_free(ctl *c);
+/* Fails the launch now with code and message full, and aborts it on its workers (the watchdog). */
+void ctl_launch_cut(ctl *c, c_launch *l, int code, const char *full, const char *reason);
 
 #endif

@@ -12,6 +12,7 @@ void ctl_array_destroy(void *obj) {
   c_array *a = obj;
   if (!a) return;
   if (a->held) ctl_release(a->held, a->devs, a->nheld);
+  ctl_pool_array_gone(a);
   free(a->devs);
   free(a->msg);
   free(a);
@@ -59,12 +60,13 @@ int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what
 
 /* Reads and checks a wire sharding for an array of rank dims against the device table. */
 static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s,
-                              uint32_t **devs_out, lm_err *err) {
+                              uint32_t **devs_out, uint32_t dev0, lm_err *err) {
   *devs_out = NULL;
   lm_sharding_init(s);
-  if (!w) { /* default: the whole array on device 0 */
+  if (!w) { /* default: the whole array on device 0 (the session's first) */
     uint32_t *d = calloc(1, sizeof *d);
     if (!d) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    *d = dev0;
     s->devices = d;
     *devs_out = d;
   } else {
@@ -137,6 +139,7 @@ static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int ki
     const lm_reg_device *dev = lm_registry_device(c->reg, a->devs[i]);
     const lm_reg_worker *w = lm_registry_worker(c->reg, dev->worker);
     l->device = a->devs[i];
+    ctl_pool_map_out(p, &l->device, 1); /* a pool session's own numbering */
     l->worker_id = dev->worker;
     l->local_index = dev->local_index;
     peer *wp = dev->worker < c->worker_peer_cap ? c->worker_peer[dev->worker] : NULL;
@@ -182,7 +185,9 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     if (rc == 0 && __builtin_mul_overflow(numel, (uint64_t)lm_dtype_size(a->dtype), &nbytes))
       rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "the array's size overflows");
   }
-  if (rc == 0) rc = sharding_from_wire(c, m->sharding, a->rank, a->dims, &a->sh, &a->devs, &err);
+  uint32_t npool;
+  const uint32_t *pool = ctl_pool_devices(p, &npool);
+  if (rc == 0) rc = sharding_from_wire(c, m->sharding, a->rank, a->dims, &a->sh, &a->devs, pool ? pool[0] : 0, &err);
   if (rc == 0) { /* a shard larger than its device can never be put */
     int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
     lm_sharding_shard(&a->sh, a->rank, a->dims, 0, off, sd);
@@ -198,6 +203,7 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     }
   }
   for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) lm_session_touch(p->session, lm_registry_device(c->reg, a->devs[i])->worker);
+  if (rc == 0) rc = ctl_pool_array_add(p, a, true, &err); /* the device_memory quota */
   if (rc == 0) a->held = ctl_hold(c, a->devs, a->nheld = a->sh.ndev);
   if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, &err);
   if (rc < 0) {
@@ -240,6 +246,7 @@ void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) 
       return;
     }
   }
+  ctl_pool_array_located(p, a);
   placement_reply(p, f, a, LM_TOKEN_GET);
 }
 

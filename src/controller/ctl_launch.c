@@ -160,6 +160,7 @@ static void launch_free(ctl *c, c_launch *l) {
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
   if (l->trace) ctl_trace_launch_end(c, l, LOOM_CANCELLED);
+  ctl_pool_launch_end(c, l);
   ctl_program_release(c, l->prog);
   ctl_plan_release(l->plan);
   free(l->done);
@@ -247,6 +248,12 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
     }
     l = n;
   }
+}
+
+void ctl_launch_cut(ctl *c, c_launch *l, int code, const char *full, const char *reason) {
+  if (l->failed) return;
+  c->launches_failed++;
+  launch_end_early(c, l, code, full, reason);
 }
 
 void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m) {
@@ -359,6 +366,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     rc = lm_errf(&err, LOOM_WORKER_LOST, "device %u (process %u) is unavailable: %s is lost (%s)", prog->devices[i], i,
                  wn, lm_registry_device_reason(c->reg, prog->devices[i]));
   }
+  if (rc == 0) rc = ctl_pool_launch_check(p, prog, &err); /* quotas: queued_launches, device_memory */
   c_launch *l = NULL;
   if (rc == 0) {
     l = calloc(1, sizeof *l);
@@ -413,6 +421,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     a->state = A_PENDING;
     a->producer = l->seq;
     a->held = ctl_hold(c, devs, a->nheld = info->nproc);
+    ctl_pool_array_add(p, a, false, NULL);
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);
@@ -438,6 +447,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   l->workers = plan->workers;
   for (uint32_t k = 0; k < l->nworkers; k++) lm_session_touch(s, l->workers[k]); /* they will hold its outputs */
   l->pending = l->nworkers;
+  ctl_pool_launch_start(p, l);
   l->hnext = c->by_seq[bucket(l->seq)];
   c->by_seq[bucket(l->seq)] = l;
   l->next = c->active;

@@ -191,6 +191,10 @@ static void send_compile_reply(ctl *c, peer *client, uint64_t rid, c_program *p,
     ctl_reply_error(client, rid, LOOM_NO_MEMORY, "out of host memory");
   } else {
     for (uint32_t m = 0; m < info->nproc; m++) mesh_devs[m] = p->devices[info->mesh_procs[m]];
+    ctl_pool_map_out(client, mesh_devs, info->nproc); /* a pool session's own numbering */
+    uint32_t *rdevs = malloc((p->ndev ? p->ndev : 1) * sizeof *rdevs);
+    if (rdevs && p->ndev) memcpy(rdevs, p->devices, p->ndev * sizeof *rdevs);
+    if (rdevs) ctl_pool_map_out(client, rdevs, p->ndev);
     for (uint32_t i = 0; i < nv; i++) {
       const lm_spmd_value *v = i < info->ninputs ? &info->inputs[i] : &info->outputs[i - info->ninputs];
       lm_sharding s = v->sh;
@@ -211,8 +215,8 @@ static void send_compile_reply(ctl *c, peer *client, uint64_t rid, c_program *p,
     r.form = (char *)lm_spmd_form_name(info->form);
     r.num_replicas = (uint32_t)info->num_replicas;
     r.num_partitions = (uint32_t)info->num_partitions;
-    r.n_devices = p->ndev;
-    r.devices = p->devices;
+    r.n_devices = rdevs ? p->ndev : 0;
+    r.devices = rdevs;
     r.n_inputs = info->ninputs;
     r.inputs = vptr;
     r.n_outputs = info->noutputs;
@@ -223,6 +227,7 @@ static void send_compile_reply(ctl *c, peer *client, uint64_t rid, c_program *p,
     if (lm_conn_send(client->conn, LM_MSG_COMPILE_REPLY, rid, &r.base, NULL, 0, NULL, NULL, &err) < 0 &&
         lm_conn_is_open(client->conn))
       lm_warn("cannot reply to %s: %s", lm_conn_peer_name(client->conn), err.msg);
+    free(rdevs);
   }
   free(mesh_devs), free(vi), free(vptr), free(sh), free(dims), free(dptr), free(axes), free(nums);
   (void)c;
@@ -431,7 +436,13 @@ static void analyze_done(uv_work_t *req, int status) {
   char shape[96], msg[LM_ERR_MSG_MAX + 256];
   snprintf(shape, sizeof shape, "%lld replica%s x %lld partition%s", (long long)info->num_replicas,
            info->num_replicas == 1 ? "" : "s", (long long)info->num_partitions, info->num_partitions == 1 ? "" : "s");
-  if (prog->nasked && prog->nasked != n) {
+  if (prog->asked_prefix && n > prog->nasked) {
+    snprintf(msg, sizeof msg, "%s needs %u devices (%s) but the session has %zu (it asked the pool for them)", name, n,
+             shape, prog->nasked);
+    program_fail(c, prog, LOOM_INVALID_ARGUMENT, msg);
+    return;
+  }
+  if (prog->nasked && prog->nasked != n && !prog->asked_prefix) {
     snprintf(msg, sizeof msg, "%s runs %u processes (%s) but %zu devices were given", name, n, shape, prog->nasked);
     program_fail(c, prog, LOOM_INVALID_ARGUMENT, msg);
     return;
@@ -503,13 +514,19 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
     ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%zu devices is more than %d", m->n_devices, LM_SHARD_MAX_DEVICES);
     return;
   }
-  uint64_t fp = fingerprint(text, len, m->devices, m->n_devices);
+  /* a pool session without a device list runs on its first devices: the list is its devices */
+  uint32_t npool;
+  const uint32_t *pool = m->n_devices ? NULL : ctl_pool_devices(p, &npool);
+  const uint32_t *asked = pool ? pool : m->devices;
+  size_t nasked = pool ? npool : m->n_devices;
+  uint64_t fp = fingerprint(text, len, asked, nasked);
   for (c_program *q = c->programs; q; q = q->next) {
     if (q->fingerprint != fp || q->state == P_FAILED || q->len != len || memcmp(q->text, text, len) != 0) continue;
     /* same text and the same explicit device list (or both default) */
-    bool same = m->n_devices == 0 ? q->default_devices
-                                  : !q->default_devices && m->n_devices == q->ndev &&
-                                        !memcmp(m->devices, q->devices, q->ndev * sizeof *q->devices);
+    bool same = pool ? q->asked_prefix && q->nasked == nasked && !memcmp(q->asked, asked, nasked * sizeof *asked)
+                : m->n_devices == 0 ? q->default_devices
+                                    : !q->default_devices && !q->asked_prefix && m->n_devices == q->ndev &&
+                                          !memcmp(m->devices, q->devices, q->ndev * sizeof *q->devices);
     if (!same) continue;
     if (q->state == P_READY) {
       finish_compile(c, p, rid, m->id, q, true);
@@ -534,9 +551,9 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   if (prog) {
     prog->text = text_new(len);
     prog->name = strdup(name);
-    prog->asked = m->n_devices ? malloc(m->n_devices * sizeof *prog->asked) : NULL;
+    prog->asked = nasked ? malloc(nasked * sizeof *prog->asked) : NULL;
   }
-  if (!prog || !we || !j || !prog->text || !prog->name || (m->n_devices && !prog->asked)) {
+  if (!prog || !we || !j || !prog->text || !prog->name || (nasked && !prog->asked)) {
     program_free(prog);
     free(we);
     free(j);
@@ -546,9 +563,10 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   memcpy(prog->text, text, len);
   prog->len = len;
   prog->fingerprint = fp;
-  prog->default_devices = m->n_devices == 0;
-  prog->nasked = m->n_devices;
-  if (m->n_devices) memcpy(prog->asked, m->devices, m->n_devices * sizeof *prog->asked);
+  prog->default_devices = nasked == 0;
+  prog->asked_prefix = pool != NULL;
+  prog->nasked = nasked;
+  if (nasked) memcpy(prog->asked, asked, nasked * sizeof *prog->asked);
   we->w.client = p;
   we->w.rid = rid;
   we->exe_id = m->id;

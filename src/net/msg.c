@@ -39,6 +39,9 @@
  *   36 CANCEL_LAUNCH           CancelLaunch           client -> ctl        none (reply ACK)
  *   37 SHARD_PUT_LOCAL         ShardPut (+ ranges)    client -> worker     none: the worker reads the ranges
  *   38 SHARD_GET_LOCAL         ShardGet (+ ranges)    client -> worker     none: the worker writes the ranges
+ *   60 QUEUE_UPDATE            QueueUpdate            ctl -> client        none (one-way, before HELLO_REPLY)
+ *   61 POOL_STATUS             PoolStatus             client -> ctl        none
+ *   62 POOL_STATUS_REPLY       PoolStatusReply        ctl -> client        none
  */
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +91,9 @@ static const msg_info g_msgs[] = {
     [LM_MSG_CANCEL_LAUNCH] = {"CANCEL_LAUNCH", &lmw__cancel_launch__descriptor},
     [LM_MSG_SHARD_PUT_LOCAL] = {"SHARD_PUT_LOCAL", &lmw__shard_put__descriptor},
     [LM_MSG_SHARD_GET_LOCAL] = {"SHARD_GET_LOCAL", &lmw__shard_get__descriptor},
+    [LM_MSG_QUEUE_UPDATE] = {"QUEUE_UPDATE", &lmw__queue_update__descriptor},
+    [LM_MSG_POOL_STATUS] = {"POOL_STATUS", &lmw__pool_status__descriptor},
+    [LM_MSG_POOL_STATUS_REPLY] = {"POOL_STATUS_REPLY", &lmw__pool_status_reply__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

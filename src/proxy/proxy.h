@@ -23,6 +23,9 @@ typedef struct px_options {
   const char *controller;    /* the controller's "HOST:PORT"; NULL: libloom's default lookup */
   const char *address_file;  /* optional: write the bound address here once listening */
   int64_t host_buffer_wait_ms; /* how long a request waits for its HostBufferStore (default 60000) */
+  uint32_t pool_devices;     /* each session asks the shared pool for this many devices (0: shared) */
+  const char *priority;      /* ... in this class (NULL: the controller's default) */
+  uint32_t share_weight;     /* ... time-sharing them with this weight (0: exclusive) */
   volatile sig_atomic_t *stop; /* set nonzero (by a signal handler) to stop serving */
 } px_options;
 

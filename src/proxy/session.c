@@ -2100,6 +2100,9 @@ static void *session_main(void *arg) {
   char name[64];
   snprintf(name, sizeof name, "ifrt-proxy session %" PRIu64, s->id);
   co.client_name = name;
+  co.pool_devices = s->opts->pool_devices; /* the shared pool (docs/pool.md): JAX sees its devices */
+  co.priority = s->opts->priority;
+  co.share_weight = s->opts->share_weight;
   int st = loom_connect(&co, &s->client);
   if (st != LOOM_OK) {
     snprintf(s->err, sizeof s->err, "the Loom proxy cannot reach the cluster's controller: %s", loom_errmsg(NULL));
