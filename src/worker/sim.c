@@ -92,6 +92,7 @@ typedef struct sim_dconn {
   simw *sw;
   lm_conn *conn;
   bool hello;
+  struct sim_dconn *prev, *next; /* the process's data connections */
 } sim_dconn;
 
 struct simw {
@@ -130,6 +131,7 @@ struct sim {
   bool have_secret;
   uint8_t secret[LM_AUTH_SECRET_SIZE];
   sim_prog *progs;
+  sim_dconn *dconns;           /* open data connections (closed at stop) */
   uint8_t *zeros;              /* gets' bytes */
   size_t zeros_cap;
   uint64_t runs, puts, gets;
@@ -616,6 +618,10 @@ static void data_frame(lm_conn *c, lm_frame *f) {
 static void data_close(lm_conn *c, int code, const char *reason) {
   (void)code, (void)reason;
   sim_dconn *dc = lm_conn_user(c);
+  sim *s = dc->sw->s;
+  if (dc->prev) dc->prev->next = dc->next;
+  else s->dconns = dc->next;
+  if (dc->next) dc->next->prev = dc->prev;
   for (sim_get **pp = &dc->sw->parked; *pp;) {
     sim_get *g = *pp;
     if (g->conn == c) {
@@ -651,7 +657,10 @@ static void on_data_connection(uv_stream_t *server, int status) {
   }
   dc->sw = w;
   dc->conn = conn;
-  lm_conn_accept(conn, server);
+  dc->next = w->s->dconns;
+  if (dc->next) dc->next->prev = dc;
+  w->s->dconns = dc;
+  lm_conn_accept(conn, server); /* a failure closes it: data_close unlists it */
 }
 
 /* ---- the control connection ---- */
@@ -903,6 +912,10 @@ static void sim_stop(sim *s, int rc, const char *msg) {
     if (w->data_open) uv_close((uv_handle_t *)&w->data_server, NULL);
     w->data_open = false;
     if (w->conn) lm_conn_close(w->conn, 0, "worker stopping");
+  }
+  for (sim_dconn *dc = s->dconns, *n; dc; dc = n) {
+    n = dc->next;
+    lm_conn_close(dc->conn, 0, "worker stopping");
   }
 }
 
