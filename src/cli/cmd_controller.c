@@ -17,8 +17,8 @@ static const char g_usage[] =
     "options:\n"
     "  --listen HOST:PORT          address to listen on (default 127.0.0.1:29100; port 0 = any free port)\n"
     "  --address-file PATH         write the address actually listened on to PATH once ready\n"
-    "  --heartbeat-interval MS     how often workers heartbeat (default 500)\n"
-    "  --heartbeat-timeout MS      a worker silent this long is lost (default 5000)\n"
+    "  --heartbeat-interval MS     how often workers heartbeat (default 200)\n"
+    "  --heartbeat-timeout MS      a worker silent this long is lost and fenced (default 900)\n"
     "  --handshake-timeout MS      a connection must say HELLO within this (default 5000)\n"
     "  --frame-timeout MS          a started frame must arrive within this, plus 1 s per MiB (default 10000)\n"
     "  --max-payload BYTES         largest frame payload accepted (default 64M)\n"
@@ -32,6 +32,11 @@ static const char g_usage[] =
     "  --max-sessions-per-user N   open sessions one token's user may hold (default 1024)\n"
     "  --reclaim-after MS          once fresh worker/device ids run out, reuse those of a worker lost\n"
     "                              this long (same device count, ids no longer named; default 60000)\n"
+    "  --recover-wait MS           a lost worker with no standby (`loom worker --standby`) to replace\n"
+    "                              it: its launches wait this long for a new worker to join, then\n"
+    "                              fail (default 0: they fail at once; docs/elastic.md)\n"
+    "  --no-snapshots              do not snapshot puts without a replica into another worker's host\n"
+    "                              memory (taken while a standby exists or --recover-wait is set)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -40,7 +45,8 @@ int cmd_controller(int argc, char **argv) {
   const char *cmd = "controller";
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
-  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM };
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM,
+         O_RECWAIT, O_NOSNAP };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -55,6 +61,8 @@ int cmd_controller(int argc, char **argv) {
       {"session-idle-timeout", required_argument, 0, O_IDLE},
       {"max-sessions-per-user", required_argument, 0, O_MAXS},
       {"reclaim-after", required_argument, 0, O_RECLAIM},
+      {"recover-wait", required_argument, 0, O_RECWAIT},
+      {"no-snapshots", no_argument, 0, O_NOSNAP},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -76,6 +84,11 @@ int cmd_controller(int argc, char **argv) {
       if (cli_parse_u64(cmd, "--reclaim-after", optarg, 0, 86400000, &v) < 0) return 2;
       cfg.reclaim_after_ms = (uint32_t)v;
       break;
+    case O_RECWAIT:
+      if (cli_parse_u64(cmd, "--recover-wait", optarg, 0, 86400000, &v) < 0) return 2;
+      cfg.recover_wait_ms = (uint32_t)v;
+      break;
+    case O_NOSNAP: cfg.no_snapshots = true; break;
     case O_MAXS:
       if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
       cfg.max_sessions_per_user = (uint32_t)v;

@@ -4,6 +4,8 @@
  *   ctl_programs.c  compiling: parse, SPMD analysis, the executable cache, loading on workers
  *   ctl_launch.c    launches: validation, global sequence numbers, one RUN per worker,
  *                   completion, failures, the launch log
+ *   ctl_recover.c   elastic recovery: standbys take over lost workers' devices, shards are
+ *                   restored, launches in flight re-issued; snapshots of puts
  * Everything runs on the loop thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -59,6 +61,8 @@ typedef struct c_array {
   uint64_t producer;         /* the launch that computes it (0: put) */
   uint32_t *held;            /* the controller's dev_refs while devs hold its devices (ctl_hold) */
   uint32_t nheld;
+  uint32_t *bk;              /* [sh.ndev] the worker keeping a snapshot of shard i in host memory,
+                                LM_REG_NO_DEVICE for none; NULL: no snapshots (ctl_recover.c) */
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
@@ -168,7 +172,11 @@ struct ctl {
   uint64_t launches_total, launches_failed;
   c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
   uint64_t log_count;
+  struct ctl_rec *rec;       /* elastic recovery (ctl_recover.c) */
 };
+
+/* Dispatches a frame as if it had just arrived from p (recovery replays deferred requests). */
+void ctl_dispatch(peer *p, lm_frame *f);
 
 uint64_t ctl_now_ms(ctl *c);
 /* Counts devs[0..n) as named (held) by an array or program, so their ids are not reclaimed;
@@ -215,5 +223,40 @@ void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m);
 void ctl_launches_client_gone(ctl *c, peer *p);
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_launches_free(ctl *c);
+/* Recovery's hooks (ctl_recover.c): take l out of the sequence table (late RUN_DONEs of its old
+ * number are ignored); give it a new number and send its RUNs again with the current device map;
+ * fail it for good (reply, outputs failed) and free it. */
+void ctl_launch_unhash(ctl *c, c_launch *l);
+void ctl_launch_reissue(ctl *c, c_launch *l);
+void ctl_launch_abandon(ctl *c, c_launch *l, int code, const char *why);
+/* True when an active launch of the session reads array (it must outlive a delete until then). */
+bool ctl_launch_reads(ctl *c, uint64_t session, uint64_t array);
+
+/* elastic recovery (ctl_recover.c, docs/elastic.md) */
+int ctl_recover_init(ctl *c);
+void ctl_recover_free(ctl *c);
+/* A worker was lost: true when recovery takes over its launches (a standby, or waiting for one
+ * is configured); false: fail them as before. */
+bool ctl_recover_worker_lost(ctl *c, uint32_t worker, const char *why);
+/* True while a recovery waits for a worker of ndev devices: a new worker registers as a standby. */
+bool ctl_recover_wants(ctl *c, uint32_t ndev);
+/* A worker's data plane is known: a waiting recovery may use it. */
+void ctl_recover_capacity(ctl *c);
+/* An ACK/ERROR from a worker: true when it answered a recovery's request (consumed). */
+bool ctl_recover_on_reply(ctl *c, peer *w, const lm_frame *f);
+/* A client request while a recovery is in progress: true when it was kept for later. */
+bool ctl_recover_defer(ctl *c, peer *p, const lm_frame *f);
+void ctl_recover_client_gone(ctl *c, peer *p);
+void ctl_recover_tick(ctl *c);
+/* The status line ("" when idle), the event log and the count of completed recoveries. */
+const char *ctl_recover_state(ctl *c, char *buf, size_t cap);
+size_t ctl_recover_events(ctl *c, const char **out, size_t max);
+uint32_t ctl_recover_count(ctl *c);
+/* A new put array: snapshots its shards that have no replica on another worker (when recovery is
+ * possible: a standby is registered or --recover-wait is set). */
+void ctl_snapshot_put(ctl *c, peer *p, c_array *a);
+/* ARRAY_DELETE of an array an active launch still reads: keeps its shards until that launch is
+ * over (a recovery may re-issue it). True: taken, the caller sends no FREE_ARRAYS. */
+bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a);
 
 #endif

@@ -13,6 +13,7 @@ void ctl_array_destroy(void *obj) {
   if (!a) return;
   if (a->held) ctl_release(a->held, a->devs, a->nheld);
   free(a->devs);
+  free(a->bk);
   free(a->msg);
   free(a);
 }
@@ -207,6 +208,7 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
   }
   a->state = A_READY;
   placement_reply(p, f, a, LM_TOKEN_PUT);
+  ctl_snapshot_put(c, p, a); /* after the reply: the copies wait for the client's bytes */
 }
 
 void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) {
@@ -257,8 +259,14 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
   for (size_t k = 0; k < m->n_ids; k++) {
     c_array *a = lm_session_get(p->session, m->ids[k], H_ARRAY);
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
-    for (uint32_t i = 0; i < a->sh.ndev; i++) {
-      uint32_t w = lm_registry_device(c->reg, a->devs[i])->worker;
+    if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight reads it: freed after it */
+      lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+      continue;
+    }
+    for (uint32_t i = 0; i < 2 * a->sh.ndev; i++) { /* its shards, then its snapshots */
+      uint32_t w = i < a->sh.ndev ? lm_registry_device(c->reg, a->devs[i])->worker
+                                  : (a->bk ? a->bk[i - a->sh.ndev] : LM_REG_NO_DEVICE);
+      if (w >= nw) continue;
       if (cnt[w] && ids[w][cnt[w] - 1] == a->id) continue;
       if (cnt[w] == 0 || (cnt[w] >= 8 && (cnt[w] & (cnt[w] - 1)) == 0)) { /* 8, 16, 32, ... */
         uint64_t *g = realloc(ids[w], (cnt[w] ? cnt[w] * 2 : 8) * sizeof *g);

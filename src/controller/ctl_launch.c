@@ -16,6 +16,7 @@
 #define LM_LAUNCH_MAX_VALUES 65536 /* inputs or outputs of one launch */
 
 static size_t bucket(uint64_t seq) { return (size_t)(seq % C_LAUNCH_BUCKETS); }
+static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m);
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -256,6 +257,67 @@ void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m
   ctl_reply(p, f, LM_MSG_ACK, &ack.base);
 }
 
+void ctl_launch_unhash(ctl *c, c_launch *l) {
+  for (c_launch **pp = &c->by_seq[bucket(l->seq)]; *pp; pp = &(*pp)->hnext)
+    if (*pp == l) {
+      *pp = l->hnext;
+      break;
+    }
+  l->hnext = NULL;
+}
+
+void ctl_launch_reissue(ctl *c, c_launch *l) {
+  c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+  if (e->seq != l->seq || !e->ids || !l->client) {
+    l->prev = NULL, l->next = c->active; /* launch_free unlists it */
+    if (c->active) c->active->prev = l;
+    c->active = l;
+    ctl_launch_abandon(c, l, LOOM_WORKER_LOST, "its record in the launch log is gone, so it cannot be re-issued");
+    return;
+  }
+  uint64_t old = l->seq;
+  uint64_t *ids = e->ids;
+  e->ids = NULL; /* taken: log_record frees the slot's arrays when it reuses it */
+  Lmw__Launch m = LMW__LAUNCH__INIT;
+  m.n_inputs = e->nin;
+  m.inputs = ids;
+  m.n_outputs = e->nout;
+  m.outputs = ids + e->nin;
+  l->seq = ++c->next_seq;
+  for (uint32_t j = 0; j < l->nout; j++) { /* its outputs now come from the new sequence number */
+    c_array *a = lm_session_get(l->client->session, l->outputs[j], H_ARRAY);
+    if (a && a->producer == old) a->producer = l->seq;
+  }
+  memset(l->done, 0, l->prog->ndev);
+  l->failed = false;
+  /* not listed (the recovery took it aside): launch_dispatch lists it afresh */
+  lm_info("launch %llu re-issued as launch %llu", (unsigned long long)old, (unsigned long long)l->seq);
+  launch_dispatch(c, l, l->client->session, &m);
+  free(ids);
+}
+
+void ctl_launch_abandon(ctl *c, c_launch *l, int code, const char *why) {
+  char full[LM_ERR_MSG_MAX];
+  snprintf(full, sizeof full, "launch %llu failed: %.960s", (unsigned long long)l->seq, why);
+  c->launches_failed++;
+  l->failed = true;
+  set_outputs(c, l, A_FAILED, code, full);
+  if (l->client) ctl_reply_error(l->client, l->rid, code, "%s", full);
+  log_status(c, l->seq, code);
+  launch_free(c, l);
+}
+
+bool ctl_launch_reads(ctl *c, uint64_t session, uint64_t array) {
+  for (c_launch *l = c->active; l; l = l->next) {
+    if (l->session != session) continue;
+    const c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+    if (e->seq != l->seq || !e->ids) return true; /* cannot tell: keep it */
+    for (uint32_t i = 0; i < e->nin; i++)
+      if (e->ids[i] == array) return true;
+  }
+  return false;
+}
+
 void ctl_launches_client_gone(ctl *c, peer *p) {
   for (c_launch *l = c->active; l; l = l->next)
     if (l->client == p) l->client = NULL;
@@ -273,6 +335,81 @@ void ctl_launches_free(ctl *c) {
   }
   free(c->log);
   c->log = NULL;
+}
+
+/* Sends one RUN per worker holding a device of l (its devices, and where every process runs, for
+ * collectives), after listing l as active and recording it in the launch log. m gives the inputs
+ * and outputs. Used for new launches and for launches re-issued by a recovery (ctl_recover.c). */
+static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m) {
+  c_program *prog = l->prog;
+  peer *p = l->client;
+  uint64_t rid = l->rid;
+  /* one RUN per worker: its devices, and where every process runs (for collectives) */
+  uint32_t n = prog->ndev;
+  l->nworkers = 0;
+  uint32_t *pw = malloc(n * sizeof *pw), *pd = malloc(n * sizeof *pd);
+  Lmw__RunDevice *rdev = calloc(n, sizeof *rdev);
+  Lmw__RunDevice **rptr = calloc(n, sizeof *rptr);
+  if (!pw || !pd || !rdev || !rptr) {
+    free(pw), free(pd), free(rdev), free(rptr);
+    set_outputs(c, l, A_FAILED, LOOM_NO_MEMORY, "out of host memory at the controller");
+    if (p) ctl_reply_error(p, rid, LOOM_NO_MEMORY, "launch %llu: out of host memory at the controller",
+                    (unsigned long long)l->seq);
+    ctl_program_release(c, prog);
+    free(l->workers), free(l->done), free(l->outputs), free(l);
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_reg_device *d = lm_registry_device(c->reg, prog->devices[i]);
+    pw[i] = d->worker;
+    pd[i] = d->local_index;
+    uint32_t k = 0;
+    while (k < l->nworkers && l->workers[k] != d->worker) k++;
+    if (k == l->nworkers) {
+      l->workers[l->nworkers++] = d->worker;
+      lm_session_touch(s, d->worker); /* the worker will hold the session's outputs */
+    }
+  }
+  l->pending = l->nworkers;
+  l->hnext = c->by_seq[bucket(l->seq)];
+  c->by_seq[bucket(l->seq)] = l;
+  l->next = c->active;
+  if (c->active) c->active->prev = l;
+  c->active = l;
+  log_record(c, l, m);
+  for (uint32_t k = 0; k < l->nworkers; k++) {
+    size_t nd = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (pw[i] != l->workers[k]) continue;
+      Lmw__RunDevice *rd = &rdev[nd];
+      lmw__run_device__init(rd);
+      rd->local_index = pd[i];
+      rd->process = i;
+      rd->n_inputs = m->n_inputs;
+      rd->inputs = m->inputs;
+      rd->n_outputs = m->n_outputs;
+      rd->outputs = m->outputs;
+      rptr[nd++] = rd;
+    }
+    Lmw__Run run = LMW__RUN__INIT;
+    run.seq = l->seq;
+    run.session = s->id;
+    run.program = prog->id;
+    run.n_devices = nd;
+    run.devices = rptr;
+    run.n_proc_workers = n;
+    run.proc_workers = pw;
+    run.n_proc_devices = n;
+    run.proc_devices = pd;
+    lm_err err;
+    if (ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err) < 0) {
+      /* fail it; the workers from k on never got it and never answer (the last may free l) */
+      launch_fail(c, l, err.code, err.msg);
+      for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);
+      break;
+    }
+  }
+  free(pw), free(pd), free(rdev), free(rptr);
 }
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
@@ -384,69 +521,6 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);
-  /* one RUN per worker: its devices, and where every process runs (for collectives) */
-  uint32_t n = prog->ndev;
-  uint32_t *pw = malloc(n * sizeof *pw), *pd = malloc(n * sizeof *pd);
-  Lmw__RunDevice *rdev = calloc(n, sizeof *rdev);
-  Lmw__RunDevice **rptr = calloc(n, sizeof *rptr);
-  if (!pw || !pd || !rdev || !rptr) {
-    free(pw), free(pd), free(rdev), free(rptr);
-    set_outputs(c, l, A_FAILED, LOOM_NO_MEMORY, "out of host memory at the controller");
-    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "launch %llu: out of host memory at the controller",
-                    (unsigned long long)l->seq);
-    ctl_program_release(c, prog);
-    free(l->workers), free(l->done), free(l->outputs), free(l);
-    return;
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    const lm_reg_device *d = lm_registry_device(c->reg, prog->devices[i]);
-    pw[i] = d->worker;
-    pd[i] = d->local_index;
-    uint32_t k = 0;
-    while (k < l->nworkers && l->workers[k] != d->worker) k++;
-    if (k == l->nworkers) {
-      l->workers[l->nworkers++] = d->worker;
-      lm_session_touch(s, d->worker); /* the worker will hold the session's outputs */
-    }
-  }
-  l->pending = l->nworkers;
-  l->hnext = c->by_seq[bucket(l->seq)];
-  c->by_seq[bucket(l->seq)] = l;
-  l->next = c->active;
-  if (c->active) c->active->prev = l;
-  c->active = l;
-  log_record(c, l, m);
-  for (uint32_t k = 0; k < l->nworkers; k++) {
-    size_t nd = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      if (pw[i] != l->workers[k]) continue;
-      Lmw__RunDevice *rd = &rdev[nd];
-      lmw__run_device__init(rd);
-      rd->local_index = pd[i];
-      rd->process = i;
-      rd->n_inputs = m->n_inputs;
-      rd->inputs = m->inputs;
-      rd->n_outputs = m->n_outputs;
-      rd->outputs = m->outputs;
-      rptr[nd++] = rd;
-    }
-    Lmw__Run run = LMW__RUN__INIT;
-    run.seq = l->seq;
-    run.session = s->id;
-    run.program = prog->id;
-    run.n_devices = nd;
-    run.devices = rptr;
-    run.n_proc_workers = n;
-    run.proc_workers = pw;
-    run.n_proc_devices = n;
-    run.proc_devices = pd;
-    lm_err err;
-    if (ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err) < 0) {
-      /* fail it; the workers from k on never got it and never answer (the last may free l) */
-      launch_fail(c, l, err.code, err.msg);
-      for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);
-      break;
-    }
-  }
-  free(pw), free(pd), free(rdev), free(rptr);
+  launch_dispatch(c, l, s, m);
 }
+

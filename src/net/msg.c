@@ -39,6 +39,7 @@
  *   36 CANCEL_LAUNCH           CancelLaunch           client -> ctl        none (reply ACK)
  *   37 SHARD_PUT_LOCAL         ShardPut (+ ranges)    client -> worker     none: the worker reads the ranges
  *   38 SHARD_GET_LOCAL         ShardGet (+ ranges)    client -> worker     none: the worker writes the ranges
+ *   60 SHARD_COPY              ShardCopy              ctl -> worker        none (one-way; the bytes go worker to worker)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,7 @@ static const msg_info g_msgs[] = {
     [LM_MSG_CANCEL_LAUNCH] = {"CANCEL_LAUNCH", &lmw__cancel_launch__descriptor},
     [LM_MSG_SHARD_PUT_LOCAL] = {"SHARD_PUT_LOCAL", &lmw__shard_put__descriptor},
     [LM_MSG_SHARD_GET_LOCAL] = {"SHARD_GET_LOCAL", &lmw__shard_get__descriptor},
+    [LM_MSG_SHARD_COPY] = {"SHARD_COPY", &lmw__shard_copy__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

@@ -57,6 +57,7 @@ enum {
   LM_MSG_CANCEL_LAUNCH = LMW__MSG_TYPE__MSG_CANCEL_LAUNCH,
   LM_MSG_SHARD_PUT_LOCAL = LMW__MSG_TYPE__MSG_SHARD_PUT_LOCAL,
   LM_MSG_SHARD_GET_LOCAL = LMW__MSG_TYPE__MSG_SHARD_GET_LOCAL,
+  LM_MSG_SHARD_COPY = LMW__MSG_TYPE__MSG_SHARD_COPY,
 };
 
 /* The metadata descriptor of a frame type; NULL for a type this build does not know. */

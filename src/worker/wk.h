@@ -189,6 +189,18 @@ typedef struct wk_xfer_stats {
   uint64_t local_refused;
 } wk_xfer_stats;
 
+/* ---- shard copies and snapshots for recovery (wk_shardcopy.c) ---- */
+
+typedef struct wk_sc wk_sc;
+int wk_sc_init(wk *w);
+void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m);
+/* Drops the snapshots of (session, array); array 0: all of the session's. */
+void wk_sc_drop(wk *w, uint64_t session, uint64_t array);
+uint64_t wk_sc_backup_bytes(wk *w);
+void wk_sc_reap(wk *w);   /* joins finished copy threads (loop thread, now and then) */
+void wk_sc_stop(wk *w);   /* cancels and joins every copy thread */
+void wk_sc_free(wk *w);
+
 /* ---- the worker ---- */
 
 struct wk {
@@ -217,6 +229,8 @@ struct wk {
   uint64_t cseq;               /* controller messages processed since registration */
   lm_dp *dp;                   /* data-plane endpoint (NULL if it could not be created) */
   wk_store store;
+  wk_sc *sc;                   /* shard copies in flight and snapshots (wk_shardcopy.c) */
+  uint64_t epoch;              /* this registration's epoch (RegisterWorkerReply) */
   wk_program *programs;
   struct load_job *loading;    /* programs being loaded on the thread pool (wk_exec.c) */
   wk_launch *active;           /* launches with tasks queued or running */
