@@ -253,8 +253,10 @@ const char *ctl_recover_state(ctl *c, char *buf, size_t cap);
 size_t ctl_recover_events(ctl *c, const char **out, size_t max);
 uint32_t ctl_recover_count(ctl *c);
 /* A new put array: snapshots its shards that have no replica on another worker (when recovery is
- * possible: a standby is registered or --recover-wait is set). */
-void ctl_snapshot_put(ctl *c, peer *p, c_array *a);
+ * possible: a standby is registered or --recover-wait is set). The worker holding such a shard
+ * acknowledges the client's put only once the snapshot is kept (LM_TOKEN_PUT_SNAP). */
+void ctl_snapshot_plan(ctl *c, c_array *a);   /* before the placement reply: fills a->bk */
+void ctl_snapshot_put(ctl *c, peer *p, c_array *a);  /* after it: sends the copies */
 /* ARRAY_DELETE of an array an active launch still reads: keeps its shards until that launch is
  * over (a recovery may re-issue it). True: taken, the caller sends no FREE_ARRAYS. */
 bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a);

@@ -144,7 +144,8 @@ static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int ki
     bool alive = lm_registry_device_healthy(c->reg, a->devs[i]) && wp;
     l->data_address = alive ? w->data_address : "";
     if (alive) {
-      lm_token_make(c->worker_key[dev->worker], kind, p->session->id, a->id, dev->worker, dev->local_index,
+      int k = kind == LM_TOKEN_PUT && a->bk && a->bk[i] != LM_REG_NO_DEVICE ? LM_TOKEN_PUT_SNAP : kind;
+      lm_token_make(c->worker_key[dev->worker], k, p->session->id, a->id, dev->worker, dev->local_index,
                     kind == LM_TOKEN_PUT ? (uint32_t)a->dtype : 0, kind == LM_TOKEN_PUT ? dd : NULL,
                     kind == LM_TOKEN_PUT ? (size_t)a->rank : 0, toks + (size_t)i * LM_TOKEN_SIZE);
       l->token.data = toks + (size_t)i * LM_TOKEN_SIZE;
@@ -207,8 +208,9 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     return;
   }
   a->state = A_READY;
+  ctl_snapshot_plan(c, a);   /* which shards get a snapshot: their put tokens say so */
   placement_reply(p, f, a, LM_TOKEN_PUT);
-  ctl_snapshot_put(c, p, a); /* after the reply: the copies wait for the client's bytes */
+  ctl_snapshot_put(c, p, a); /* the copies wait for the client's bytes */
 }
 
 void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) {

@@ -195,7 +195,7 @@ static uint32_t dev_worker(ctl *c, uint32_t v) { return lm_registry_device(c->re
 /* Sends the two halves of a shard copy: from (src, its device src_local or its snapshot of
  * device v) to (dst, its device dst_local or a snapshot of device v). */
 static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
-                      uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local) {
+                      uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt) {
   int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
   lm_sharding_shard(&a->sh, a->rank, a->dims, k, off, sd);
   uint64_t dims[LM_SHARD_MAX_RANK];
@@ -209,6 +209,7 @@ static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint3
   m.dtype = (uint32_t)a->dtype;
   m.n_dims = (size_t)a->rank;
   m.dims = dims;
+  m.receipt = receipt;
   m.send = true;
   m.peer = dst;
   m.backup = src_backup;
@@ -233,25 +234,36 @@ static uint32_t pick_buddy(ctl *c, uint32_t holder) {
   return UINT32_MAX;
 }
 
-/* Snapshots shard k of a into a buddy's host memory (when it has no replica on another worker). */
-static void snapshot_shard(ctl *c, lm_session *s, c_array *a, uint32_t k) {
+/* Chooses a buddy for shard k of a (a->bk[k]) when it has no replica on another worker. */
+static bool plan_shard(ctl *c, c_array *a, uint32_t k) {
   uint32_t hw = dev_worker(c, a->devs[k]);
   for (uint32_t j = 0; j < a->sh.ndev; j++)
-    if (j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j)) return; /* a replica elsewhere */
+    if (j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j)) return false; /* a replica elsewhere */
   uint32_t buddy = pick_buddy(c, hw);
-  if (buddy == UINT32_MAX || !worker_usable(c, hw)) return;
+  if (buddy == UINT32_MAX || !worker_usable(c, hw)) return false;
   if (!a->bk) {
     a->bk = malloc(a->sh.ndev * sizeof *a->bk);
-    if (!a->bk) return;
+    if (!a->bk) return false;
     for (uint32_t j = 0; j < a->sh.ndev; j++) a->bk[j] = LM_REG_NO_DEVICE;
   }
   a->bk[k] = buddy;
-  send_copy(c, s, a, k, hw, false, lm_registry_device(c->reg, a->devs[k])->local_index, buddy, true, 0);
+  return true;
+}
+
+/* Snapshots shard k of a into its buddy's host memory (planned in a->bk[k]). */
+static void snapshot_shard(ctl *c, lm_session *s, c_array *a, uint32_t k, bool receipt) {
+  send_copy(c, s, a, k, dev_worker(c, a->devs[k]), false, lm_registry_device(c->reg, a->devs[k])->local_index,
+            a->bk[k], true, 0, receipt);
+}
+
+void ctl_snapshot_plan(ctl *c, c_array *a) {
+  if (c->cfg.no_snapshots || !recovery_possible(c)) return;
+  for (uint32_t k = 0; k < a->sh.ndev; k++) plan_shard(c, a, k);
 }
 
 void ctl_snapshot_put(ctl *c, peer *p, c_array *a) {
-  if (c->cfg.no_snapshots || !recovery_possible(c)) return;
-  for (uint32_t k = 0; k < a->sh.ndev; k++) snapshot_shard(c, p->session, a, k);
+  for (uint32_t k = 0; a->bk && k < a->sh.ndev; k++)
+    if (a->bk[k] != LM_REG_NO_DEVICE) snapshot_shard(c, p->session, a, k, true);
 }
 
 /* ---- zombies ---- */
@@ -397,7 +409,10 @@ static void restore_array(ctl *c, lm_session *s, c_array *a) {
   for (uint32_t k = 0; k < a->sh.ndev; k++) {
     uint32_t hw = dev_worker(c, a->devs[k]);
     if (hw != r->repl) {
-      if (a->bk && a->bk[k] == r->dead && a->state == A_READY) snapshot_shard(c, s, a, k); /* its snapshot was lost */
+      if (a->bk && a->bk[k] == r->dead && a->state == A_READY) { /* its snapshot was lost: take another */
+        a->bk[k] = LM_REG_NO_DEVICE;
+        if (plan_shard(c, a, k)) snapshot_shard(c, s, a, k, false);
+      }
       continue;
     }
     if (a->state == A_PENDING) continue; /* its producer is re-issued and computes it */
@@ -410,10 +425,10 @@ static void restore_array(ctl *c, lm_session *s, c_array *a) {
       src_local = lm_registry_device(c->reg, a->devs[j])->local_index;
     }
     if (src != UINT32_MAX) {
-      send_copy(c, s, a, k, src, false, src_local, r->repl, false, dst_local);
+      send_copy(c, s, a, k, src, false, src_local, r->repl, false, dst_local, false);
       r->restored++;
     } else if (a->bk && a->bk[k] != LM_REG_NO_DEVICE && a->bk[k] != r->repl && worker_usable(c, a->bk[k])) {
-      send_copy(c, s, a, k, a->bk[k], true, 0, r->repl, false, dst_local);
+      send_copy(c, s, a, k, a->bk[k], true, 0, r->repl, false, dst_local, false);
       r->restored++;
     } else {
       char msg[LM_ERR_MSG_MAX];

@@ -19,6 +19,9 @@
 
 #define SC_WAIT_MS 60000     /* how long a send waits for its shard, and a transfer for its peer */
 #define SC_BUCKETS 1024
+#define SC_ACK_WAIT_MS 10000 /* a put waits this long for its snapshot, then is acknowledged anyway */
+#define SC_DONE_MAX 4096     /* snapshots kept before their put was acknowledged (normally none) */
+#define RECEIPT_BIT (1ull << 63)
 
 typedef struct sc_backup {
   uint64_t session, array;
@@ -34,7 +37,8 @@ typedef struct sc_job {
   pthread_t th;
   uint64_t session, array, tag;
   uint32_t peer, local_index, device;
-  bool send, backup;
+  bool send, backup, receipt;
+  int rc;                    /* the outcome (snapshot sends report it to the loop) */
   lm_type ty;
   size_t nbytes;
   wk_slot *slot;             /* receive into a device: the PENDING slot (a reference) */
@@ -48,7 +52,28 @@ struct wk_sc {
   uint64_t backup_bytes;
   sc_job *jobs;              /* running or finished, joined at stop */
   volatile int stopping;     /* the data-plane calls' cancel flag */
+  uv_async_t async;          /* copy threads -> loop: snapshots kept */
+  bool async_open;
+  struct sc_key *kept;       /* snapshots kept, reported by the threads (under mu) */
+  /* loop thread only */
+  struct sc_waiter *waiters; /* puts waiting for their snapshots */
+  struct sc_key *done;       /* kept snapshots no put waits for (yet) */
+  size_t ndone;
 };
+
+typedef struct sc_key {
+  uint64_t session, array;
+  uint32_t dev;
+  struct sc_key *next;
+} sc_key;
+
+typedef struct sc_waiter {
+  wk_dconn *dc;
+  uint64_t rid, session, array, since_ms;
+  uint32_t *devs;            /* still to be kept */
+  size_t n;
+  struct sc_waiter *next;
+} sc_waiter;
 
 static size_t bk_bucket(uint64_t session, uint64_t array) {
   return (size_t)(lm_hash_mix(session * 0x9e3779b97f4a7c15ull ^ array) % SC_BUCKETS);
@@ -140,6 +165,9 @@ static void *job_main(void *arg) {
   lm_err err = {0};
   int rc = 0;
   lm_dp_call call = {.struct_size = sizeof call, .timeout_ms = SC_WAIT_MS, .cancel = &sc->stopping};
+  uint8_t rcpt[2] = {0, 0};
+  lm_dp_req *rq = NULL;
+  if (j->send && j->receipt && lm_dp_irecv(w->dp, j->peer, j->tag | RECEIPT_BIT, rcpt, 1, &rq, &err) < 0) rq = NULL;
   if (j->send && !j->backup) {
     wk_slot *s = NULL;
     rc = wait_slot(j, &s, &err);
@@ -147,6 +175,10 @@ static void *job_main(void *arg) {
       rc = lm_errf(&err, LOOM_SHAPE_MISMATCH, "the shard has %zu bytes, the copy expects %zu", s->buf->nbytes,
                    j->nbytes);
     if (rc == 0) rc = lm_dp_send(w->dp, j->peer, j->tag, s->buf->data, j->nbytes, &call, &err);
+    else if (!sc->stopping) { /* a message of the wrong length makes the receiver fail now, not at its deadline */
+      lm_err e2;
+      lm_dp_send(w->dp, j->peer, j->tag, rcpt, j->nbytes == 1 ? 2 : 1, &call, &e2);
+    }
     wk_slot_release(&w->store, s);
   } else if (j->send) {
     pthread_mutex_lock(&sc->mu);
@@ -157,6 +189,11 @@ static void *job_main(void *arg) {
     if (!b) rc = lm_errf(&err, LOOM_NOT_FOUND, "no snapshot of device %u's shard", j->device);
     else if (b->nbytes != j->nbytes) rc = lm_errf(&err, LOOM_SHAPE_MISMATCH, "the snapshot has %zu bytes", b->nbytes);
     else rc = lm_dp_send(w->dp, j->peer, j->tag, b->data, j->nbytes, &call, &err);
+    if (rc < 0 && rc != LOOM_WORKER_LOST && !sc->stopping) { /* tell the receiver at once (see above) */
+      lm_err e2;
+      uint8_t z[2] = {0, 0};
+      lm_dp_send(w->dp, j->peer, j->tag, z, j->nbytes == 1 ? 2 : 1, &call, &e2);
+    }
     if (b) {
       pthread_mutex_lock(&sc->mu);
       bk_unref_locked(sc, b);
@@ -199,6 +236,28 @@ static void *job_main(void *arg) {
     }
     if (b) free(b->data);
     free(b);
+    if (j->receipt && !sc->stopping) { /* 1 byte: kept; 2 bytes (a length mismatch there): not kept */
+      lm_err e2;
+      uint8_t one[2] = {1, 1};
+      lm_dp_send(w->dp, j->peer, j->tag | RECEIPT_BIT, one, rc == 0 ? 1 : 2, &call, &e2);
+    }
+  }
+  if (rq) { /* the holder waits for the buddy's receipt: only then is the snapshot kept */
+    lm_err e2;
+    int r2 = lm_dp_wait(w->dp, rq, &call, &e2);
+    if (rc == 0 && r2 < 0) rc = lm_errf(&err, r2, "no receipt for the snapshot: %s", e2.msg);
+  }
+  j->rc = rc;
+  if (j->send && j->receipt) { /* report to the loop: a put may wait for it */
+    sc_key *k = malloc(sizeof *k);
+    if (k) {
+      k->session = j->session, k->array = j->array, k->dev = j->local_index;
+      pthread_mutex_lock(&sc->mu);
+      k->next = sc->kept;
+      sc->kept = k;
+      pthread_mutex_unlock(&sc->mu);
+      uv_async_send(&sc->async);
+    }
   }
   if (rc < 0 && !sc->stopping)
     lm_warn("shard copy (tag %llu, array %llu, %s worker %u) failed: %s", (unsigned long long)j->tag,
@@ -239,7 +298,7 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   j->w = w;
   j->session = m->session, j->array = m->array, j->tag = m->tag;
   j->peer = m->peer, j->local_index = m->local_index, j->device = m->device;
-  j->send = m->send, j->backup = m->backup;
+  j->send = m->send, j->backup = m->backup, j->receipt = m->receipt;
   j->nbytes = (size_t)nbytes;
   int64_t dims[LM_MAX_RANK];
   for (size_t d = 0; d < m->n_dims; d++) dims[d] = (int64_t)m->dims[d];
@@ -286,11 +345,31 @@ void wk_sc_stop(wk *w) {
     free(jobs);
     jobs = n;
   }
+  if (sc->async_open) { /* no thread sends on it any more */
+    uv_close((uv_handle_t *)&sc->async, NULL);
+    sc->async_open = false;
+  }
 }
 
 void wk_sc_free(wk *w) {
   wk_sc *sc = w->sc;
   if (!sc) return;
+  while (sc->kept) {
+    sc_key *n = sc->kept->next;
+    free(sc->kept);
+    sc->kept = n;
+  }
+  while (sc->done) {
+    sc_key *n = sc->done->next;
+    free(sc->done);
+    sc->done = n;
+  }
+  while (sc->waiters) {
+    sc_waiter *n = sc->waiters->next;
+    free(sc->waiters->devs);
+    free(sc->waiters);
+    sc->waiters = n;
+  }
   for (size_t b = 0; b < SC_BUCKETS; b++)
     while (sc->buckets[b]) {
       sc_backup *x = sc->buckets[b];
@@ -303,9 +382,12 @@ void wk_sc_free(wk *w) {
   w->sc = NULL;
 }
 
+static void expire_waiters(wk *w);
+
 void wk_sc_reap(wk *w) {
   wk_sc *sc = w->sc;
   if (!sc) return;
+  expire_waiters(w);
   sc_job *done = NULL;
   pthread_mutex_lock(&sc->mu);
   for (sc_job **pp = &sc->jobs; *pp;) {
@@ -324,5 +406,133 @@ void wk_sc_reap(wk *w) {
     pthread_join(done->th, NULL);
     free(done);
     done = n;
+  }
+}
+
+/* ---- puts acknowledged once their snapshots are kept ---- */
+
+static void waiter_free(sc_waiter *x) {
+  free(x->devs);
+  free(x);
+}
+
+/* Crosses (session, array, dev) off the waiters; true when one waited for it. */
+static bool cross_off(wk *w, uint64_t session, uint64_t array, uint32_t dev) {
+  wk_sc *sc = w->sc;
+  for (sc_waiter **pp = &sc->waiters; *pp; pp = &(*pp)->next) {
+    sc_waiter *x = *pp;
+    if (x->session != session || x->array != array) continue;
+    for (size_t i = 0; i < x->n; i++) {
+      if (x->devs[i] != dev) continue;
+      x->devs[i] = x->devs[--x->n];
+      if (x->n == 0) {
+        *pp = x->next;
+        wk_data_ack(x->dc, x->rid);
+        waiter_free(x);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+static void on_kept(uv_async_t *a) {
+  wk *w = a->data;
+  wk_sc *sc = w->sc;
+  pthread_mutex_lock(&sc->mu);
+  sc_key *k = sc->kept;
+  sc->kept = NULL;
+  pthread_mutex_unlock(&sc->mu);
+  while (k) {
+    sc_key *n = k->next;
+    if (cross_off(w, k->session, k->array, k->dev)) {
+      free(k);
+    } else { /* kept before its put was acknowledged here (or for a put already given up on) */
+      k->next = sc->done;
+      sc->done = k;
+      if (++sc->ndone > SC_DONE_MAX) { /* drop the oldest */
+        sc_key **pp = &sc->done;
+        while ((*pp)->next) pp = &(*pp)->next;
+        free(*pp);
+        *pp = NULL;
+        sc->ndone--;
+      }
+    }
+    k = n;
+  }
+}
+
+int wk_sc_start(wk *w) {
+  wk_sc *sc = w->sc;
+  if (uv_async_init(&w->loop, &sc->async, on_kept) != 0) return LOOM_NO_MEMORY;
+  sc->async.data = w;
+  sc->async_open = true;
+  return 0;
+}
+
+void wk_sc_defer_ack(wk *w, wk_dconn *dc, uint64_t rid, uint64_t session, uint64_t array, const uint32_t *devs,
+                     size_t n) {
+  wk_sc *sc = w->sc;
+  sc_waiter *x = calloc(1, sizeof *x);
+  if (x) x->devs = malloc(n * sizeof *x->devs);
+  if (!x || !x->devs) {
+    if (x) free(x);
+    wk_data_ack(dc, rid);
+    return;
+  }
+  x->dc = dc, x->rid = rid, x->session = session, x->array = array, x->since_ms = uv_now(&w->loop);
+  for (size_t i = 0; i < n; i++) {
+    bool kept = false;
+    for (sc_key **pp = &sc->done; *pp && !kept; pp = &(*pp)->next) {
+      sc_key *k = *pp;
+      if (k->session == session && k->array == array && k->dev == devs[i]) {
+        *pp = k->next;
+        free(k);
+        sc->ndone--;
+        kept = true;
+        break;
+      }
+    }
+    if (!kept) x->devs[x->n++] = devs[i];
+  }
+  if (x->n == 0) {
+    wk_data_ack(dc, rid);
+    waiter_free(x);
+    return;
+  }
+  x->next = sc->waiters;
+  sc->waiters = x;
+}
+
+void wk_sc_conn_gone(wk *w, wk_dconn *dc) {
+  wk_sc *sc = w->sc;
+  if (!sc) return;
+  for (sc_waiter **pp = &sc->waiters; *pp;) {
+    sc_waiter *x = *pp;
+    if (x->dc == dc) {
+      *pp = x->next;
+      waiter_free(x);
+    } else {
+      pp = &x->next;
+    }
+  }
+}
+
+/* Puts whose snapshot did not come (its buddy was lost, the controller could not send the copy)
+ * are acknowledged anyway after SC_ACK_WAIT_MS: the shard itself is stored. */
+static void expire_waiters(wk *w) {
+  wk_sc *sc = w->sc;
+  uint64_t now = uv_now(&w->loop);
+  for (sc_waiter **pp = &sc->waiters; *pp;) {
+    sc_waiter *x = *pp;
+    if (now - x->since_ms < SC_ACK_WAIT_MS) {
+      pp = &x->next;
+      continue;
+    }
+    lm_warn("array %llu: no snapshot kept after %d ms; acknowledging the put without one",
+            (unsigned long long)x->array, SC_ACK_WAIT_MS);
+    *pp = x->next;
+    wk_data_ack(x->dc, x->rid);
+    waiter_free(x);
   }
 }

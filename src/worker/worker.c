@@ -493,6 +493,7 @@ int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, u
   if (cfg->data_listen) snprintf(listen, sizeof listen, "%s", cfg->data_listen);
   else default_data_listen(w, listen, sizeof listen);
   rc = wk_exec_start(w, err);
+  if (rc == 0 && wk_sc_start(w) < 0) rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start the shard copy handle");
   if (rc == 0) rc = wk_data_start(w, listen, err);
   if (rc < 0) {
     w->rc = rc;
