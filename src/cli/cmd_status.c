@@ -158,7 +158,8 @@ int cmd_status(int argc, char **argv) {
     cli_format_size(used, m3, sizeof m3);
     printf("controller  %s (%s, protocol %u), up %s, %u session%s\n", addr, s->software, s->protocol_version, up,
            s->sessions, s->sessions == 1 ? "" : "s");
-    printf("workers     %zu (%u alive, %u standby)\n", s->n_workers, alive, standbys);
+    if (standbys) printf("workers     %zu (%u alive, %u standby)\n", s->n_workers, alive, standbys);
+    else printf("workers     %zu (%u alive)\n", s->n_workers, alive);
     printf("slices      %zu\n", nsl);
     printf("devices     %zu (%u healthy)\n", dl->n_devices, healthy);
     printf("memory      %s (%s healthy, %s in use)\n", m1, m2, m3);

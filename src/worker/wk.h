@@ -238,6 +238,8 @@ struct wk {
   wk_store store;
   wk_sc *sc;                   /* shard copies in flight and snapshots (wk_shardcopy.c) */
   uint64_t epoch;              /* this registration's epoch (RegisterWorkerReply) */
+  bool fenced;                 /* the controller declared this worker lost: stop, then rejoin */
+  char fenced_msg[LM_ERR_MSG_MAX];
   wk_program *programs;
   struct load_job *loading;    /* programs being loaded on the thread pool (wk_exec.c) */
   wk_launch *active;           /* launches with tasks queued or running */

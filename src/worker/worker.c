@@ -263,16 +263,27 @@ static void on_hello_reply(wk *w, const Lmw__HelloReply *r) {
   send_register(w);
 }
 
+static void on_fenced(uv_timer_t *t) {
+  wk *w = t->data;
+  finish(w, LOOM_WORKER_LOST, "declared lost by the controller %s (epoch %llu fenced): %s", w->cfg.controller,
+         (unsigned long long)w->epoch, w->fenced_msg);
+}
+
 static void on_frame(lm_conn *c, lm_frame *f) {
   wk *w = lm_conn_user(c);
+  if (w->fenced) return;
   ProtobufCMessage *m;
   lm_err err;
   if (f->h.type == LM_MSG_ERROR) {
     lm_msg_error_status(f, &err);
-    if (w->registered && err.code == LOOM_WORKER_LOST) /* fenced: the controller went on without us */
-      finish(w, err.code, "declared lost by the controller %s (epoch %llu fenced): %s", w->cfg.controller,
-             (unsigned long long)w->epoch, err.msg);
-    else if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
+    if (w->registered && err.code == LOOM_WORKER_LOST) { /* fenced: the controller went on without us */
+      /* finish a moment later, so that a stop signal that came with the wake-up (SIGCONT and
+       * SIGTERM together) is seen first and the worker stops instead of rejoining */
+      w->fenced = true;
+      snprintf(w->fenced_msg, sizeof w->fenced_msg, "%.900s", err.msg);
+      uv_timer_stop(&w->timer);
+      uv_timer_start(&w->timer, on_fenced, 50, 0);
+    } else if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
     else finish(w, err.code, "the controller refused this worker: %s", err.msg);
     return;
   }
@@ -352,7 +363,7 @@ static void on_connect(lm_conn *c) {
 static void on_close(lm_conn *c, int code, const char *reason) {
   wk *w = lm_conn_user(c);
   w->conn = NULL;
-  if (w->done || w->stopping) return;
+  if (w->done || w->stopping || w->fenced) return;
   if (w->registered) {
     finish(w, LOOM_CLOSED, "lost the controller %s: %s", w->cfg.controller, reason);
     return;
@@ -509,7 +520,7 @@ int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, u
   uv_loop_close(&w->loop);
   rc = w->rc;
   if (rc < 0 && err) *err = w->err;
-  if (rc == LOOM_WORKER_LOST && w->registered) {
+  if (rc == LOOM_WORKER_LOST && w->fenced) {
     if (fenced_worker) *fenced_worker = w->worker_id + 1;
     if (fenced_epoch) *fenced_epoch = w->epoch;
   }
