@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--kill-step", type=int, default=-1)
     ap.add_argument("--kill-signal", default="KILL")
     ap.add_argument("--cont-after", type=float, default=0.0, help="SIGCONT the stopped process after this many s")
+    ap.add_argument("--kill2-pid", type=int, default=0, help="a second process to SIGKILL ...")
+    ap.add_argument("--kill2-step", type=int, default=-1, help="... at this step")
     ap.add_argument("--times", help="write each step's completion time (monotonic s) as JSON here")
     ap.add_argument("--sync-every", type=int, default=1, help="wait for the loss every N steps")
     args = ap.parse_args()
@@ -90,6 +92,9 @@ def main():
                   flush=True)
             if args.cont_after > 0:
                 threading.Timer(args.cont_after, os.kill, (args.kill_pid, signal.SIGCONT)).start()
+        if i == args.kill2_step and args.kill2_pid:
+            os.kill(args.kill2_pid, signal.SIGKILL)
+            print(f"step {i}: sent SIGKILL to {args.kill2_pid} at {time.monotonic() - t0:.3f} s", flush=True)
         if (i + 1) % args.sync_every == 0 or i + 1 == args.steps:
             for j, lv in pending:
                 float(np.asarray(lv))  # waits for step j

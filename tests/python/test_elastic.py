@@ -159,6 +159,25 @@ def test_sigkill_at_a_random_step_with_a_standby_is_bitwise_invisible(daemons, t
     assert r.returncode != 0 and "was lost" in r.stderr, r.stderr[-2000:]
 
 
+def test_two_kills_in_sequence_with_two_standbys(daemons, tmp_path):
+    daemons.controller()
+    w0, w1 = daemons.two_workers()
+    daemons.worker("s0", "--standby")
+    daemons.worker("s1", "--standby")
+    daemons.wait_workers(2, 2)
+    ref = reference(daemons, tmp_path)
+    rng = random.Random()
+    k1 = rng.randint(5, 95)
+    k2 = rng.randint(k1 + 10, 190)
+    print(f"killing w1 at step {k1}, w0 at step {k2}")
+    train(daemons, tmp_path / "kill.npz", "--kill-pid", w1.pid, "--kill-step", k1, "--kill2-pid", w0.pid,
+          "--kill2-step", k2)
+    assert bitwise_equal(ref, tmp_path / "kill.npz")
+    st = daemons.status()
+    assert st["recoveries"] == 2, st["events"]
+    assert st["totals"]["healthy_devices"] == 8 and st["totals"]["standby_workers"] == 0
+
+
 def test_no_standby_then_a_new_worker_joins(daemons, tmp_path):
     daemons.controller("--recover-wait", "30000")
     _, w1 = daemons.two_workers()
