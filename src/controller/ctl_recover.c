@@ -402,20 +402,35 @@ static void rec_finish(ctl *c) {
   rec_process_queue(c);
 }
 
+/* The state of a as far as restoring goes: a deleted array kept for a launch in flight (a
+ * zombie) was copied while pending and is not updated when its producer completes, so a pending
+ * array whose producer is not being re-issued is judged by the launch log. */
+static int state_of(ctl *c, const c_array *a) {
+  struct ctl_rec *r = c->rec;
+  if (a->state != A_PENDING) return a->state;
+  for (size_t i = 0; i < r->nlaunches; i++)
+    if (r->launches[i]->seq == a->producer) return A_PENDING; /* re-issued: it computes it again */
+  const c_log_entry *e = &c->log[a->producer % LM_LAUNCH_LOG_MAX];
+  if (e->seq == a->producer && e->status == 0) return A_READY;
+  if (e->seq == a->producer && e->status < 0) return A_FAILED;
+  return A_PENDING;
+}
+
 /* Restores array a's shards that lived on the lost worker's devices (now the replacement's). */
 static void restore_array(ctl *c, lm_session *s, c_array *a) {
   struct ctl_rec *r = c->rec;
-  if (a->state == A_FAILED) return;
+  int state = state_of(c, a);
+  if (state == A_FAILED) return;
   for (uint32_t k = 0; k < a->sh.ndev; k++) {
     uint32_t hw = dev_worker(c, a->devs[k]);
     if (hw != r->repl) {
-      if (a->bk && a->bk[k] == r->dead && a->state == A_READY) { /* its snapshot was lost: take another */
+      if (a->bk && a->bk[k] == r->dead && state == A_READY) { /* its snapshot was lost: take another */
         a->bk[k] = LM_REG_NO_DEVICE;
         if (plan_shard(c, a, k)) snapshot_shard(c, s, a, k, false);
       }
       continue;
     }
-    if (a->state == A_PENDING) continue; /* its producer is re-issued and computes it */
+    if (state == A_PENDING) continue; /* its producer is re-issued and computes it */
     uint32_t dst_local = lm_registry_device(c->reg, a->devs[k])->local_index;
     uint32_t src = UINT32_MAX, src_local = 0;
     for (uint32_t j = 0; j < a->sh.ndev && src == UINT32_MAX; j++) {

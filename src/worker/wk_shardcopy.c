@@ -149,10 +149,16 @@ static int wait_slot(sc_job *j, wk_slot **out, lm_err *err) {
       wk_slot_release(st, s);
       return lm_errf(err, code, "the shard failed");
     }
-    int rc = j->w->sc->stopping ? ETIMEDOUT : pthread_cond_timedwait(&st->cv, &st->mu, &dl);
+    /* the lookup above and this wait are not one step under the lock: a slot listed in between
+     * is seen at the next look, 20 ms later at most */
+    struct timespec now, step;
+    clock_gettime(CLOCK_REALTIME, &now);
+    deadline_in(&step, 20);
+    bool last = now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec);
+    if (!j->w->sc->stopping && !last) pthread_cond_timedwait(&st->cv, &st->mu, &step);
     pthread_mutex_unlock(&st->mu);
     wk_slot_release(st, s);
-    if (rc == ETIMEDOUT || j->w->sc->stopping)
+    if (last || j->w->sc->stopping)
       return lm_errf(err, LOOM_TIMEOUT, "array %llu has no shard on device %u after %d ms",
                      (unsigned long long)j->array, j->local_index, SC_WAIT_MS);
   }
@@ -248,6 +254,7 @@ static void *job_main(void *arg) {
     if (rc == 0 && r2 < 0) rc = lm_errf(&err, r2, "no receipt for the snapshot: %s", e2.msg);
   }
   j->rc = rc;
+  if (!j->send && !j->backup) uv_async_send(&sc->async); /* gets parked on the shard can be served */
   if (j->send && j->receipt) { /* report to the loop: a put may wait for it */
     sc_key *k = malloc(sizeof *k);
     if (k) {
@@ -439,6 +446,7 @@ static bool cross_off(wk *w, uint64_t session, uint64_t array, uint32_t dev) {
 static void on_kept(uv_async_t *a) {
   wk *w = a->data;
   wk_sc *sc = w->sc;
+  if (w->parked) wk_data_poll(w);
   pthread_mutex_lock(&sc->mu);
   sc_key *k = sc->kept;
   sc->kept = NULL;
