@@ -539,7 +539,8 @@ static int supervise(sup *s) {
       } else if (s->proxy_port && i == s->nkids - 1) {
         say(s, "the IFRT proxy (pid %d) %s; JAX clients cannot connect now (log: %s)", (int)c->pid, how, c->log);
       } else {
-        say(s, "the %s (pid %d) %s; its devices are unhealthy now (log: %s)", c->name, (int)c->pid, how, c->log);
+        say(s, "the %s (pid %d) %s; its devices are unhealthy now, unless a standby took them over (log: %s)",
+            c->name, (int)c->pid, how, c->log);
       }
     }
     if (exit_code) break;

@@ -782,6 +782,20 @@ static void on_health_tick(uv_timer_t *t) {
   ctl_recover_tick(c);
   uint32_t lost[64];
   size_t n;
+  /* Timers run before the loop reads its sockets: after a stall of the controller itself (a
+   * loaded host), heartbeats that did arrive are still unread. Such a tick declares nobody lost;
+   * it counts as a heartbeat of every worker, whose next one is read right after. */
+  uint64_t now = ctl_now_ms(c), gap = now - c->last_tick_ms;
+  c->last_tick_ms = now;
+  if (gap > c->cfg.heartbeat_timeout_ms / 2) {
+    uint32_t nw = lm_registry_worker_count(c->reg);
+    for (uint32_t i = 0; i < nw; i++)
+      if (lm_registry_worker(c->reg, i)->state == LM_WORKER_ALIVE)
+        lm_registry_heartbeat(c->reg, i, now, NULL, NULL, 0, NULL);
+    lm_debug("the controller's loop was stalled for %llu ms: no worker is declared lost on this tick",
+             (unsigned long long)gap);
+    return;
+  }
   do {
     n = lm_registry_expire(c->reg, ctl_now_ms(c), c->cfg.heartbeat_timeout_ms, lost, 64);
     for (size_t i = 0; i < n; i++) {
@@ -906,6 +920,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     uint32_t tick = c->cfg.heartbeat_timeout_ms / 4;
     if (tick > 250) tick = 250;
     if (tick < 10) tick = 10;
+    c->last_tick_ms = ctl_now_ms(c);
     uv_timer_start(&c->health, on_health_tick, tick, tick);
     lm_info("listening on %s (protocol %d, heartbeat timeout %u ms, workers %s, clients %s)", c->bound,
             LM_PROTOCOL_VERSION, c->cfg.heartbeat_timeout_ms,

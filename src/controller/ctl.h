@@ -149,6 +149,7 @@ struct ctl {
   uint32_t nsessions;
   uint64_t next_session;
   uint64_t start_ms;
+  uint64_t last_tick_ms;     /* the health timer's previous tick (a late one means the loop stalled) */
   bool stopping;
   char bound[LM_ADDR_MAX];
   uint8_t (*worker_key)[LM_TOKEN_KEY_SIZE]; /* [worker id] its transfer key (worker_peer_cap) */
