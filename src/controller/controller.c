@@ -468,6 +468,7 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
     o->standby = w->standby;
     o->replaced_by = w->replaced_by;
     o->epoch = w->epoch;
+    o->ndevices = w->ndevices;
     o->alive = w->state == LM_WORKER_ALIVE;
     o->reason = (char *)(w->state == LM_WORKER_ALIVE ? w->problem : w->reason);
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;

@@ -132,8 +132,12 @@ def test_standby_registers_without_devices(daemons):
     text = run_loom("status", "--controller", daemons.addr, check=True).stdout
     assert "standby" in text and "1 standby" in text
     # the standby's devices are not the client's: 4 devices, all on worker 0
-    devs = json.loads(run_loom("devices", "--json", "--controller", daemons.addr, check=True).stdout)["devices"]
+    dj = json.loads(run_loom("devices", "--json", "--controller", daemons.addr, check=True).stdout)
+    devs = dj["devices"]
     assert len(devs) == 4 and {d["worker_id"] for d in devs} == {0} and sb[0]["id"] == 1
+    assert dj["standbys"] == [{"worker_id": 1, "host": sb[0]["host"], "pid": sb[0]["pid"], "slice": "default",
+                               "devices": 4}]
+    assert "standby: worker 1" in run_loom("devices", "--controller", daemons.addr, check=True).stdout
 
 
 def test_sigkill_at_a_random_step_with_a_standby_is_bitwise_invisible(daemons, tmp_path):
