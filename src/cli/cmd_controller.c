@@ -17,8 +17,8 @@ static const char g_usage[] =
     "options:\n"
     "  --listen HOST:PORT          address to listen on (default 127.0.0.1:29100; port 0 = any free port)\n"
     "  --address-file PATH         write the address actually listened on to PATH once ready\n"
-    "  --heartbeat-interval MS     how often workers heartbeat (default 500)\n"
-    "  --heartbeat-timeout MS      a worker silent this long is lost (default 5000)\n"
+    "  --heartbeat-interval MS     how often workers heartbeat (default 200)\n"
+    "  --heartbeat-timeout MS      a worker silent this long is lost and fenced (default 900)\n"
     "  --handshake-timeout MS      a connection must say HELLO within this (default 5000)\n"
     "  --frame-timeout MS          a started frame must arrive within this, plus 1 s per MiB (default 10000)\n"
     "  --max-payload BYTES         largest frame payload accepted (default 64M)\n"
@@ -38,6 +38,11 @@ static const char g_usage[] =
     "                              /readyz[?min_devices=N] (readiness); port 0 = any free port\n"
     "                              (default: no HTTP port; `loom up` serves one on 127.0.0.1)\n"
     "  --http-address-file PATH    write the HTTP port's address to PATH once it serves\n"
+    "  --recover-wait MS           a lost worker with no standby (`loom worker --standby`) to replace\n"
+    "                              it: its launches wait this long for a new worker to join, then\n"
+    "                              fail (default 0: they fail at once; docs/elastic.md)\n"
+    "  --no-snapshots              do not snapshot puts without a replica into another worker's host\n"
+    "                              memory (taken while a standby exists or --recover-wait is set)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -46,7 +51,8 @@ int cmd_controller(int argc, char **argv) {
   const char *cmd = "controller";
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
-  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG };
+  enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
+         O_RECWAIT, O_NOSNAP };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -64,6 +70,8 @@ int cmd_controller(int argc, char **argv) {
       {"http", required_argument, 0, O_HTTP},
       {"http-address-file", required_argument, 0, O_HTTPFILE},
       {"config", required_argument, 0, O_CONFIG},
+      {"recover-wait", required_argument, 0, O_RECWAIT},
+      {"no-snapshots", no_argument, 0, O_NOSNAP},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -88,6 +96,11 @@ int cmd_controller(int argc, char **argv) {
       if (cli_parse_u64(cmd, "--reclaim-after", optarg, 0, 86400000, &v) < 0) return 2;
       cfg.reclaim_after_ms = (uint32_t)v;
       break;
+    case O_RECWAIT:
+      if (cli_parse_u64(cmd, "--recover-wait", optarg, 0, 86400000, &v) < 0) return 2;
+      cfg.recover_wait_ms = (uint32_t)v;
+      break;
+    case O_NOSNAP: cfg.no_snapshots = true; break;
     case O_MAXS:
       if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
       cfg.max_sessions_per_user = (uint32_t)v;

@@ -6,13 +6,16 @@
 #include <string.h>
 #include "cli/cli.h"
 #include "cli/util.h"
+#include "client/cconn.h"
+#include "client/locate.h"
 #include "loom/loom.h"
 
 static const char g_usage[] =
     "usage: loom devices [--controller HOST:PORT] [--json]\n"
     "\n"
     "Lists every device of the cluster: virtual id, kind, worker (host and process), slice,\n"
-    "memory capacity and use, health; then the totals.\n"
+    "memory capacity and use, health; then the totals, and the standby workers (spare capacity\n"
+    "that holds no virtual devices until it replaces a lost worker).\n"
     "\n"
     "options:\n"
     "  --controller HOST:PORT   the controller (default: $LOOM_CONTROLLER, else the local cluster\n"
@@ -20,6 +23,26 @@ static const char g_usage[] =
     "  --json                   print JSON instead of a table\n"
     "  --timeout SECONDS        give up after this long (default 30)\n"
     "  -h, --help               show this help\n";
+
+/* The cluster status (for its standby workers, which hold no virtual devices and so are not in
+ * the device list), or NULL when it cannot be had. Free with lm_msg_free. */
+static Lmw__ClusterStatusReply *cluster_status(const char *addr, int timeout_s) {
+  lm_err err;
+  char token[256];
+  int tn = lm_locate_token(addr, token, sizeof token, &err);
+  if (tn < 0) return NULL;
+  lm_cconn_options co = {.timeout_ms = (int64_t)timeout_s * 1000, .name = "loom devices"};
+  co.auth_token = tn ? token : NULL;
+  co.auth_token_len = (size_t)tn;
+  lm_cconn *c;
+  if (lm_cconn_open(addr, &co, &c, &err) < 0) return NULL;
+  Lmw__ClusterStatus req = LMW__CLUSTER_STATUS__INIT;
+  ProtobufCMessage *m = NULL;
+  int rc = lm_cconn_call(c, LM_MSG_CLUSTER_STATUS, &req.base, LM_MSG_CLUSTER_STATUS_REPLY, co.timeout_ms, NULL, NULL,
+                         &m, &err);
+  lm_cconn_close(c);
+  return rc == 0 ? (Lmw__ClusterStatusReply *)m : NULL;
+}
 
 /* Distinct values among n strings (n small: quadratic is fine). */
 static size_t count_distinct(const char **v, size_t n) {
@@ -74,6 +97,7 @@ int cmd_devices(int argc, char **argv) {
     }
   free(seen);
   size_t nslices = count_distinct(slices, nworkers);
+  Lmw__ClusterStatusReply *st = cluster_status(loom_client_address(c), q.timeout_s);
   if (q.json) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "controller", loom_client_address(c));
@@ -92,6 +116,18 @@ int cmd_devices(int argc, char **argv) {
       cJSON_AddBoolToObject(o2, "healthy", d[i].healthy);
       cJSON_AddStringToObject(o2, "health_reason", d[i].health_reason);
       cJSON_AddItemToArray(arr, o2);
+    }
+    cJSON *sb = cJSON_AddArrayToObject(root, "standbys"); /* spare workers: no virtual devices (docs/elastic.md) */
+    for (size_t i = 0; st && i < st->n_workers; i++) {
+      const Lmw__WorkerStatus *w = st->workers[i];
+      if (!w->standby || !w->alive) continue;
+      cJSON *o2 = cJSON_CreateObject();
+      cJSON_AddNumberToObject(o2, "worker_id", w->id);
+      cJSON_AddStringToObject(o2, "host", w->host);
+      cJSON_AddNumberToObject(o2, "pid", w->pid);
+      cJSON_AddStringToObject(o2, "slice", w->slice);
+      cJSON_AddNumberToObject(o2, "devices", w->ndevices);
+      cJSON_AddItemToArray(sb, o2);
     }
     cJSON *t = cJSON_AddObjectToObject(root, "totals");
     cJSON_AddNumberToObject(t, "devices", n);
@@ -126,7 +162,14 @@ int cmd_devices(int argc, char **argv) {
            "controller %s\n",
            n, n == 1 ? "" : "s", healthy, nworkers, nworkers == 1 ? "" : "s", nslices, nslices == 1 ? "" : "s", cap,
            hcap, loom_client_address(c));
+    for (size_t i = 0; st && i < st->n_workers; i++) {
+      const Lmw__WorkerStatus *w = st->workers[i];
+      if (w->standby && w->alive)
+        printf("standby: worker %u (%s pid %u, slice %s) with %u devices, ready to replace a lost worker\n", w->id,
+               w->host, w->pid, w->slice, w->ndevices);
+    }
   }
+  lm_msg_free(st ? &st->base : NULL);
   free(d);
   free(slices);
   loom_disconnect(c);

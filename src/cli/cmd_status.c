@@ -62,7 +62,7 @@ int cmd_status(int argc, char **argv) {
   /* totals and per-slice sums */
   slice_sum *sl = calloc(s->n_workers ? s->n_workers : 1, sizeof *sl);
   size_t nsl = 0;
-  uint32_t alive = 0, healthy = 0;
+  uint32_t alive = 0, healthy = 0, standbys = 0;
   uint64_t mem = 0, mem_healthy = 0, used = 0;
   for (size_t i = 0; sl && i < s->n_workers; i++) {
     const Lmw__WorkerStatus *w = s->workers[i];
@@ -71,6 +71,7 @@ int cmd_status(int argc, char **argv) {
     if (k == nsl) sl[nsl++].name = w->slice;
     sl[k].workers++;
     if (w->alive) sl[k].alive++, alive++;
+    if (w->alive && w->standby) standbys++;
     for (size_t j = 0; j < w->n_device_ids; j++) {
       uint32_t id = w->device_ids[j];
       if (id >= dl->n_devices) continue;
@@ -91,6 +92,10 @@ int cmd_status(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "uptime_ms", (double)s->uptime_ms);
     cJSON_AddNumberToObject(root, "sessions", s->sessions);
     cJSON_AddNumberToObject(root, "heartbeat_timeout_ms", s->heartbeat_timeout_ms);
+    cJSON_AddStringToObject(root, "recovery", s->recovery ? s->recovery : "");
+    cJSON_AddNumberToObject(root, "recoveries", s->recoveries);
+    cJSON *ev = cJSON_AddArrayToObject(root, "events");
+    for (size_t i = 0; i < s->n_events; i++) cJSON_AddItemToArray(ev, cJSON_CreateString(s->events[i]));
     cJSON *ws = cJSON_AddArrayToObject(root, "workers");
     for (size_t i = 0; i < s->n_workers; i++) {
       const Lmw__WorkerStatus *w = s->workers[i];
@@ -102,6 +107,9 @@ int cmd_status(int argc, char **argv) {
       cJSON *ids = cJSON_AddArrayToObject(o, "devices");
       for (size_t j = 0; j < w->n_device_ids; j++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(w->device_ids[j]));
       cJSON_AddBoolToObject(o, "alive", w->alive);
+      cJSON_AddBoolToObject(o, "standby", w->standby);
+      if (w->replaced_by) cJSON_AddNumberToObject(o, "replaced_by", w->replaced_by - 1);
+      cJSON_AddNumberToObject(o, "epoch", (double)w->epoch);
       cJSON_AddStringToObject(o, "reason", w->reason);
       cJSON_AddNumberToObject(o, "since_heartbeat_ms", (double)w->since_heartbeat_ms);
       cJSON_AddNumberToObject(o, "uptime_ms", (double)w->uptime_ms);
@@ -134,6 +142,7 @@ int cmd_status(int argc, char **argv) {
     cJSON *t = cJSON_AddObjectToObject(root, "totals");
     cJSON_AddNumberToObject(t, "workers", (double)s->n_workers);
     cJSON_AddNumberToObject(t, "alive_workers", alive);
+    cJSON_AddNumberToObject(t, "standby_workers", standbys);
     cJSON_AddNumberToObject(t, "slices", (double)nsl);
     cJSON_AddNumberToObject(t, "devices", (double)dl->n_devices);
     cJSON_AddNumberToObject(t, "healthy_devices", healthy);
@@ -149,10 +158,13 @@ int cmd_status(int argc, char **argv) {
     cli_format_size(used, m3, sizeof m3);
     printf("controller  %s (%s, protocol %u), up %s, %u session%s\n", addr, s->software, s->protocol_version, up,
            s->sessions, s->sessions == 1 ? "" : "s");
-    printf("workers     %zu (%u alive)\n", s->n_workers, alive);
+    if (standbys) printf("workers     %zu (%u alive, %u standby)\n", s->n_workers, alive, standbys);
+    else printf("workers     %zu (%u alive)\n", s->n_workers, alive);
     printf("slices      %zu\n", nsl);
     printf("devices     %zu (%u healthy)\n", dl->n_devices, healthy);
     printf("memory      %s (%s healthy, %s in use)\n", m1, m2, m3);
+    if (s->recovery && *s->recovery) printf("recovery    %s\n", s->recovery);
+    else if (s->recoveries) printf("recovery    none in progress (%u completed)\n", s->recoveries);
     if (s->n_workers) {
       printf("\n");
       cli_table t;
@@ -166,8 +178,12 @@ int cmd_status(int argc, char **argv) {
         cli_format_ids(w->device_ids, w->n_device_ids, ids, sizeof ids);
         cli_format_duration(w->since_heartbeat_ms, hb, sizeof hb);
         snprintf(ago, sizeof ago, "%s ago", hb);
-        if (w->alive) snprintf(state, sizeof state, "alive");
+        if (w->alive && w->standby) snprintf(state, sizeof state, "standby");
+        else if (w->alive) snprintf(state, sizeof state, "alive");
+        else if (w->replaced_by) snprintf(state, sizeof state, "LOST (%s), replaced by worker %u", w->reason,
+                                          w->replaced_by - 1);
         else snprintf(state, sizeof state, "LOST (%s)", w->reason);
+        if (w->standby) snprintf(ids, sizeof ids, "(%s)", "none");
         cli_table_row(&t, id, w->host, pid, w->slice, ids, state, ago);
       }
       cli_table_print(&t);
@@ -185,6 +201,10 @@ int cmd_status(int argc, char **argv) {
       }
       cli_table_print(&t);
       cli_table_free(&t);
+    }
+    if (s->n_events) {
+      printf("\nrecovery events (latest last)\n");
+      for (size_t i = 0; i < s->n_events; i++) printf("  %s\n", s->events[i]);
     }
   }
   free(sl);

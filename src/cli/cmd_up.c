@@ -30,7 +30,8 @@
 
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
-    "               [--proxy-port PORT] [--http HOST:PORT] [--backend interp|pjrt]\n"
+    "               [--proxy-port PORT] [--http HOST:PORT] [--backend interp|pjrt] [--standby N]\n"
+    "               [--recover-wait MS]\n"
     "\n"
     "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
     "slices; waits until every device has registered and prints the controller's address. An IFRT\n"
@@ -43,6 +44,10 @@ static const char g_usage[] =
     "  --workers N               worker processes (default 2)\n"
     "  --devices-per-worker D    CPU devices per worker (default 4)\n"
     "  --slices S                slices the workers are spread over, in blocks (default 1)\n"
+    "  --standby N               also start N standby workers (spare capacity that replaces a lost\n"
+    "                            worker: docs/elastic.md), in the last slice (default 0)\n"
+    "  --recover-wait MS         a lost worker with no standby: its launches wait this long for a new\n"
+    "                            worker (the controller's --recover-wait; default 0: they fail)\n"
     "  --device-memory BYTES     memory capacity of each device, e.g. 2G or 512MiB (default 2GiB)\n"
     "  --detach                  start the cluster in the background and return\n"
     "  --listen HOST:PORT        the controller's address (default 127.0.0.1:0, any free port)\n"
@@ -80,6 +85,8 @@ typedef struct sup {
   char dir[4096];
   char self[4096];       /* this binary */
   uint32_t workers, dpw, slices;
+  uint32_t nstandby;     /* the last nstandby of the workers are standbys */
+  const char *recover_wait; /* the controller's --recover-wait, or NULL */
   uint64_t mem, timeout_ms;
   const char *listen;
   const char *http;      /* the controller's --http; NULL: none */
@@ -269,8 +276,10 @@ static int startup(sup *s, lm_err *err) {
   snprintf(http, sizeof http, "%s", s->http ? s->http : "");
   cli_remove_file(s->dir, "http.addr");
   char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
-                   "--tokens-file", s->tokens, "--http", http, "--http-address-file", httpfile, NULL};
-  if (!s->http) cargv[10] = NULL;
+                   "--tokens-file", s->tokens, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  int na = 10;
+  if (s->http) cargv[na++] = "--http", cargv[na++] = http, cargv[na++] = "--http-address-file", cargv[na++] = httpfile;
+  if (s->recover_wait) cargv[na++] = "--recover-wait", cargv[na++] = (char *)s->recover_wait;
   LM_TRY(spawn(s, ctl, cargv, err));
   for (;;) { /* the controller writes its address once it listens */
     FILE *f = fopen(addrfile, "r");
@@ -296,20 +305,23 @@ static int startup(sup *s, lm_err *err) {
   }
   snprintf(num[0], sizeof num[0], "%u", s->dpw);
   snprintf(num[1], sizeof num[1], "%llu", (unsigned long long)s->mem);
+  uint32_t regular = s->workers - s->nstandby;
   for (uint32_t i = 0; i < s->workers; i++) {
     char slice[32];
-    snprintf(slice, sizeof slice, "slice-%u", (uint32_t)((uint64_t)i * s->slices / s->workers));
+    uint32_t r = i < regular ? i : regular - 1; /* standbys: the last slice */
+    snprintf(slice, sizeof slice, "slice-%u", (uint32_t)((uint64_t)r * s->slices / regular));
     char *wargv[24 + 2 * 64] = {"loom", "worker", "--controller", s->addr, "--devices", num[0], "--device-memory",
                                 num[1], "--slice", slice, "--secret-file", s->secret};
     int k = 12;
     if (s->backend) wargv[k++] = "--backend", wargv[k++] = (char *)s->backend;
     if (s->pjrt_plugin) wargv[k++] = "--pjrt-plugin", wargv[k++] = (char *)s->pjrt_plugin;
     for (int j = 0; j < s->npjrt_options; j++) wargv[k++] = "--pjrt-option", wargv[k++] = (char *)s->pjrt_options[j];
+    if (i >= regular) wargv[k++] = "--standby";
     wargv[k] = NULL;
     LM_TRY(spawn(s, &s->kids[1 + i], wargv, err));
   }
   /* Watch the registrations through an ordinary client session. */
-  uint32_t want = s->workers * s->dpw;
+  uint32_t want = regular * s->dpw;
   int64_t left = (int64_t)(deadline - lm_now_ms());
   lm_cconn_options co = {.timeout_ms = left > 0 ? left : 1, .intr = stop_pending, .intr_arg = s, .name = "loom up",
                          .auth_token = s->token, .auth_token_len = strlen(s->token)};
@@ -336,7 +348,19 @@ static int startup(sup *s, lm_err *err) {
       rc = lm_errf(err, LOOM_WORKER_LOST, "%s (logs in %s)", sick, s->dir);
       break;
     }
-    if (have >= want) break;
+    if (have >= want && s->nstandby) { /* and the standbys */
+      Lmw__ClusterStatus cs = LMW__CLUSTER_STATUS__INIT;
+      uint32_t standbys = 0;
+      if (lm_cconn_call(c, LM_MSG_CLUSTER_STATUS, &cs.base, LM_MSG_CLUSTER_STATUS_REPLY, 10000, stop_pending, s, &m,
+                        err) == 0) {
+        const Lmw__ClusterStatusReply *st = (const Lmw__ClusterStatusReply *)m;
+        for (size_t i = 0; i < st->n_workers; i++) standbys += st->workers[i]->standby && st->workers[i]->alive;
+        lm_msg_free(m);
+      }
+      if (standbys >= s->nstandby) break;
+    } else if (have >= want) {
+      break;
+    }
     for (size_t i = 0; i < 1 + (size_t)s->workers; i++)
       if (!s->kids[i].running) {
         rc = fail_child(s, &s->kids[i], "during startup", err);
@@ -469,11 +493,14 @@ static int supervise(sup *s) {
              "address=%s\nsupervisor_pid=%ld\nsupervisor_start=%llu\ncontroller_pid=%d\ncontroller_start=%llu\n"
              "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\nproxy=%s\nhttp=%s\n",
              s->addr, (long)getpid(), (unsigned long long)lm_proc_start_time(getpid()), (int)s->kids[0].pid,
-             (unsigned long long)s->kids[0].start, pids, s->workers * s->dpw, s->dir, (long long)time(NULL),
+             (unsigned long long)s->kids[0].start, pids, (s->workers - s->nstandby) * s->dpw, s->dir, (long long)time(NULL),
              s->proxy_addr, s->http_addr);
     cli_remove_file(s->dir, CLI_STOP_FILE);
     rc = cli_write_file(s->dir, LM_STATE_FILE, state, &err);
     cli_format_size(s->mem, mem, sizeof mem);
+    char standby_note[64] = "";
+    if (s->nstandby)
+      snprintf(standby_note, sizeof standby_note, ", and %u standby worker%s", s->nstandby, s->nstandby == 1 ? "" : "s");
     char ptext[1024] = "";
     snprintf(ptext, sizeof ptext, "%s", s->proxy_note);
     if (s->proxy_addr[0])
@@ -484,15 +511,16 @@ static int supervise(sup *s) {
                "  export IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true\n",
                s->proxy_addr, s->proxy_addr);
     snprintf(text, sizeof text,
-             "local cluster ready: %u devices on %u worker%s (%u slice%s), %s of memory each\n"
+             "local cluster ready: %u devices on %u worker%s (%u slice%s), %s of memory each%s\n"
              "controller: %s\n"
              "%s%s%s"
              "%s"
              "logs: %s\n"
              "%s\n",
-             s->workers * s->dpw, s->workers, s->workers == 1 ? "" : "s", s->slices, s->slices == 1 ? "" : "s", mem,
-             s->addr, s->http_addr[0] ? "metrics: http://" : "", s->http_addr,
-             s->http_addr[0] ? "/metrics (health: /healthz, /readyz)\n" : "", ptext, s->dir, s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
+             (s->workers - s->nstandby) * s->dpw, s->workers - s->nstandby, s->workers - s->nstandby == 1 ? "" : "s",
+             s->slices, s->slices == 1 ? "" : "s", mem, standby_note, s->addr, s->http_addr[0] ? "metrics: http://" : "",
+             s->http_addr, s->http_addr[0] ? "/metrics (health: /healthz, /readyz)\n" : "", ptext, s->dir,
+             s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
   }
   if (rc < 0) {
     char problems[2048];
@@ -532,7 +560,8 @@ static int supervise(sup *s) {
       } else if (s->proxy_port && i == s->nkids - 1) {
         say(s, "the IFRT proxy (pid %d) %s; JAX clients cannot connect now (log: %s)", (int)c->pid, how, c->log);
       } else {
-        say(s, "the %s (pid %d) %s; its devices are unhealthy now (log: %s)", c->name, (int)c->pid, how, c->log);
+        say(s, "the %s (pid %d) %s; its devices are unhealthy now, unless a standby took them over (log: %s)",
+            c->name, (int)c->pid, how, c->log);
       }
     }
     if (exit_code) break;
@@ -558,7 +587,8 @@ int cmd_up(int argc, char **argv) {
   const char *cmd = "up";
   sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
            .listen = "127.0.0.1:0", .http = "127.0.0.1:0", .notify_fd = -1};
-  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT, O_HTTP };
+  enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT, O_HTTP,
+         O_STANDBY, O_RECWAIT };
   const char *popts[64];
   s.pjrt_options = popts;
   static const struct option opts[] = {
@@ -574,6 +604,8 @@ int cmd_up(int argc, char **argv) {
       {"backend", required_argument, 0, O_BACKEND},
       {"pjrt-plugin", required_argument, 0, O_PLUGIN},
       {"pjrt-option", required_argument, 0, O_POPT},
+      {"standby", required_argument, 0, O_STANDBY},
+      {"recover-wait", required_argument, 0, O_RECWAIT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -627,13 +659,23 @@ int cmd_up(int argc, char **argv) {
       if (cli_parse_u64(cmd, "--timeout", optarg, 1, 86400, &v) < 0) return 2;
       s.timeout_ms = v * 1000;
       break;
+    case O_STANDBY:
+      if (cli_parse_u64(cmd, "--standby", optarg, 0, 256, &v) < 0) return 2;
+      s.nstandby = (uint32_t)v;
+      break;
+    case O_RECWAIT:
+      if (cli_parse_u64(cmd, "--recover-wait", optarg, 0, 86400000, &v) < 0) return 2;
+      s.recover_wait = optarg;
+      break;
     }
   }
   if (ch < 0) return o.exit;
+  if (s.workers + s.nstandby > 256) return cli_usage_error(cmd, "--workers and --standby add up to more than 256");
   if (s.slices > s.workers)
     return cli_usage_error(cmd, "--slices (%u) cannot be more than --workers (%u)", s.slices, s.workers);
   if (strlen(s.listen) >= LM_ADDR_MAX) return cli_usage_error(cmd, "--listen address is too long");
   if (s.http && strlen(s.http) >= LM_ADDR_MAX) return cli_usage_error(cmd, "--http address is too long");
+  s.workers += s.nstandby; /* from here on the standbys are workers too (the last ones) */
   lm_err err;
   char host[256];
   uint16_t port;

@@ -1,9 +1,11 @@
 /* `loom worker`: run a worker daemon with CPU devices in the foreground until SIGINT/SIGTERM
  * or until its controller goes away. `loom up` starts these for a local cluster. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli/cli.h"
 #include "cli/util.h"
 #include "common/log.h"
@@ -15,7 +17,8 @@ static const char g_usage[] =
     "                   [--simulate N]\n"
     "\n"
     "Runs a worker with D CPU devices and registers them with the controller. Stops on Ctrl-C or\n"
-    "SIGTERM, and with an error when the controller goes away.\n"
+    "SIGTERM, and with an error when the controller goes away. A worker the controller declared\n"
+    "lost (it stalled past the heartbeat timeout) drops its state and rejoins as a standby.\n"
     "\n"
     "options:\n"
     "  --controller HOST:PORT      the controller (default: $LOOM_CONTROLLER)\n"
@@ -38,6 +41,10 @@ static const char g_usage[] =
     "                              register, heartbeat, load programs and answer launches, puts\n"
     "                              and gets, but execute nothing (results are zeros); for\n"
     "                              measuring the control plane at scale (docs/scale.md)\n"
+    "  --standby                   register as spare capacity: no virtual devices until the controller\n"
+    "                              swaps it in for a lost worker of as many devices (docs/elastic.md)\n"
+    "  --exit-when-fenced          exit when the controller declares this worker lost (default: drop\n"
+    "                              every shard and program and rejoin as a standby)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -49,7 +56,8 @@ int cmd_worker(int argc, char **argv) {
   cfg.controller = getenv("LOOM_CONTROLLER");
   cfg.secret_file = getenv("LOOM_SECRET_FILE");
   if (cfg.secret_file && !*cfg.secret_file) cfg.secret_file = NULL;
-  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET, O_BACKEND, O_PLUGIN, O_POPT, O_SIM };
+  enum { O_CTL = 1, O_DEV, O_MEM, O_SLICE, O_CT, O_DATA, O_SECRET, O_BACKEND, O_PLUGIN, O_POPT, O_SIM, O_STANDBY, O_FENCED,
+         O_EXITFENCED };
   const char *popts[64];
   cfg.pjrt_options = popts;
   static const struct option opts[] = {
@@ -64,6 +72,9 @@ int cmd_worker(int argc, char **argv) {
       {"pjrt-plugin", required_argument, 0, O_PLUGIN},
       {"pjrt-option", required_argument, 0, O_POPT},
       {"simulate", required_argument, 0, O_SIM},
+      {"standby", no_argument, 0, O_STANDBY},
+      {"fenced", required_argument, 0, O_FENCED}, /* internal: set when a fenced worker rejoins */
+      {"exit-when-fenced", no_argument, 0, O_EXITFENCED},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -71,6 +82,7 @@ int cmd_worker(int argc, char **argv) {
   int ch;
   uint64_t v;
   uint32_t simulate = 0;
+  bool exit_fenced = false;
   while ((ch = cli_next_option(&o)) > 0) {
     switch (ch) {
     case O_CTL: cfg.controller = optarg; break;
@@ -108,6 +120,16 @@ int cmd_worker(int argc, char **argv) {
       if (cfg.npjrt_options == 64) return cli_usage_error(cmd, "more than 64 --pjrt-option");
       popts[cfg.npjrt_options++] = optarg;
       break;
+    case O_STANDBY: cfg.standby = true; break;
+    case O_EXITFENCED: exit_fenced = true; break;
+    case O_FENCED: {
+      unsigned id;
+      unsigned long long ep;
+      if (sscanf(optarg, "%u:%llu", &id, &ep) != 2) return cli_usage_error(cmd, "--fenced wants ID:EPOCH");
+      cfg.fenced_worker = id + 1;
+      cfg.fenced_epoch = ep;
+      break;
+    }
     }
   }
   if (ch < 0) return o.exit;
@@ -115,7 +137,42 @@ int cmd_worker(int argc, char **argv) {
     return cli_usage_error(cmd, "which controller? pass --controller HOST:PORT or set LOOM_CONTROLLER");
   lm_log_init("worker");
   lm_err err;
-  if (simulate ? lm_sim_run(&cfg, simulate, &err) < 0 : lm_worker_run(&cfg, &err) < 0)
-    return cli_fail(cmd, "%s", err.msg);
+  if (simulate) {
+    if (lm_sim_run(&cfg, simulate, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+    return 0;
+  }
+  uint32_t fw = 0;
+  uint64_t fe = 0;
+  int rc = lm_worker_run_fenced(&cfg, &fw, &fe, &err);
+  if (rc == LOOM_WORKER_LOST && fw && !exit_fenced) {
+    /* Fenced: everything this process holds is stale. A fresh process drops it all at once (shards,
+     * programs, data-plane state) and registers as a standby under a new epoch. */
+    lm_warn("%s; dropping every shard and program and rejoining as a standby", err.msg);
+    char fenced[64];
+    snprintf(fenced, sizeof fenced, "%u:%llu", fw - 1, (unsigned long long)fe);
+    char **nargv = calloc((size_t)argc + 6, sizeof *nargv);
+    if (nargv) {
+      int k = 0;
+      nargv[k++] = "loom";
+      nargv[k++] = "worker";
+      for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--standby")) continue;
+        if (!strcmp(argv[i], "--fenced")) {
+          i++;
+          continue;
+        }
+        if (!strncmp(argv[i], "--fenced=", 9)) continue;
+        nargv[k++] = argv[i];
+      }
+      nargv[k++] = "--standby";
+      nargv[k++] = "--fenced";
+      nargv[k++] = fenced;
+      nargv[k] = NULL;
+      fflush(NULL);
+      execv("/proc/self/exe", nargv);
+      lm_error("cannot restart as a standby: %s", strerror(errno));
+    }
+  }
+  if (rc < 0) return cli_fail(cmd, "%s", err.msg);
   return 0;
 }

@@ -26,8 +26,8 @@
 void lm_controller_config_default(lm_controller_config *c) {
   memset(c, 0, sizeof *c);
   c->listen = "127.0.0.1:29100";
-  c->heartbeat_interval_ms = 500;
-  c->heartbeat_timeout_ms = 5000;
+  c->heartbeat_interval_ms = 200;
+  c->heartbeat_timeout_ms = 900;
   c->max_peers = 4096;
   c->max_sessions_per_user = 1024;
   c->reclaim_after_ms = 60000;
@@ -266,7 +266,8 @@ static uint32_t reclaimable(ctl *c, uint32_t ndev) {
   uint32_t n = lm_registry_worker_count(c->reg);
   for (uint32_t i = 0; i < n && i < c->worker_peer_cap; i++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
-    if (w->state != LM_WORKER_LOST || w->ndevices != ndev || c->worker_peer[i] || !c->lost_at[i] ||
+    if (w->state != LM_WORKER_LOST || w->standby || w->replaced_by || w->ndevices != ndev || c->worker_peer[i] ||
+        !c->lost_at[i] ||
         now - c->lost_at[i] < c->cfg.reclaim_after_ms)
       continue;
     bool named = false;
@@ -335,8 +336,10 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   uint32_t id = 0;
   if (rc == 0) {
     lm_worker_spec spec = {.host = m->host, .pid = m->pid, .slice = m->slice, .ndevices = (uint32_t)n,
-                           .kinds = kinds, .capacities = caps, .data_address = m->data_address};
-    uint32_t old = lm_registry_has_room(c->reg, (uint32_t)n) ? UINT32_MAX : reclaimable(c, (uint32_t)n);
+                           .kinds = kinds, .capacities = caps, .data_address = m->data_address,
+                           /* a recovery waiting for capacity takes a new worker of the right size */
+                           .standby = m->standby || ctl_recover_wants(c, (uint32_t)n)};
+    uint32_t old = spec.standby || lm_registry_has_room(c->reg, (uint32_t)n) ? UINT32_MAX : reclaimable(c, (uint32_t)n);
     if (old != UINT32_MAX && lm_registry_reuse_worker(c->reg, old, &spec, ctl_now_ms(c), &err) == 0) {
       lm_info("reclaimed the ids of worker %u (lost %llu ms ago) for a new worker", old,
               (unsigned long long)(ctl_now_ms(c) - c->lost_at[old]));
@@ -372,9 +375,11 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   const lm_reg_worker *w = lm_registry_worker(c->reg, id);
   Lmw__RegisterWorkerReply r = LMW__REGISTER_WORKER_REPLY__INIT;
   r.worker_id = id;
-  r.n_device_ids = w->ndevices;
+  r.n_device_ids = w->standby ? 0 : w->ndevices;
   r.device_ids = w->device_ids;
   r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
+  r.epoch = w->epoch;
+  r.standby = w->standby;
   if (!c->have_secret) { /* with a secret the worker derives the same key from the handshake */
     r.token_key.data = c->worker_key[id];
     r.token_key.len = LM_TOKEN_KEY_SIZE;
@@ -382,9 +387,16 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
   p->cseq = 0; /* the worker counts what it reads from here on */
   if (c->met) lm_met_inc(&c->met->workers_registered);
-  lm_info("worker %u registered from %s: host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
-          lm_conn_peer_name(p->conn), w->host, w->pid, w->slice, w->ndevices, w->device_ids[0],
-          w->device_ids[w->ndevices - 1]);
+  if (m->fenced_worker)
+    lm_info("worker %u rejoins (host %s pid %u) after being fenced as worker %u epoch %llu: it dropped that state",
+            id, w->host, w->pid, m->fenced_worker - 1, (unsigned long long)m->fenced_epoch);
+  if (w->standby)
+    lm_info("worker %u registered from %s as a standby (epoch %llu): host %s pid %u slice %s, %u devices", id,
+            lm_conn_peer_name(p->conn), (unsigned long long)w->epoch, w->host, w->pid, w->slice, w->ndevices);
+  else
+    lm_info("worker %u registered from %s (epoch %llu): host %s pid %u slice %s, %u devices (virtual ids %u-%u)", id,
+            lm_conn_peer_name(p->conn), (unsigned long long)w->epoch, w->host, w->pid, w->slice, w->ndevices,
+            w->device_ids[0], w->device_ids[w->ndevices - 1]);
 }
 
 static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
@@ -485,8 +497,12 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
     o->host = w->host;
     o->pid = w->pid;
     o->slice = w->slice;
-    o->n_device_ids = w->ndevices;
+    o->n_device_ids = w->standby || w->replaced_by ? 0 : w->ndevices; /* a replaced worker's went on */
     o->device_ids = w->device_ids;
+    o->standby = w->standby;
+    o->replaced_by = w->replaced_by;
+    o->epoch = w->epoch;
+    o->ndevices = w->ndevices;
     o->alive = w->state == LM_WORKER_ALIVE;
     o->reason = (char *)(w->state == LM_WORKER_ALIVE ? w->problem : w->reason);
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
@@ -513,25 +529,33 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   r.n_workers = n;
   r.workers = ptrs;
   r.heartbeat_timeout_ms = c->cfg.heartbeat_timeout_ms;
+  char rstate[LM_ERR_MSG_MAX];
+  r.recovery = (char *)ctl_recover_state(c, rstate, sizeof rstate);
+  const char *events[32];
+  r.n_events = ctl_recover_events(c, events, 32);
+  r.events = (char **)events;
+  r.recoveries = ctl_recover_count(c);
   reply(p, f, LM_MSG_CLUSTER_STATUS_REPLY, &r.base);
   free(ws);
   free(ptrs);
   free(ts);
 }
 
-/* A worker is lost (once): its launches fail, loads in progress fail, other workers hear it. */
+/* A worker is lost (once): other workers hear it; a recovery takes its launches in flight (a
+ * standby replaces it: ctl_recover.c), else they fail; loads in progress fail. */
 static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->stopping) return;
   if (c->met) lm_met_inc(&c->met->workers_lost);
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_frees_worker_lost(c, id);
-  ctl_launches_worker_lost(c, id, why);
-  ctl_programs_worker_lost(c, id, why);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
   wl.worker_id = id;
   wl.reason = (char *)why;
   for (uint32_t i = 0; i < c->worker_peer_cap; i++)
     if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0, NULL);
+  ctl_recover_worker_lost(c, id, why); /* takes the launches it re-issues out of the active list */
+  ctl_launches_worker_lost(c, id, why);
+  ctl_programs_worker_lost(c, id, why);
 }
 
 /* A worker's data-plane address: kept in the registry, sent to the others, and the others' to it. */
@@ -604,13 +628,17 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
   free(keys);
   free(all);
   free(ptrs);
+  ctl_recover_capacity(c); /* a recovery waiting for a worker may take this one */
 }
+
+void ctl_dispatch(peer *p, lm_frame *f);
 
 static void on_frame(lm_conn *conn, lm_frame *f) {
   peer *p = lm_conn_user(conn);
   ctl *c = p->ctl;
   unsigned type = f->h.type;
   p->last_ms = ctl_now_ms(c);
+  if (ctl_recover_defer(c, p, f)) return; /* replayed once the recovery is over */
   if (p->role == ROLE_NEW && type != LM_MSG_HELLO) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "expected HELLO first, got %s (type %u)",
                              lm_msg_name(type), type);
@@ -677,6 +705,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     break;
   case LM_MSG_ACK:
   case LM_MSG_ERROR:
+    if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_recover_on_reply(c, p, f)) break;
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id) ctl_on_load_reply(c, p, f);
     else if (type == LM_MSG_ERROR) lm_warn("%s sent an unsolicited ERROR", lm_conn_peer_name(conn));
     break;
@@ -706,6 +735,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   lm_msg_free(m);
 }
 
+void ctl_dispatch(peer *p, lm_frame *f) {
+  if (lm_conn_is_open(p->conn)) on_frame(p->conn, f);
+}
+
 static void on_close(lm_conn *conn, int code, const char *reason) {
   peer *p = lm_conn_user(conn);
   ctl *c = p->ctl;
@@ -717,9 +750,13 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     else snprintf(why, sizeof why, "%s", reason);
     c->worker_peer[p->worker_id] = NULL;
     if (lm_registry_mark_lost(c->reg, p->worker_id, why)) {
-      lm_log(c->stopping ? LM_LOG_INFO : LM_LOG_WARN, "worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy",
-             w->id, w->host, w->pid, code == LOOM_CLOSED ? reason : why, w->device_ids[0],
-             w->device_ids[w->ndevices - 1]);
+      if (w->standby)
+        lm_log(c->stopping ? LM_LOG_INFO : LM_LOG_WARN, "standby worker %u (%s pid %u) lost: %s", w->id, w->host,
+               w->pid, code == LOOM_CLOSED ? reason : why);
+      else
+        lm_log(c->stopping ? LM_LOG_INFO : LM_LOG_WARN, "worker %u (%s pid %u) lost: %s; devices %u-%u are unhealthy",
+               w->id, w->host, w->pid, code == LOOM_CLOSED ? reason : why, w->device_ids[0],
+               w->device_ids[w->ndevices - 1]);
       worker_lost(c, p->worker_id, why);
     } else {
       lm_info("worker %u disconnected (%s)", w->id, reason);
@@ -729,6 +766,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     if (code != 0 && code != LOOM_CLOSED) lm_warn("session %llu dropped: %s", (unsigned long long)p->session->id, reason);
     ctl_launches_client_gone(c, p);
     ctl_programs_client_gone(c, p);
+    ctl_recover_client_gone(c, p);
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;
@@ -808,18 +846,37 @@ static void on_health_tick(uv_timer_t *t) {
   ctl *c = t->data;
   expire_idle_sessions(c);
   ctl_pool_tick(c);
+  ctl_recover_tick(c);
   uint32_t lost[64];
   size_t n;
+  /* Timers run before the loop reads its sockets: after a stall of the controller itself (a
+   * loaded host), heartbeats that did arrive are still unread. Such a tick declares nobody lost;
+   * it counts as a heartbeat of every worker, whose next one is read right after. */
+  uint64_t now = ctl_now_ms(c), gap = now - c->last_tick_ms;
+  c->last_tick_ms = now;
+  if (gap > c->cfg.heartbeat_timeout_ms / 2) {
+    uint32_t nw = lm_registry_worker_count(c->reg);
+    for (uint32_t i = 0; i < nw; i++)
+      if (lm_registry_worker(c->reg, i)->state == LM_WORKER_ALIVE)
+        lm_registry_heartbeat(c->reg, i, now, NULL, NULL, 0, NULL);
+    lm_debug("the controller's loop was stalled for %llu ms: no worker is declared lost on this tick",
+             (unsigned long long)gap);
+    return;
+  }
   do {
     n = lm_registry_expire(c->reg, ctl_now_ms(c), c->cfg.heartbeat_timeout_ms, lost, 64);
     for (size_t i = 0; i < n; i++) {
       const lm_reg_worker *w = lm_registry_worker(c->reg, lost[i]);
-      lm_warn("worker %u (%s pid %u) lost: no heartbeat for %u ms; devices %u-%u are unhealthy", w->id, w->host,
-              w->pid, c->cfg.heartbeat_timeout_ms, w->device_ids[0], w->device_ids[w->ndevices - 1]);
+      if (w->standby)
+        lm_warn("standby worker %u (%s pid %u) lost: no heartbeat for %u ms", w->id, w->host, w->pid,
+                c->cfg.heartbeat_timeout_ms);
+      else
+        lm_warn("worker %u (%s pid %u) lost: no heartbeat for %u ms; devices %u-%u are unhealthy", w->id, w->host,
+                w->pid, c->cfg.heartbeat_timeout_ms, w->device_ids[0], w->device_ids[w->ndevices - 1]);
       peer *p = w->id < c->worker_peer_cap ? c->worker_peer[w->id] : NULL;
+      if (p) c->worker_peer[w->id] = NULL; /* fenced: nothing more is sent to it or taken from it */
       worker_lost(c, w->id, "no heartbeat");
       if (p) {
-        c->worker_peer[w->id] = NULL;
         lm_conn_close_with_error(p->conn, 0, LOOM_WORKER_LOST, "no heartbeat for %u ms: declared lost",
                                  c->cfg.heartbeat_timeout_ms);
       }
@@ -869,8 +926,8 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl *c = calloc(1, sizeof *c);
   if (!c) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   c->cfg = *cfg;
-  if (!c->cfg.heartbeat_interval_ms) c->cfg.heartbeat_interval_ms = 500;
-  if (!c->cfg.heartbeat_timeout_ms) c->cfg.heartbeat_timeout_ms = 5000;
+  if (!c->cfg.heartbeat_interval_ms) c->cfg.heartbeat_interval_ms = 200;
+  if (!c->cfg.heartbeat_timeout_ms) c->cfg.heartbeat_timeout_ms = 900;
   if (!c->cfg.max_peers) c->cfg.max_peers = 4096;
   c->reg = lm_registry_create();
   int rc = 0;
@@ -885,7 +942,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   c->next_rid = 1;
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
   c->dev_refs = calloc(LM_REG_MAX_DEVICES, sizeof *c->dev_refs);
-  if (!c->log || !c->dev_refs) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (!c->log || !c->dev_refs || ctl_recover_init(c) < 0) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0) rc = lm_auth_random(c->dp_master, sizeof c->dp_master, err);
   if (rc == 0 && c->cfg.secret_file) {
     rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
@@ -904,6 +961,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
                  c->cfg.listen);
   if (rc < 0) {
     ctl_pool_free(c);
+    ctl_recover_free(c);
     free(c->log);
     free(c->dev_refs);
     lm_tokens_free(&c->tokens);
@@ -947,6 +1005,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     uint32_t tick = c->cfg.heartbeat_timeout_ms / 4;
     if (tick > 250) tick = 250;
     if (tick < 10) tick = 10;
+    c->last_tick_ms = ctl_now_ms(c);
     uv_timer_start(&c->health, on_health_tick, tick, tick);
     lm_info("listening on %s (protocol %d, heartbeat timeout %u ms, workers %s, clients %s)", c->bound,
             LM_PROTOCOL_VERSION, c->cfg.heartbeat_timeout_ms,
@@ -957,6 +1016,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
   if (rc == 0) lm_info("stopped");
   ctl_http_free(c);
+  ctl_recover_free(c);
   ctl_launches_free(c);
   ctl_trace_free(c);
   ctl_programs_free(c);

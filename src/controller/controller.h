@@ -13,8 +13,8 @@
 typedef struct lm_controller_config {
   const char *listen;              /* "HOST:PORT"; port 0 = any free port */
   const char *address_file;        /* optional: the bound "HOST:PORT" is written here (atomically) */
-  uint32_t heartbeat_interval_ms;  /* told to workers at registration (default 500) */
-  uint32_t heartbeat_timeout_ms;   /* a worker silent this long is lost (default 5000) */
+  uint32_t heartbeat_interval_ms;  /* told to workers at registration (default 200) */
+  uint32_t heartbeat_timeout_ms;   /* a worker silent this long is lost (default 900) */
   uint32_t max_peers;              /* connections beyond this are refused (default 4096) */
   lm_conn_config conn;             /* limits and deadlines for every peer (lm_conn_config_default) */
   const char *secret_file;         /* the cluster secret workers must prove they hold (NULL: none) */
@@ -32,6 +32,9 @@ typedef struct lm_controller_config {
                                       tokens only) */
   const char *pool_config;         /* the shared pool's classes and quotas (docs/pool.md); NULL: the
                                       built-in classes prod > interactive > batch, no quotas */
+  uint32_t recover_wait_ms;        /* a lost worker with no standby to replace it: its launches wait
+                                      this long for a new worker (0, the default: they fail at once) */
+  bool no_snapshots;               /* do not snapshot puts into other workers' host memory */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

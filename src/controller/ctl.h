@@ -9,6 +9,8 @@
  *   ctl_http.c      the HTTP port (/metrics, /healthz, /readyz) on its own thread, fed by snapshots
  *   ctl_metrics.c   counters and the Prometheus text format
  *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
+ *   ctl_recover.c   elastic recovery: standbys take over lost workers' devices, shards are
+ *                   restored, launches in flight re-issued; snapshots of puts
  * Everything runs on the loop thread, except what ctl_http.c says runs on its thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -71,6 +73,8 @@ typedef struct c_array {
   uint32_t nheld;
   pool_sess *pool;           /* the pool session charged for its memory (ctl_pool.c), or NULL */
   uint64_t pool_bytes;
+  uint32_t *bk;              /* [sh.ndev] the worker keeping a snapshot of shard i in host memory,
+                                LM_REG_NO_DEVICE for none; NULL: no snapshots (ctl_recover.c) */
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
@@ -186,6 +190,7 @@ struct ctl {
   uint32_t nsessions;
   uint64_t next_session;
   uint64_t start_ms;
+  uint64_t last_tick_ms;     /* the health timer's previous tick (a late one means the loop stalled) */
   bool stopping;
   char bound[LM_ADDR_MAX];
   uint8_t (*worker_key)[LM_TOKEN_KEY_SIZE]; /* [worker id] its transfer key (worker_peer_cap) */
@@ -225,7 +230,11 @@ struct ctl {
   lm_met_counters *met;      /* counters bumped at a few points; NULL: none kept */
   struct ctl_tracer *trace;  /* launch traces (ctl_trace.c); NULL until one starts */
   struct ctl_pool *pool;     /* ctl_pool.c */
+  struct ctl_rec *rec;       /* elastic recovery (ctl_recover.c) */
 };
+
+/* Dispatches a frame as if it had just arrived from p (recovery replays deferred requests). */
+void ctl_dispatch(peer *p, lm_frame *f);
 
 uint64_t ctl_now_ms(ctl *c);
 /* Counts devs[0..n) as named (held) by an array or program, so their ids are not reclaimed;
@@ -330,5 +339,42 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_launches_free(ctl *c);
 /* Fails the launch now with code and message full, and aborts it on its workers (the watchdog). */
 void ctl_launch_cut(ctl *c, c_launch *l, int code, const char *full, const char *reason);
+/* Recovery's hooks (ctl_recover.c): take l out of the sequence table (late RUN_DONEs of its old
+ * number are ignored); give it a new number and send its RUNs again with the current device map;
+ * fail it for good (reply, outputs failed) and free it. */
+void ctl_launch_unhash(ctl *c, c_launch *l);
+void ctl_launch_reissue(ctl *c, c_launch *l);
+void ctl_launch_abandon(ctl *c, c_launch *l, int code, const char *why);
+/* True when an active launch of the session reads array (it must outlive a delete until then). */
+bool ctl_launch_reads(ctl *c, uint64_t session, uint64_t array);
+
+/* elastic recovery (ctl_recover.c, docs/elastic.md) */
+int ctl_recover_init(ctl *c);
+void ctl_recover_free(ctl *c);
+/* A worker was lost: true when recovery takes over its launches (a standby, or waiting for one
+ * is configured); false: fail them as before. */
+bool ctl_recover_worker_lost(ctl *c, uint32_t worker, const char *why);
+/* True while a recovery waits for a worker of ndev devices: a new worker registers as a standby. */
+bool ctl_recover_wants(ctl *c, uint32_t ndev);
+/* A worker's data plane is known: a waiting recovery may use it. */
+void ctl_recover_capacity(ctl *c);
+/* An ACK/ERROR from a worker: true when it answered a recovery's request (consumed). */
+bool ctl_recover_on_reply(ctl *c, peer *w, const lm_frame *f);
+/* A client request while a recovery is in progress: true when it was kept for later. */
+bool ctl_recover_defer(ctl *c, peer *p, const lm_frame *f);
+void ctl_recover_client_gone(ctl *c, peer *p);
+void ctl_recover_tick(ctl *c);
+/* The status line ("" when idle), the event log and the count of completed recoveries. */
+const char *ctl_recover_state(ctl *c, char *buf, size_t cap);
+size_t ctl_recover_events(ctl *c, const char **out, size_t max);
+uint32_t ctl_recover_count(ctl *c);
+/* A new put array: snapshots its shards that have no replica on another worker (when recovery is
+ * possible: a standby is registered or --recover-wait is set). The worker holding such a shard
+ * acknowledges the client's put only once the snapshot is kept (LM_TOKEN_PUT_SNAP). */
+void ctl_snapshot_plan(ctl *c, c_array *a);   /* before the placement reply: fills a->bk */
+void ctl_snapshot_put(ctl *c, peer *p, c_array *a);  /* after it: sends the copies */
+/* ARRAY_DELETE of an array an active launch still reads: keeps its shards until that launch is
+ * over (a recovery may re-issue it). True: taken, the caller sends no FREE_ARRAYS. */
+bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a);
 
 #endif

@@ -14,6 +14,7 @@ void ctl_array_destroy(void *obj) {
   if (a->held) ctl_release(a->held, a->devs, a->nheld);
   ctl_pool_array_gone(a);
   free(a->devs);
+  free(a->bk);
   free(a->msg);
   free(a);
 }
@@ -146,7 +147,8 @@ static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int ki
     bool alive = lm_registry_device_healthy(c->reg, a->devs[i]) && wp;
     l->data_address = alive ? w->data_address : "";
     if (alive) {
-      lm_token_make(c->worker_key[dev->worker], kind, p->session->id, a->id, dev->worker, dev->local_index,
+      int k = kind == LM_TOKEN_PUT && a->bk && a->bk[i] != LM_REG_NO_DEVICE ? LM_TOKEN_PUT_SNAP : kind;
+      lm_token_make(c->worker_key[dev->worker], k, p->session->id, a->id, dev->worker, dev->local_index,
                     kind == LM_TOKEN_PUT ? (uint32_t)a->dtype : 0, kind == LM_TOKEN_PUT ? dd : NULL,
                     kind == LM_TOKEN_PUT ? (size_t)a->rank : 0, toks + (size_t)i * LM_TOKEN_SIZE);
       l->token.data = toks + (size_t)i * LM_TOKEN_SIZE;
@@ -212,7 +214,9 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     return;
   }
   a->state = A_READY;
+  ctl_snapshot_plan(c, a);   /* which shards get a snapshot: their put tokens say so */
   placement_reply(p, f, a, LM_TOKEN_PUT);
+  ctl_snapshot_put(c, p, a); /* the copies wait for the client's bytes */
 }
 
 void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) {
@@ -264,8 +268,14 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
   for (size_t k = 0; k < m->n_ids; k++) {
     c_array *a = lm_session_get(p->session, m->ids[k], H_ARRAY);
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
-    for (uint32_t i = 0; i < a->sh.ndev; i++) {
-      uint32_t w = lm_registry_device(c->reg, a->devs[i])->worker;
+    if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight reads it: freed after it */
+      lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+      continue;
+    }
+    for (uint32_t i = 0; i < 2 * a->sh.ndev; i++) { /* its shards, then its snapshots */
+      uint32_t w = i < a->sh.ndev ? lm_registry_device(c->reg, a->devs[i])->worker
+                                  : (a->bk ? a->bk[i - a->sh.ndev] : LM_REG_NO_DEVICE);
+      if (w >= nw) continue;
       if (cnt[w] && ids[w][cnt[w] - 1] == a->id) continue;
       if (cnt[w] == 0 || (cnt[w] >= 8 && (cnt[w] & (cnt[w] - 1)) == 0)) { /* 8, 16, 32, ... */
         uint64_t *g = realloc(ids[w], (cnt[w] ? cnt[w] * 2 : 8) * sizeof *g);

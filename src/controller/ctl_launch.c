@@ -16,6 +16,7 @@
 #define LM_LAUNCH_MAX_VALUES 65536 /* inputs or outputs of one launch */
 
 static size_t bucket(uint64_t seq) { return (size_t)(seq % C_LAUNCH_BUCKETS); }
+static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m);
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -272,6 +273,68 @@ void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m
   ctl_reply(p, f, LM_MSG_ACK, &ack.base);
 }
 
+void ctl_launch_unhash(ctl *c, c_launch *l) {
+  for (c_launch **pp = &c->by_seq[bucket(l->seq)]; *pp; pp = &(*pp)->hnext)
+    if (*pp == l) {
+      *pp = l->hnext;
+      break;
+    }
+  l->hnext = NULL;
+}
+
+void ctl_launch_reissue(ctl *c, c_launch *l) {
+  c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+  if (e->seq != l->seq || !e->ids || !l->client) {
+    l->prev = NULL, l->next = c->active; /* launch_free unlists it */
+    if (c->active) c->active->prev = l;
+    c->active = l;
+    ctl_launch_abandon(c, l, LOOM_WORKER_LOST, "its record in the launch log is gone, so it cannot be re-issued");
+    return;
+  }
+  uint64_t old = l->seq;
+  uint64_t *ids = e->ids;
+  e->ids = NULL; /* taken: log_record frees the slot's arrays when it reuses it */
+  Lmw__Launch m = LMW__LAUNCH__INIT;
+  m.n_inputs = e->nin;
+  m.inputs = ids;
+  m.n_outputs = e->nout;
+  m.outputs = ids + e->nin;
+  l->seq = ++c->next_seq;
+  for (uint32_t j = 0; j < l->nout; j++) { /* its outputs now come from the new sequence number */
+    c_array *a = lm_session_get(l->client->session, l->outputs[j], H_ARRAY);
+    if (a && a->producer == old) a->producer = l->seq;
+  }
+  free(l->done); /* launch_dispatch makes it again for the plan it uses (one flag per worker) */
+  l->done = NULL;
+  l->failed = false;
+  /* not listed (the recovery took it aside): launch_dispatch lists it afresh */
+  lm_info("launch %llu re-issued as launch %llu", (unsigned long long)old, (unsigned long long)l->seq);
+  launch_dispatch(c, l, l->client->session, &m);
+  free(ids);
+}
+
+void ctl_launch_abandon(ctl *c, c_launch *l, int code, const char *why) {
+  char full[LM_ERR_MSG_MAX];
+  snprintf(full, sizeof full, "launch %llu failed: %.960s", (unsigned long long)l->seq, why);
+  c->launches_failed++;
+  l->failed = true;
+  set_outputs(c, l, A_FAILED, code, full);
+  if (l->client) ctl_reply_error(l->client, l->rid, code, "%s", full);
+  log_status(c, l->seq, code);
+  launch_free(c, l);
+}
+
+bool ctl_launch_reads(ctl *c, uint64_t session, uint64_t array) {
+  for (c_launch *l = c->active; l; l = l->next) {
+    if (l->session != session) continue;
+    const c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+    if (e->seq != l->seq || !e->ids) return true; /* cannot tell: keep it */
+    for (uint32_t i = 0; i < e->nin; i++)
+      if (e->ids[i] == array) return true;
+  }
+  return false;
+}
+
 void ctl_launches_client_gone(ctl *c, peer *p) {
   for (c_launch *l = c->active; l; l = l->next)
     if (l->client == p) l->client = NULL;
@@ -291,6 +354,92 @@ void ctl_launches_free(ctl *c) {
   c->log = NULL;
   free(c->dev_pos), free(c->dev_stamp);
   c->dev_pos = c->dev_stamp = NULL;
+}
+
+/* Sends one RUN per worker holding a device of l (its devices, and where every process runs, for
+ * collectives), after listing l as active and recording it in the launch log. m gives the inputs
+ * and outputs. Used for new launches and for launches re-issued by a recovery (ctl_recover.c). */
+static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m) {
+  c_program *prog = l->prog;
+  lm_err err;
+  int rc = 0;
+  if (!ctl_plan_current(c, prog)) { /* its devices moved (hot swap): plan again, and every RUN carries
+                                       the map from now on */
+    rc = ctl_plan_build(c, prog, &err);
+    prog->map_in_run = true;
+  }
+  const c_plan *plan = prog->plan;
+  /* one RUN per worker: only its own processes; the inputs and outputs once per RUN; where every
+   * process runs went in LOAD_PROGRAM (unless the devices moved since) */
+  uint32_t n = prog->ndev, maxd = 0;
+  for (uint32_t k = 0; rc == 0 && k < plan->nworkers; k++)
+    if (plan->wfirst[k + 1] - plan->wfirst[k] > maxd) maxd = plan->wfirst[k + 1] - plan->wfirst[k];
+  Lmw__RunDevice *rdev = rc ? NULL : calloc(maxd ? maxd : 1, sizeof *rdev);
+  Lmw__RunDevice **rptr = rc ? NULL : calloc(maxd ? maxd : 1, sizeof *rptr);
+  if (rc == 0 && !l->done) l->done = calloc(plan->nworkers ? plan->nworkers : 1, 1);
+  if (rc == 0 && (!rdev || !rptr || !l->done)) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory at the controller");
+  if (l->plan != plan) { /* a re-issue after a hot swap drops the old plan */
+    ctl_plan_release(l->plan);
+    l->plan = rc ? NULL : prog->plan;
+    if (l->plan) l->plan->refs++;
+  }
+  if (rc < 0) { /* listed first: abandoning it unlists and frees it */
+    free(rdev), free(rptr);
+    l->prev = NULL, l->next = c->active;
+    if (c->active) c->active->prev = l;
+    c->active = l;
+    l->nworkers = 0;
+    ctl_launch_abandon(c, l, err.code, err.msg);
+    return;
+  }
+  l->nworkers = plan->nworkers;
+  l->workers = plan->workers;
+  for (uint32_t k = 0; k < l->nworkers; k++) lm_session_touch(s, l->workers[k]); /* they will hold its outputs */
+  l->pending = l->nworkers;
+  l->hnext = c->by_seq[bucket(l->seq)];
+  c->by_seq[bucket(l->seq)] = l;
+  l->next = c->active;
+  if (c->active) c->active->prev = l;
+  c->active = l;
+  log_record(c, l, m);
+  ctl_trace_launch_sent(l);
+  Lmw__Run run = LMW__RUN__INIT;
+  run.seq = l->seq;
+  run.session = s->id;
+  run.program = prog->id;
+  run.devices = rptr;
+  run.n_inputs = m->n_inputs;
+  run.inputs = m->inputs;
+  run.n_outputs = m->n_outputs;
+  run.outputs = m->outputs;
+  if (prog->map_in_run && prog->needs_map) {
+    run.n_proc_workers = run.n_proc_devices = n;
+    run.proc_workers = plan->proc_worker;
+    run.proc_devices = plan->proc_local;
+  }
+  run.want_timings = l->trace != NULL;
+  for (uint32_t k = 0; k < l->nworkers; k++) {
+    size_t nd = 0;
+    for (uint32_t j = plan->wfirst[k]; j < plan->wfirst[k + 1]; j++) {
+      uint32_t i = plan->wprocs[j];
+      Lmw__RunDevice *rd = &rdev[nd];
+      lmw__run_device__init(rd);
+      rd->local_index = plan->proc_local[i];
+      rd->process = i;
+      rptr[nd++] = rd;
+    }
+    run.n_devices = nd;
+    run.n_free_ids = ctl_frees_for_run(c, l->workers[k], s->id, (const uint64_t **)&run.free_ids);
+    int src = ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err);
+    if (src == 0 && run.n_free_ids) ctl_frees_sent(c, l->workers[k]);
+    if (src < 0) {
+      /* fail it; the workers from k on never got it and never answer (the last may free l) */
+      launch_fail(c, l, err.code, err.msg);
+      for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);
+      break;
+    }
+  }
+  free(rdev), free(rptr);
 }
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
@@ -425,73 +574,8 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
   }
   free(mesh_devs);
-  /* one RUN per worker: only its own processes; the inputs and outputs once per RUN; where every
-   * process runs went in LOAD_PROGRAM (unless the devices moved since) */
-  uint32_t n = prog->ndev, maxd = 0;
-  for (uint32_t k = 0; k < plan->nworkers; k++)
-    if (plan->wfirst[k + 1] - plan->wfirst[k] > maxd) maxd = plan->wfirst[k + 1] - plan->wfirst[k];
-  Lmw__RunDevice *rdev = calloc(maxd ? maxd : 1, sizeof *rdev);
-  Lmw__RunDevice **rptr = calloc(maxd ? maxd : 1, sizeof *rptr);
-  if (!rdev || !rptr) {
-    free(rdev), free(rptr);
-    set_outputs(c, l, A_FAILED, LOOM_NO_MEMORY, "out of host memory at the controller");
-    ctl_reply_error(p, rid, LOOM_NO_MEMORY, "launch %llu: out of host memory at the controller",
-                    (unsigned long long)l->seq);
-    ctl_program_release(c, prog);
-    free(l->done), free(l->outputs), free(l);
-    return;
-  }
-  l->plan = prog->plan;
-  l->plan->refs++;
-  l->nworkers = plan->nworkers;
-  l->workers = plan->workers;
-  for (uint32_t k = 0; k < l->nworkers; k++) lm_session_touch(s, l->workers[k]); /* they will hold its outputs */
-  l->pending = l->nworkers;
   ctl_pool_launch_start(p, l);
-  l->hnext = c->by_seq[bucket(l->seq)];
-  c->by_seq[bucket(l->seq)] = l;
-  l->next = c->active;
-  if (c->active) c->active->prev = l;
-  c->active = l;
-  log_record(c, l, m);
-  if (c->trace) ctl_trace_launch_begin(c, l, t0, prog->name, n);
-  ctl_trace_launch_sent(l);
-  Lmw__Run run = LMW__RUN__INIT;
-  run.seq = l->seq;
-  run.session = s->id;
-  run.program = prog->id;
-  run.devices = rptr;
-  run.n_inputs = m->n_inputs;
-  run.inputs = m->inputs;
-  run.n_outputs = m->n_outputs;
-  run.outputs = m->outputs;
-  if (prog->map_in_run && prog->needs_map) {
-    run.n_proc_workers = run.n_proc_devices = n;
-    run.proc_workers = plan->proc_worker;
-    run.proc_devices = plan->proc_local;
-  }
-  run.want_timings = l->trace != NULL;
-  for (uint32_t k = 0; k < l->nworkers; k++) {
-    size_t nd = 0;
-    for (uint32_t j = plan->wfirst[k]; j < plan->wfirst[k + 1]; j++) {
-      uint32_t i = plan->wprocs[j];
-      Lmw__RunDevice *rd = &rdev[nd];
-      lmw__run_device__init(rd);
-      rd->local_index = plan->proc_local[i];
-      rd->process = i;
-      rptr[nd++] = rd;
-    }
-    run.n_devices = nd;
-    run.n_free_ids = ctl_frees_for_run(c, l->workers[k], s->id, (const uint64_t **)&run.free_ids);
-    lm_err err;
-    int src = ctl_worker_send(c, l->workers[k], LM_MSG_RUN, 0, &run.base, NULL, 0, &err);
-    if (src == 0 && run.n_free_ids) ctl_frees_sent(c, l->workers[k]);
-    if (src < 0) {
-      /* fail it; the workers from k on never got it and never answer (the last may free l) */
-      launch_fail(c, l, err.code, err.msg);
-      for (uint32_t j = l->nworkers; j-- > k;) launch_worker_done(c, l, j);
-      break;
-    }
-  }
-  free(rdev), free(rptr);
+  if (c->trace) ctl_trace_launch_begin(c, l, t0, prog->name, prog->ndev);
+  launch_dispatch(c, l, s, m);
 }
+

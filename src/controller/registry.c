@@ -7,6 +7,7 @@
 #include "net/msg.h"
 
 struct lm_registry {
+  uint64_t next_epoch;    /* epochs of registrations: 1, 2, ... */
   lm_reg_worker *workers; /* [nworkers], index == id */
   uint32_t nworkers, cap_workers;
   lm_reg_device *devices; /* [ndevices], index == virtual id */
@@ -23,6 +24,7 @@ void lm_registry_destroy(lm_registry *r) {
     free(r->workers[i].device_ids);
     free(r->workers[i].dataplane);
     free(r->workers[i].data_address);
+    free(r->workers[i].capacities);
   }
   free(r->workers);
   free(r->devices);
@@ -53,7 +55,7 @@ static int validate(const lm_registry *r, const lm_worker_spec *s, lm_err *err) 
                    LM_REG_MAX_DEVICES_PER_WORKER);
   if (r->nworkers >= LM_REG_MAX_WORKERS)
     return lm_errf(err, LOOM_BUSY, "the cluster already has the maximum of %d workers", LM_REG_MAX_WORKERS);
-  if ((uint64_t)r->ndevices + s->ndevices > LM_REG_MAX_DEVICES)
+  if (!s->standby && (uint64_t)r->ndevices + s->ndevices > LM_REG_MAX_DEVICES)
     return lm_errf(err, LOOM_BUSY, "the cluster would exceed its maximum of %d devices", LM_REG_MAX_DEVICES);
   if (s->data_address && s->data_address[0] && !lm_msg_name_ok(s->data_address, LM_REG_NAME_MAX))
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "the data port address must be 1-%d printable characters",
@@ -82,12 +84,14 @@ int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *s, uint64_t now
   w.slice = strdup(s->slice);
   w.device_ids = calloc(s->ndevices, sizeof *w.device_ids);
   w.data_address = strdup(s->data_address ? s->data_address : "");
+  w.capacities = malloc(s->ndevices * sizeof *w.capacities);
+  if (w.capacities) memcpy(w.capacities, s->capacities, s->ndevices * sizeof *w.capacities);
   if (s->dataplane_len) {
     w.dataplane = malloc(s->dataplane_len);
     if (w.dataplane) memcpy(w.dataplane, s->dataplane, s->dataplane_len);
   }
-  if (!w.host || !w.slice || !w.device_ids || !w.data_address || (s->dataplane_len && !w.dataplane)) {
-    free(w.host), free(w.slice), free(w.device_ids), free(w.dataplane), free(w.data_address);
+  if (!w.host || !w.slice || !w.device_ids || !w.data_address || !w.capacities || (s->dataplane_len && !w.dataplane)) {
+    free(w.host), free(w.slice), free(w.device_ids), free(w.dataplane), free(w.data_address), free(w.capacities);
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory registering a worker");
   }
   w.dataplane_len = s->dataplane_len;
@@ -95,7 +99,10 @@ int lm_registry_add_worker(lm_registry *r, const lm_worker_spec *s, uint64_t now
   w.ndevices = s->ndevices;
   w.state = LM_WORKER_ALIVE;
   w.registered_ms = w.last_heartbeat_ms = now_ms;
-  for (uint32_t i = 0; i < s->ndevices; i++) {
+  w.epoch = ++r->next_epoch;
+  w.standby = s->standby;
+  for (uint32_t i = 0; s->standby && i < s->ndevices; i++) w.device_ids[i] = LM_REG_NO_DEVICE;
+  for (uint32_t i = 0; !s->standby && i < s->ndevices; i++) {
     lm_reg_device *d = &r->devices[r->ndevices];
     memset(d, 0, sizeof *d);
     d->id = r->ndevices;
@@ -118,7 +125,7 @@ bool lm_registry_has_room(const lm_registry *r, uint32_t ndevices) {
 int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *s, uint64_t now_ms, lm_err *err) {
   if (id >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", id);
   lm_reg_worker *w = &r->workers[id];
-  if (w->state != LM_WORKER_LOST || w->ndevices != s->ndevices)
+  if (w->state != LM_WORKER_LOST || w->ndevices != s->ndevices || w->standby || w->replaced_by || s->standby)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u's slot cannot be reused", id);
   if (!s->host || !s->slice || !lm_msg_name_ok(s->host, LM_REG_NAME_MAX) || !lm_msg_name_ok(s->slice, LM_REG_NAME_MAX))
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "host and slice names must be 1-%d printable characters", LM_REG_NAME_MAX);
@@ -140,8 +147,10 @@ int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *
   w->reason[0] = 0;
   w->problem[0] = 0;
   w->registered_ms = w->last_heartbeat_ms = now_ms;
+  w->epoch = ++r->next_epoch;
   memset(&w->transfers, 0, sizeof w->transfers);
   for (uint32_t i = 0; i < s->ndevices; i++) {
+    w->capacities[i] = s->capacities[i];
     lm_reg_device *d = &r->devices[w->device_ids[i]];
     d->memory_capacity = s->capacities[i];
     d->memory_used = 0;
@@ -162,7 +171,7 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
   }
   for (size_t i = 0; used && i < nused; i++) {
     uint32_t li = local_index ? local_index[i] : (uint32_t)i;
-    r->devices[w->device_ids[li]].memory_used = used[i];
+    if (w->device_ids[li] != LM_REG_NO_DEVICE) r->devices[w->device_ids[li]].memory_used = used[i];
   }
   w->last_heartbeat_ms = now_ms;
   return 0;
@@ -210,6 +219,30 @@ size_t lm_registry_expire(lm_registry *r, uint64_t now_ms, uint64_t timeout_ms, 
     n++;
   }
   return n;
+}
+
+int lm_registry_swap(lm_registry *r, uint32_t dead, uint32_t standby, lm_err *err) {
+  if (dead >= r->nworkers || standby >= r->nworkers || dead == standby)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "no such pair of workers (%u, %u)", dead, standby);
+  lm_reg_worker *d = &r->workers[dead], *s = &r->workers[standby];
+  if (d->state != LM_WORKER_LOST || d->standby || d->replaced_by)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u is not a lost worker holding devices", dead);
+  if (s->state != LM_WORKER_ALIVE || !s->standby || s->problem[0])
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u is not a usable standby", standby);
+  if (s->ndevices != d->ndevices)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "standby worker %u has %u devices, lost worker %u had %u", standby,
+                   s->ndevices, dead, d->ndevices);
+  for (uint32_t i = 0; i < d->ndevices; i++) {
+    lm_reg_device *dev = &r->devices[d->device_ids[i]];
+    dev->worker = standby;
+    dev->local_index = i;
+    dev->memory_capacity = s->capacities[i];
+    dev->memory_used = 0;
+    s->device_ids[i] = d->device_ids[i];
+  }
+  s->standby = false;
+  d->replaced_by = standby + 1;
+  return 0;
 }
 
 uint32_t lm_registry_worker_count(const lm_registry *r) { return r->nworkers; }

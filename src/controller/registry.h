@@ -32,6 +32,8 @@ typedef struct lm_worker_spec {
   const uint8_t *dataplane;        /* opaque data-plane address; may be NULL */
   size_t dataplane_len;
   const char *data_address;        /* "HOST:PORT" of its data port; may be NULL or "" */
+  bool standby;                    /* spare capacity: its devices get no virtual ids until it replaces
+                                      a lost worker (lm_registry_swap) */
 } lm_worker_spec;
 
 /* Shard transfers a worker's data port served (its heartbeats carry them; `loom status` shows them). */
@@ -47,7 +49,8 @@ typedef struct lm_reg_worker {
   uint32_t pid;
   char *slice;
   uint32_t ndevices;
-  uint32_t *device_ids;            /* virtual id of each local device, by local index */
+  uint32_t *device_ids;            /* virtual id of each local device, by local index (a standby's
+                                      are LM_REG_NO_DEVICE until it takes over a lost worker's) */
   uint8_t *dataplane;              /* may be NULL */
   size_t dataplane_len;
   char *data_address;              /* "HOST:PORT" where clients transfer shards; "" if none */
@@ -58,7 +61,13 @@ typedef struct lm_reg_worker {
   lm_reg_transfers transfers;      /* as of the latest heartbeat */
   char problem[LM_REG_REASON_MAX]; /* alive but its devices unusable (its data plane did not
                                       start); "" when none */
+  bool standby;                    /* holds no virtual devices (yet) */
+  uint64_t *capacities;            /* [ndevices] bytes, by local index (what a standby brings) */
+  uint32_t replaced_by;            /* lost and replaced: the worker that took its devices, + 1 */
+  uint64_t epoch;                  /* registration incarnation, unique in the controller's life */
 } lm_reg_worker;
+
+#define LM_REG_NO_DEVICE UINT32_MAX
 
 typedef struct lm_reg_device {
   uint32_t id;                     /* virtual id (index in the table) */
@@ -103,6 +112,11 @@ bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason);
  * their ids to lost; with lost != NULL at most max are marked (call again for the rest).
  * Returns how many were marked. */
 size_t lm_registry_expire(lm_registry *r, uint64_t now_ms, uint64_t timeout_ms, uint32_t *lost, size_t max);
+
+/* Hot swap: the virtual devices of lost worker `dead` move to alive standby `standby` (same
+ * device count), local index for local index; the standby is a regular worker from then on and
+ * dead records who replaced it. LOOM_INVALID_ARGUMENT naming the reason when they do not fit. */
+int lm_registry_swap(lm_registry *r, uint32_t dead, uint32_t standby, lm_err *err);
 
 uint32_t lm_registry_worker_count(const lm_registry *r);
 uint32_t lm_registry_device_count(const lm_registry *r);

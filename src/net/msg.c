@@ -42,6 +42,7 @@
  *   60 QUEUE_UPDATE            QueueUpdate            ctl -> client        none (one-way, before HELLO_REPLY)
  *   61 POOL_STATUS             PoolStatus             client -> ctl        none
  *   62 POOL_STATUS_REPLY       PoolStatusReply        ctl -> client        none
+ *   63 SHARD_COPY              ShardCopy              ctl -> worker        none (one-way; the bytes go worker to worker)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,7 @@ static const msg_info g_msgs[] = {
     [LM_MSG_QUEUE_UPDATE] = {"QUEUE_UPDATE", &lmw__queue_update__descriptor},
     [LM_MSG_POOL_STATUS] = {"POOL_STATUS", &lmw__pool_status__descriptor},
     [LM_MSG_POOL_STATUS_REPLY] = {"POOL_STATUS_REPLY", &lmw__pool_status_reply__descriptor},
+    [LM_MSG_SHARD_COPY] = {"SHARD_COPY", &lmw__shard_copy__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

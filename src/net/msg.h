@@ -60,6 +60,7 @@ enum {
   LM_MSG_QUEUE_UPDATE = LMW__MSG_TYPE__MSG_QUEUE_UPDATE,
   LM_MSG_POOL_STATUS = LMW__MSG_TYPE__MSG_POOL_STATUS,
   LM_MSG_POOL_STATUS_REPLY = LMW__MSG_TYPE__MSG_POOL_STATUS_REPLY,
+  LM_MSG_SHARD_COPY = LMW__MSG_TYPE__MSG_SHARD_COPY,
 };
 
 /* The metadata descriptor of a frame type; NULL for a type this build does not know. */

@@ -12,7 +12,9 @@
 #define LM_TOKEN_KEY_SIZE 16
 #define LM_TOKEN_SIZE 8
 
-enum { LM_TOKEN_PUT = 1, LM_TOKEN_GET = 2 };
+/* PUT_SNAP: a put whose shard the controller also snapshots into another worker's host memory
+ * (docs/elastic.md): the worker acknowledges it once the snapshot is kept. */
+enum { LM_TOKEN_PUT = 1, LM_TOKEN_GET = 2, LM_TOKEN_PUT_SNAP = 3 };
 
 /* SipHash-2-4 of data[0..n) under key (Aumasson and Bernstein, 2012), computed by OpenSSL. */
 uint64_t lm_siphash24(const uint8_t key[LM_TOKEN_KEY_SIZE], const void *data, size_t n);

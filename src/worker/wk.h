@@ -235,6 +235,25 @@ typedef struct wk_xfer_stats {
   uint64_t local_refused;
 } wk_xfer_stats;
 
+/* ---- shard copies and snapshots for recovery (wk_shardcopy.c) ---- */
+
+typedef struct wk_sc wk_sc;
+int wk_sc_init(wk *w);
+void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m);
+/* Drops the snapshots of (session, array); array 0: all of the session's. */
+void wk_sc_drop(wk *w, uint64_t session, uint64_t array);
+uint64_t wk_sc_backup_bytes(wk *w);
+void wk_sc_reap(wk *w);   /* joins finished copy threads; acks puts whose snapshots take too long */
+int wk_sc_start(wk *w);   /* its async handle on the loop (after uv_loop_init) */
+/* Acknowledges put request rid on dc once the snapshots of (session, array) on local devices
+ * devs[0..n) are kept by their buddy (or at once if they already are). Loop thread. */
+void wk_sc_defer_ack(wk *w, wk_dconn *dc, uint64_t rid, uint64_t session, uint64_t array, const uint32_t *devs,
+                     size_t n);
+void wk_sc_conn_gone(wk *w, wk_dconn *dc);
+void wk_data_ack(wk_dconn *dc, uint64_t rid);
+void wk_sc_stop(wk *w);   /* cancels and joins every copy thread */
+void wk_sc_free(wk *w);
+
 /* ---- the worker ---- */
 
 struct wk {
@@ -263,6 +282,10 @@ struct wk {
   uint64_t cseq;               /* controller messages processed since registration */
   lm_dp *dp;                   /* data-plane endpoint (NULL if it could not be created) */
   wk_store store;
+  wk_sc *sc;                   /* shard copies in flight and snapshots (wk_shardcopy.c) */
+  uint64_t epoch;              /* this registration's epoch (RegisterWorkerReply) */
+  bool fenced;                 /* the controller declared this worker lost: stop, then rejoin */
+  char fenced_msg[LM_ERR_MSG_MAX];
   wk_program *programs;
   wk_text *texts;              /* program texts by digest (wk_texts.c) */
   uint64_t text_bytes, text_clock;

@@ -101,6 +101,8 @@ static int check_put(wk_dconn *dc, const Lmw__ShardPut *m, uint64_t nbytes_given
       if (m->targets[j]->local_index == t->local_index && m->targets[j]->array == t->array)
         return lm_errf(err, LOOM_INVALID_ARGUMENT, "a put names device %u twice", t->local_index);
     if (!lm_token_check(w->token_key, LM_TOKEN_PUT, m->session, t->array, w->worker_id, t->local_index, m->dtype,
+                        m->dims, m->n_dims, t->token.data, t->token.len) &&
+        !lm_token_check(w->token_key, LM_TOKEN_PUT_SNAP, m->session, t->array, w->worker_id, t->local_index, m->dtype,
                         m->dims, m->n_dims, t->token.data, t->token.len))
       return lm_errf(err, LOOM_PERMISSION, "the token for array %llu on device %u is not valid",
                      (unsigned long long)t->array, t->local_index);
@@ -167,6 +169,24 @@ static void send_ack(wk_dconn *dc, uint64_t rid) {
   lm_conn_send(dc->conn, LM_MSG_ACK, rid, &ack.base, NULL, 0, NULL, NULL, NULL);
 }
 
+void wk_data_ack(wk_dconn *dc, uint64_t rid) { send_ack(dc, rid); }
+
+/* Acknowledges a stored put, or (its tokens say the controller snapshots it: LM_TOKEN_PUT_SNAP)
+ * once the snapshots are kept in another worker's host memory (wk_shardcopy.c). */
+static void put_ack(wk_dconn *dc, uint64_t rid, const Lmw__ShardPut *m) {
+  wk *w = dc->w;
+  uint32_t snap[LM_WORKER_MAX_DEVICES];
+  size_t n = 0;
+  for (size_t i = 0; i < m->n_targets && n < LM_WORKER_MAX_DEVICES; i++) {
+    const Lmw__ShardTarget *t = m->targets[i];
+    if (lm_token_check(w->token_key, LM_TOKEN_PUT_SNAP, m->session, t->array, w->worker_id, t->local_index, m->dtype,
+                       m->dims, m->n_dims, t->token.data, t->token.len))
+      snap[n++] = t->local_index;
+  }
+  if (n) wk_sc_defer_ack(w, dc, rid, m->session, m->targets[0]->array, snap, n);
+  else send_ack(dc, rid);
+}
+
 static void finish_put(wk_dconn *dc, const lm_frame *f) {
   wk *w = dc->w;
   lm_err err;
@@ -190,14 +210,15 @@ static void finish_put(wk_dconn *dc, const lm_frame *f) {
     if (dc->bufs[i]->nbytes) memcpy(dc->bufs[i]->data, dc->bufs[0]->data, dc->bufs[0]->nbytes);
   uint64_t nbytes = dc->bufs[0]->nbytes;
   int rc = store_put(w, m, dc->bufs, &err);
-  put_state_free(dc);
   if (rc < 0) {
+    put_state_free(dc);
     reply_error(dc, f->h.request_id, rc, "%s", err.msg);
     return;
   }
   w->xstats.stream_puts++;
   w->xstats.stream_put_bytes += nbytes;
-  send_ack(dc, f->h.request_id);
+  put_ack(dc, f->h.request_id, m);
+  put_state_free(dc);
 }
 
 /* ---- local transfers ---- */
@@ -231,7 +252,7 @@ static void put_local_done(int code, const char *msg, void *arg) {
     if (rc == 0) {
       w->xstats.local_puts++;
       w->xstats.local_put_bytes += op->nbytes;
-      send_ack(dc, op->rid);
+      put_ack(dc, op->rid, op->put);
     } else {
       if (rc == LOOM_UNSUPPORTED) w->xstats.local_refused++;
       reply_error(dc, op->rid, rc, "worker %u: %s", w->worker_id, err.msg);
@@ -279,9 +300,9 @@ static void on_put_local(wk_dconn *dc, const lm_frame *f, Lmw__ShardPut *m) {
   if (r.total == 0) { /* an empty shard: nothing to copy */
     rc = store_put(w, m, bufs, &err);
     release_bufs(bufs, m->n_targets);
-    lm_msg_free(&m->base);
     if (rc < 0) reply_error(dc, rid, rc, "%s", err.msg);
-    else send_ack(dc, rid);
+    else put_ack(dc, rid, m);
+    lm_msg_free(&m->base);
     return;
   }
   wk_lop *op = calloc(1, sizeof *op);
@@ -585,6 +606,7 @@ static void on_close(lm_conn *c, int code, const char *reason) {
     }
   }
   put_state_free(dc);
+  wk_sc_conn_gone(w, dc);
   /* copies in flight stop between chunks; their results are dropped when they end, and the
    * client sees the socket close only then (the peer holds a duplicate of it) */
   while (dc->lops) {

@@ -78,6 +78,7 @@ void wk_store_put(wk_store *st, wk_slot *s) {
   s->next = st->buckets[b];
   st->buckets[b] = s;
   s->refs++;
+  pthread_cond_broadcast(&st->cv); /* a shard copy may wait for the shard to appear (wk_shardcopy.c) */
   pthread_mutex_unlock(&st->mu);
 }
 

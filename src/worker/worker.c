@@ -38,6 +38,7 @@ static void close_handles(wk *w) {
   uv_close((uv_handle_t *)&w->sigterm, NULL);
   uv_close((uv_handle_t *)&w->timer, NULL);
   wk_data_stop(w);
+  wk_sc_stop(w);
   wk_exec_stop(w); /* joins the device threads: nothing touches the async handle after this */
   if (w->async_open) {
     uv_close((uv_handle_t *)&w->async, NULL);
@@ -103,6 +104,7 @@ static void on_heartbeat_tick(uv_timer_t *t) {
   free(st);
   free(ptrs);
   wk_data_poll(w); /* parked gets time out even when nothing else happens */
+  wk_sc_reap(w);
 }
 
 static void send_register(wk *w) {
@@ -128,6 +130,9 @@ static void send_register(wk *w) {
   m.n_devices = n;
   m.devices = ptrs;
   m.data_address = w->data_addr;
+  m.standby = w->cfg.standby;
+  m.fenced_worker = w->cfg.fenced_worker;
+  m.fenced_epoch = w->cfg.fenced_epoch;
   if (w->have_secret) {
     m.auth_proof.data = w->auth_proof;
     m.auth_proof.len = sizeof w->auth_proof;
@@ -202,7 +207,7 @@ static void on_peers(wk *w, const Lmw__Peers *m) {
 }
 
 static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
-  if (r->n_device_ids != w->cfg.devices) {
+  if (r->n_device_ids != w->cfg.devices && !(r->standby && r->n_device_ids == 0)) {
     finish(w, LOOM_PROTOCOL, "the controller assigned %zu ids to %u devices", r->n_device_ids, w->cfg.devices);
     return;
   }
@@ -220,12 +225,19 @@ static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
   }
   w->registered = true;
   w->worker_id = r->worker_id;
+  w->epoch = r->epoch;
   w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
   if (w->heartbeat_ms < 10) w->heartbeat_ms = 10;
   lm_conn_set_established(w->conn);
-  lm_info("registered with %s as worker %u: %u devices, virtual ids %u-%u, %llu bytes each, slice %s, data port %s",
-          w->cfg.controller, w->worker_id, w->cfg.devices, r->device_ids[0], r->device_ids[r->n_device_ids - 1],
-          (unsigned long long)w->cfg.device_memory, w->cfg.slice, w->data_addr);
+  if (r->n_device_ids)
+    lm_info("registered with %s as worker %u (epoch %llu): %u devices, virtual ids %u-%u, %llu bytes each, slice %s, "
+            "data port %s", w->cfg.controller, w->worker_id, (unsigned long long)w->epoch, w->cfg.devices,
+            r->device_ids[0], r->device_ids[r->n_device_ids - 1], (unsigned long long)w->cfg.device_memory,
+            w->cfg.slice, w->data_addr);
+  else
+    lm_info("registered with %s as standby worker %u (epoch %llu): %u devices of %llu bytes, slice %s, data port %s",
+            w->cfg.controller, w->worker_id, (unsigned long long)w->epoch, w->cfg.devices,
+            (unsigned long long)w->cfg.device_memory, w->cfg.slice, w->data_addr);
   start_dataplane(w);
   uv_timer_start(&w->timer, on_heartbeat_tick, w->heartbeat_ms, w->heartbeat_ms);
 }
@@ -254,13 +266,27 @@ static void on_hello_reply(wk *w, const Lmw__HelloReply *r) {
   send_register(w);
 }
 
+static void on_fenced(uv_timer_t *t) {
+  wk *w = t->data;
+  finish(w, LOOM_WORKER_LOST, "declared lost by the controller %s (epoch %llu fenced): %s", w->cfg.controller,
+         (unsigned long long)w->epoch, w->fenced_msg);
+}
+
 static void on_frame(lm_conn *c, lm_frame *f) {
   wk *w = lm_conn_user(c);
+  if (w->fenced) return;
   ProtobufCMessage *m;
   lm_err err;
   if (f->h.type == LM_MSG_ERROR) {
     lm_msg_error_status(f, &err);
-    if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
+    if (w->registered && err.code == LOOM_WORKER_LOST) { /* fenced: the controller went on without us */
+      /* finish a moment later, so that a stop signal that came with the wake-up (SIGCONT and
+       * SIGTERM together) is seen first and the worker stops instead of rejoining */
+      w->fenced = true;
+      snprintf(w->fenced_msg, sizeof w->fenced_msg, "%.900s", err.msg);
+      uv_timer_stop(&w->timer);
+      uv_timer_start(&w->timer, on_fenced, 50, 0);
+    } else if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
     else finish(w, err.code, "the controller refused this worker: %s", err.msg);
     return;
   }
@@ -295,10 +321,17 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   case LM_MSG_ABORT_LAUNCH: wk_on_abort(w, (Lmw__AbortLaunch *)m); break;
   case LM_MSG_FREE_ARRAYS: {
     const Lmw__FreeArrays *fa = (Lmw__FreeArrays *)m;
-    for (size_t i = 0; i < fa->n_ids; i++) wk_store_drop_array(&w->store, fa->session, fa->ids[i], w->cfg.devices);
+    for (size_t i = 0; i < fa->n_ids; i++) {
+      wk_store_drop_array(&w->store, fa->session, fa->ids[i], w->cfg.devices);
+      wk_sc_drop(w, fa->session, fa->ids[i]);
+    }
     break;
   }
-  case LM_MSG_SESSION_CLOSED: wk_on_session_closed(w, ((Lmw__SessionClosed *)m)->session); break;
+  case LM_MSG_SESSION_CLOSED:
+    wk_on_session_closed(w, ((Lmw__SessionClosed *)m)->session);
+    wk_sc_drop(w, ((Lmw__SessionClosed *)m)->session, 0);
+    break;
+  case LM_MSG_SHARD_COPY: wk_on_shard_copy(w, (Lmw__ShardCopy *)m); break;
   default: lm_warn("ignoring unexpected %s from the controller", lm_msg_name(type)); break;
   }
   lm_msg_free(m);
@@ -333,7 +366,7 @@ static void on_connect(lm_conn *c) {
 static void on_close(lm_conn *c, int code, const char *reason) {
   wk *w = lm_conn_user(c);
   w->conn = NULL;
-  if (w->done || w->stopping) return;
+  if (w->done || w->stopping || w->fenced) return;
   if (w->registered) {
     finish(w, LOOM_CLOSED, "lost the controller %s: %s", w->cfg.controller, reason);
     return;
@@ -418,7 +451,9 @@ static int open_pjrt(wk *w, lm_err *err) {
   return 0;
 }
 
-int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
+int lm_worker_run(const lm_worker_config *cfg, lm_err *err) { return lm_worker_run_fenced(cfg, NULL, NULL, err); }
+
+int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, uint64_t *fenced_epoch, lm_err *err) {
   if (!cfg->controller) return lm_errf(err, LOOM_INVALID_ARGUMENT, "no controller address (--controller HOST:PORT)");
   if (cfg->devices == 0 || cfg->devices > LM_WORKER_MAX_DEVICES)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "device count must be 1-%d (got %u)", LM_WORKER_MAX_DEVICES,
@@ -450,10 +485,11 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
     w->devs[i].dev = lm_device_create((size_t)cfg->device_memory);
     if (!w->devs[i].dev) rc = LOOM_NO_MEMORY;
   }
-  if (!w->devs || rc < 0 || wk_store_init(&w->store) < 0 || uv_loop_init(&w->loop) != 0) {
+  if (!w->devs || rc < 0 || wk_store_init(&w->store) < 0 || wk_sc_init(w) < 0 || uv_loop_init(&w->loop) != 0) {
     for (uint32_t i = 0; w->devs && i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);
     free(w->devs);
     wk_store_destroy(&w->store);
+    wk_sc_free(w);
     free(w);
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory creating devices");
   }
@@ -471,6 +507,7 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   if (cfg->data_listen) snprintf(listen, sizeof listen, "%s", cfg->data_listen);
   else default_data_listen(w, listen, sizeof listen);
   rc = wk_exec_start(w, err);
+  if (rc == 0 && wk_sc_start(w) < 0) rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start the shard copy handle");
   if (rc == 0) rc = wk_data_start(w, listen, err);
   if (rc < 0) {
     w->rc = rc;
@@ -486,7 +523,12 @@ int lm_worker_run(const lm_worker_config *cfg, lm_err *err) {
   uv_loop_close(&w->loop);
   rc = w->rc;
   if (rc < 0 && err) *err = w->err;
+  if (rc == LOOM_WORKER_LOST && w->fenced) {
+    if (fenced_worker) *fenced_worker = w->worker_id + 1;
+    if (fenced_epoch) *fenced_epoch = w->epoch;
+  }
   lm_dp_destroy(w->dp);
+  wk_sc_free(w);
   wk_store_destroy(&w->store);
   for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);
   free(w->devs);

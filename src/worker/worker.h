@@ -24,12 +24,20 @@ typedef struct lm_worker_config {
   const char *pjrt_plugin;       /* backend pjrt: the plugin (NULL: lm_pjrt_default_plugin()) */
   const char *const *pjrt_options; /* its client create options, "name=value" */
   int npjrt_options;
+  bool standby;                  /* register as spare capacity (no virtual devices until it replaces
+                                    a lost worker) */
+  uint32_t fenced_worker;        /* rejoining after being declared lost: the old worker id + 1 ... */
+  uint64_t fenced_epoch;         /* ... and its epoch (informational; 0: none) */
 } lm_worker_config;
 
 void lm_worker_config_default(lm_worker_config *c);
 
 /* Runs the worker until SIGINT/SIGTERM (returns 0) or until the controller cannot be reached,
- * refuses the registration or goes away (returns a negative status with err set). */
+ * refuses the registration or goes away (returns a negative status with err set). Declared lost
+ * by a controller that is still there (it stalled past the heartbeat timeout), it returns
+ * LOOM_WORKER_LOST with *fenced_epoch set (when fenced_epoch is not NULL): its state is stale and
+ * must be dropped; `loom worker` then starts afresh as a standby. */
+int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, uint64_t *fenced_epoch, lm_err *err);
 int lm_worker_run(const lm_worker_config *cfg, lm_err *err);
 
 #endif
