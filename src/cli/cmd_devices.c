@@ -28,17 +28,12 @@ static const char g_usage[] =
  * the device list), or NULL when it cannot be had. Free with lm_msg_free. */
 static Lmw__ClusterStatusReply *cluster_status(const char *addr, int timeout_s) {
   lm_err err;
-  char token[256];
-  int tn = lm_locate_token(addr, token, sizeof token, &err);
-  if (tn < 0) return NULL;
-  lm_cconn_options co = {.timeout_ms = (int64_t)timeout_s * 1000, .name = "loom devices"};
-  co.auth_token = tn ? token : NULL;
-  co.auth_token_len = (size_t)tn;
+  int64_t tmo = (int64_t)timeout_s * 1000;
   lm_cconn *c;
-  if (lm_cconn_open(addr, &co, &c, &err) < 0) return NULL;
+  if (cli_open_session(addr, tmo, "loom devices", &c, &err) < 0) return NULL;
   Lmw__ClusterStatus req = LMW__CLUSTER_STATUS__INIT;
   ProtobufCMessage *m = NULL;
-  int rc = lm_cconn_call(c, LM_MSG_CLUSTER_STATUS, &req.base, LM_MSG_CLUSTER_STATUS_REPLY, co.timeout_ms, NULL, NULL,
+  int rc = lm_cconn_call(c, LM_MSG_CLUSTER_STATUS, &req.base, LM_MSG_CLUSTER_STATUS_REPLY, tmo, NULL, NULL,
                          &m, &err);
   lm_cconn_close(c);
   return rc == 0 ? (Lmw__ClusterStatusReply *)m : NULL;

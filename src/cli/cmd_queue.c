@@ -162,14 +162,8 @@ static int pool_cmd(int kind, int argc, char **argv) {
   int64_t tmo = (int64_t)timeout_s * 1000;
   char name[32];
   snprintf(name, sizeof name, "loom %s", cmd);
-  lm_cconn_options co = {.timeout_ms = tmo, .name = name};
-  char token[256];
-  int tn = lm_locate_token(addr, token, sizeof token, &err);
-  if (tn < 0) return cli_fail(cmd, "%s", err.msg);
-  co.auth_token = tn ? token : NULL;
-  co.auth_token_len = (size_t)tn;
   lm_cconn *c;
-  if (lm_cconn_open(addr, &co, &c, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  if (cli_open_session(addr, tmo, name, &c, &err) < 0) return cli_fail(cmd, "%s", err.msg);
   Lmw__PoolStatus req = LMW__POOL_STATUS__INIT;
   req.since_unix_ms = since;
   uint64_t self = lm_cconn_session_id(c);

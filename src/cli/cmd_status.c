@@ -37,14 +37,8 @@ int cmd_status(int argc, char **argv) {
   lm_err err;
   if (lm_locate_controller(q.controller, addr, sizeof addr, &err) < 0) return cli_fail(cmd, "%s", err.msg);
   int64_t tmo = (int64_t)q.timeout_s * 1000;
-  lm_cconn_options co = {.timeout_ms = tmo, .name = "loom status"};
-  char token[256];
-  int tn = lm_locate_token(addr, token, sizeof token, &err);
-  if (tn < 0) return cli_fail(cmd, "%s", err.msg);
-  co.auth_token = tn ? token : NULL;
-  co.auth_token_len = (size_t)tn;
   lm_cconn *c;
-  if (lm_cconn_open(addr, &co, &c, &err) < 0) return cli_fail(cmd, "%s", err.msg);
+  if (cli_open_session(addr, tmo, "loom status", &c, &err) < 0) return cli_fail(cmd, "%s", err.msg);
   Lmw__ClusterStatus sreq = LMW__CLUSTER_STATUS__INIT;
   Lmw__ListDevices dreq = LMW__LIST_DEVICES__INIT;
   ProtobufCMessage *sm = NULL, *dm = NULL;

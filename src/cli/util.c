@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <unistd.h>
 #include "cli/util.h"
+#include "client/cconn.h"
+#include "client/locate.h"
 #include "common/dtype.h"
 #include "loom/loom.h"
 
@@ -389,4 +391,14 @@ char *cli_read_input(const char *cmd, const char *path, size_t *len) {
   char *buf = cli_read_file(path, len);
   if (!buf) fprintf(stderr, "loom %s: cannot read %s: %s\n", cmd, path, strerror(errno));
   return buf;
+}
+
+int cli_open_session(const char *addr, int64_t timeout_ms, const char *name, lm_cconn **out, lm_err *err) {
+  char token[256];
+  int tn = lm_locate_token(addr, token, sizeof token, err);
+  if (tn < 0) return tn;
+  lm_cconn_options co = {.timeout_ms = timeout_ms, .name = name};
+  co.auth_token = tn ? token : NULL;
+  co.auth_token_len = (size_t)tn;
+  return lm_cconn_open(addr, &co, out, err);
 }

@@ -57,6 +57,12 @@ typedef struct cli_query {
 int cli_query_options(const char *cmd, const char *usage, int argc, char **argv, cli_query *q);
 
 /* Parses a decimal integer in [min, max]; on failure prints a usage error naming opt, returns -1. */
+/* A raw protocol session (lm_cconn) with the controller at addr, as the CLI opens one: the token found
+ * as usual (lm_locate_token), `name` shown by `loom status`. */
+struct lm_cconn;
+struct lm_err;
+int cli_open_session(const char *addr, int64_t timeout_ms, const char *name, struct lm_cconn **out, struct lm_err *err);
+
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* Parses a byte count: a number with an optional suffix K, M, G, T (powers of 1024; KiB/MiB/GiB/
  * TiB and KB/MB/GB/TB too, the latter powers of 1000). Must be > 0. */
