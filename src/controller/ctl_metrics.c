@@ -137,6 +137,8 @@ void lm_met_render(lm_met_buf *b, const lm_met_counters *m, const lm_met_snapsho
   lm_met_printf(b, "loom_workers_registered_total %llu\n", (unsigned long long)ld(&m->workers_registered));
   family(b, "loom_workers_lost_total", "counter", "Workers lost (connection closed, no heartbeat, bad heartbeat).");
   lm_met_printf(b, "loom_workers_lost_total %llu\n", (unsigned long long)ld(&m->workers_lost));
+  family(b, "loom_recoveries_total", "counter", "Lost workers whose devices a standby took over (docs/elastic.md).");
+  lm_met_printf(b, "loom_recoveries_total %llu\n", (unsigned long long)ld(&m->recoveries));
   family(b, "loom_sessions_opened_total", "counter", "Client sessions opened.");
   lm_met_printf(b, "loom_sessions_opened_total %llu\n", (unsigned long long)ld(&m->sessions_opened));
 

@@ -23,6 +23,7 @@ typedef struct lm_met_counters {
   _Atomic uint64_t lat_bucket[LM_MET_LAT_NB]; /* finished launches by latency (not cumulative) */
   _Atomic uint64_t lat_sum_ns;
   _Atomic uint64_t workers_registered, workers_lost, sessions_opened;
+  _Atomic uint64_t recoveries;         /* lost workers replaced by standbys (ctl_recover.c) */
 } lm_met_counters;
 
 /* The outcome of a finished launch. */

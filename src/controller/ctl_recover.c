@@ -394,6 +394,7 @@ static void rec_finish(ctl *c) {
   }
   free(ls);
   r->completed++;
+  if (c->met) lm_met_inc(&c->met->recoveries);
   event(c, false, "worker %u replaced lost worker %u in %llu ms: %u shards restored, %zu launches re-issued%s", r->repl,
         r->dead, (unsigned long long)(ctl_now_ms(c) - r->began_ms), r->restored, re,
         r->lost_arrays ? ", some arrays could not be restored" : "");
