@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "client/client_int.h"
 #include "common/dtype.h"
 
@@ -517,7 +518,13 @@ loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **
     lm_err_prefix(&err, "loom_array_put");
     return fail(c, &err);
   }
-  uint64_t id = atomic_fetch_add(&c->next_id, 1);
+  /* A worker that dies between the placement and the upload (its data port drops us) is retried
+   * with a new placement: by then the controller knows, and a standby has its devices or the
+   * placement fails naming the lost worker. */
+  int rc = 0;
+  uint64_t id = 0;
+  for (int attempt = 0;; attempt++) {
+  id = atomic_fetch_add(&c->next_id, 1);
   /* ask the controller where the shards go */
   Lmw__ArrayCreate m = LMW__ARRAY_CREATE__INIT;
   uint64_t udims[LOOM_MAX_RANK];
@@ -547,14 +554,20 @@ loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **
   ws.dims = dptr;
   m.sharding = &ws;
   ProtobufCMessage *rm;
-  int rc = lm_cconn_call(c->conn, LM_MSG_ARRAY_CREATE, &m.base, LM_MSG_ARRAY_PLACEMENT, c->timeout_ms, c->intr,
-                         c->intr_arg, &rm, &err);
+  rc = lm_cconn_call(c->conn, LM_MSG_ARRAY_CREATE, &m.base, LM_MSG_ARRAY_PLACEMENT, c->timeout_ms, c->intr,
+                     c->intr_arg, &rm, &err);
+  bool data_port_dropped = false;
   if (rc == 0) {
     const Lmw__ArrayPlacement *pl = (const Lmw__ArrayPlacement *)rm;
     if (pl->id != id || pl->n_shards != sh.ndev) rc = lm_errf(&err, LOOM_PROTOCOL, "the controller's placement does not match");
-    else rc = do_put(c, a, &sh, id, pl, &err);
+    else data_port_dropped = (rc = do_put(c, a, &sh, id, pl, &err)) == LOOM_CLOSED || rc == LOOM_CONNECT;
     lm_msg_free(rm);
     if (rc < 0) array_delete_remote(c, id); /* frees whatever shards did land */
+  }
+  if (!data_port_dropped || attempt == 3 || (c->intr && c->intr(c->intr_arg))) break;
+  uint32_t ms = 100u << (2 * attempt); /* 100, 400, 1600 ms: the controller's heartbeat timeout is 900 ms */
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
   }
   loom_array *arr = rc == 0 ? lm_array_new(c, id, a->dtype, a->rank, a->dims, &sh, NULL) : NULL;
   if (rc == 0 && !arr) {

@@ -151,6 +151,9 @@ typedef struct dp_unexp {
   void *data;                 /* COPY: inline copy; HELD: UCX data; RNDV: UCX descriptor */
   size_t len;
   int64_t t_ns;
+  bool unverified;            /* from a sender not yet known (its PEERS entry and key still on the
+                                 way): its MAC is checked once a receive for that sender takes it */
+  uint8_t hdr[DP_HDR_SIZE];   /* unverified: the header, to check then */
   uint8_t inline_data[];
 } dp_unexp;
 

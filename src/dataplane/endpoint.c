@@ -877,7 +877,17 @@ void dp_recv_locked(lm_dp *dp, dp_peer *p, dp_req *r, uint32_t kind, uint64_t ta
   r->link.key = (dp_key){.src = p->id, .tag = tag, .key2 = key2, .slot = slot, .kind = kind};
   dp_peer_retry_locked(p);
   /* what arrived before the peer failed is still good */
-  dp_unexp *u = (dp_unexp *)dp_map_find(&dp->unexp, &r->link.key);
+  dp_unexp *u;
+  while ((u = (dp_unexp *)dp_map_find(&dp->unexp, &r->link.key)) && u->unverified) {
+    if (dp_mac_ok_locked(p, u->hdr)) {
+      u->unverified = false;
+      break;
+    }
+    dp_ux_unlink(dp, u); /* it did not come from that worker: look again */
+    dp_ux_drop(dp, u);
+    dp->stats.dropped++;
+    dp->stats.forged++;
+  }
   if (u && !(p->failed && u->mode == DP_UX_RNDV)) {
     dp_ux_unlink(dp, u);
     dp_deliver_locked(dp, r, u->data, u->len, u->mode, u->sig, false);
@@ -986,7 +996,10 @@ static ucs_status_t dp_am_cb(void *arg, const void *header, size_t hlen, void *d
   uint64_t sig = dp_get64(h + 40);
   /* the sender id must be proven where that peer has a key (always, under a controller) */
   dp_peer *from = dp_peer_find_locked(dp, k.src);
-  if (((from && from->mac) || dp->cfg.require_keys) && (!from || !dp_mac_ok_locked(from, h))) {
+  /* a sender not known yet (its PEERS entry, sent to us as to it, may arrive after its first
+   * message): kept unverified until a receive for it takes it, when its key is known */
+  bool unverified = !from && dp->cfg.require_keys && kind != DP_KIND_ABORT;
+  if (!unverified && ((from && from->mac) || dp->cfg.require_keys) && (!from || !dp_mac_ok_locked(from, h))) {
     dp->stats.dropped++;
     dp->stats.forged++;
     return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
@@ -1038,6 +1051,8 @@ static ucs_status_t dp_am_cb(void *arg, const void *header, size_t hlen, void *d
   u->sig = sig;
   u->len = length;
   u->t_ns = dp_now_ns();
+  u->unverified = unverified;
+  if (unverified) memcpy(u->hdr, h, DP_HDR_SIZE);
   if (mode == DP_UX_COPY) {
     if (length) memcpy(u->inline_data, data, length);
     u->data = u->inline_data;

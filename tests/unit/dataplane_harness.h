@@ -52,6 +52,7 @@ typedef struct h_opts {
   int deadline_s;             /* the whole run (0: 90) */
   uint32_t expect_killed;     /* bit i: child i is expected to die by SIGKILL */
   int keyed;                  /* peers added with pair keys (h_pair_key), endpoints require them */
+  int late_peer;              /* > 0: proc 0 adds this proc only when its body calls h_add_peer */
 } h_opts;
 
 /* The test's data-plane key of processes a and b (what the controller derives in a cluster). */
@@ -59,6 +60,7 @@ static inline void h_pair_key(int a, int b, uint8_t key[LM_DP_KEY_SIZE]) {
   int lo = a < b ? a : b, hi = a < b ? b : a;
   for (int i = 0; i < LM_DP_KEY_SIZE; i++) key[i] = (uint8_t)(0x5a ^ (lo * 31 + hi * 7 + i * 13));
 }
+
 
 static atomic_int h_fails;
 
@@ -129,7 +131,7 @@ static inline void h_child(const h_opts *o, int proc, const char *dir) {
   snprintf(name, sizeof name, "addr.%d", proc);
   if (h_write_file(dir, name, blob, len) < 0) _exit(2);
   for (int i = 0; i < o->nproc; i++) {
-    if (i == proc) continue;
+    if (i == proc || (proc == 0 && i == o->late_peer)) continue;
     uint8_t buf[65536];
     snprintf(name, sizeof name, "addr.%d", i);
     long n = h_read_file(dir, name, buf, sizeof buf, 30);
@@ -239,6 +241,18 @@ static inline int h_threads(h_worker *w, int n, int (*fn)(h_worker *, int)) {
 }
 
 /* The group of every device of every worker, ordered by (proc, dev). */
+/* Adds proc i as a peer of w now, keyed (for a late_peer run). 0 on success. */
+static inline int h_add_peer(h_worker *w, int i) {
+  uint8_t buf[65536], key[LM_DP_KEY_SIZE];
+  char name[32];
+  snprintf(name, sizeof name, "addr.%d", i);
+  long n = h_read_file(w->dir, name, buf, sizeof buf, 30);
+  lm_err e;
+  h_pair_key(w->proc, i, key);
+  if (n < 0 || lm_dp_peer_add_keyed(w->dp, buf, (size_t)n, key, NULL, &e) < 0) return -1;
+  return 0;
+}
+
 static inline lm_dp_group *h_full_group(h_worker *w) {
   lm_dp_member m[H_MAXPROC * 16];
   int n = 0;

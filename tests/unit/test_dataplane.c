@@ -987,6 +987,52 @@ static int spoof_body(h_worker *w) {
   return 0;
 }
 
+/* A keyed worker 0 learns of worker 1 only after worker 1's first message arrived (the controller's
+ * PEERS messages to the two can arrive in either order): the message waits unverified and is
+ * taken once the key is known. Worker 2 first sends a forgery of it (claiming worker 1, a made-up
+ * MAC), which arrives earlier and must be dropped when the real one is taken. */
+static int late_peer_body(h_worker *w) {
+  lm_err e;
+  char b[4];
+  uint64_t real = 0x1122334455667788ull, got = 0;
+  if (w->proc == 2) {
+    ucp_context_h ctx;
+    ucp_worker_h wk;
+    ucp_ep_h ep;
+    if (raw_connect(w, &ctx, &wk, &ep) < 0) return 1;
+    uint8_t hdr[DP_HDR_SIZE], forged[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+    memset(hdr, 0, sizeof hdr);
+    dp_put32(hdr, DP_MAGIC);
+    hdr[4] = DP_VERSION;
+    hdr[5] = DP_KIND_P2P;
+    dp_put64(hdr + 8, H_ID(1));
+    dp_put64(hdr + 16, 5);
+    memset(hdr + DP_MAC_OFF, 0x42, DP_MAC_SIZE);
+    raw_send(wk, ep, hdr, DP_HDR_SIZE, forged, sizeof forged, 0);
+    raw_close(ctx, wk, ep);
+    h_write_file(w->dir, "spoofed", "1", 1);
+  } else if (w->proc == 1) {
+    H_CHECK(h_read_file(w->dir, "spoofed", b, sizeof b, 30) >= 0, "worker 2 never spoofed");
+    H_CHECK(lm_dp_send(w->dp, H_ID(0), 5, &real, sizeof real, NULL, &e) == 0, "%s", e.msg);
+    h_write_file(w->dir, "sent", "1", 1);
+  } else {
+    H_CHECK(h_read_file(w->dir, "sent", b, sizeof b, 30) >= 0, "worker 1 never sent");
+    usleep(200000); /* both messages are here, from a sender this endpoint does not know yet */
+    H_CHECK(h_add_peer(w, 1) == 0, "adding worker 1 late");
+    H_CHECK(lm_dp_recv(w->dp, H_ID(1), 5, &got, sizeof got, NULL, &e) == 0, "%s", e.msg);
+    H_CHECK(got == real, "worker 0 took %016" PRIx64 ", not worker 1's message", got);
+    lm_dp_stats st;
+    lm_dp_get_stats(w->dp, &st);
+    H_CHECK(st.forged >= 1, "forged %" PRIu64, st.forged);
+  }
+  return 0;
+}
+
+static void test_late_peer_keeps_its_early_message(void **state) {
+  h_opts o = {.nproc = 3, .ndev = 1, .body = late_peer_body, .keyed = 1, .late_peer = 1};
+  assert_int_equal(h_run(&o), 0);
+}
+
 static void test_spoofed_sender(void **state) {
   h_opts o = {.nproc = 3, .ndev = 1, .body = spoof_body, .keyed = 1};
   assert_int_equal(h_run(&o), 0);
@@ -1112,7 +1158,7 @@ int main(void) {
       cmocka_unit_test(test_reconnect_after_failed_connect),
       cmocka_unit_test(test_killed_peer),       cmocka_unit_test(test_killed_peer_tcp),
       cmocka_unit_test(test_timeout_and_mismatch), cmocka_unit_test(test_malformed_messages),
-      cmocka_unit_test(test_spoofed_sender),
+      cmocka_unit_test(test_spoofed_sender), cmocka_unit_test(test_late_peer_keeps_its_early_message),
       cmocka_unit_test(test_abandoned_transfer_local), cmocka_unit_test(test_abandoned_transfer_tcp),
   };
   if (getenv("LOOM_TEST_FILTER")) cmocka_set_test_filter(getenv("LOOM_TEST_FILTER")); /* e.g. "*killed*" */
