@@ -156,6 +156,20 @@ static uint32_t find_standby(ctl *c, uint32_t ndev, const char *slice) {
   return best;
 }
 
+/* A standby that registered but whose data plane is not known yet (WORKER_DATAPLANE follows the
+ * registration): a recovery waits for it (briefly) rather than failing at once. */
+#define PENDING_STANDBY_WAIT_MS 5000
+static bool standby_pending(ctl *c, uint32_t ndev) {
+  uint32_t n = lm_registry_worker_count(c->reg);
+  for (uint32_t i = 0; i < n; i++) {
+    const lm_reg_worker *w = lm_registry_worker(c->reg, i);
+    if (w->standby && w->ndevices == ndev && w->state == LM_WORKER_ALIVE && !w->problem[0] && !w->dataplane_len &&
+        i < c->worker_peer_cap && c->worker_peer[i])
+      return true;
+  }
+  return false;
+}
+
 static bool recovery_possible(ctl *c) {
   if (c->cfg.recover_wait_ms) return true;
   uint32_t n = lm_registry_worker_count(c->reg);
@@ -560,9 +574,13 @@ static void rec_begin(ctl *c, uint32_t dead, const char *why, uint32_t standby) 
     rec_swap(c, standby);
   } else {
     r->phase = R_WAITING;
-    r->deadline_ms = r->began_ms + c->cfg.recover_wait_ms;
-    event(c, true, "no standby of %u devices: waiting up to %u ms for a worker to replace worker %u "
-          "(--recover-wait)", d->ndevices, c->cfg.recover_wait_ms, dead);
+    r->deadline_ms = r->began_ms + (c->cfg.recover_wait_ms ? c->cfg.recover_wait_ms : PENDING_STANDBY_WAIT_MS);
+    if (c->cfg.recover_wait_ms)
+      event(c, true, "no standby of %u devices: waiting up to %u ms for a worker to replace worker %u "
+            "(--recover-wait)", d->ndevices, c->cfg.recover_wait_ms, dead);
+    else
+      event(c, true, "a standby of %u devices is still starting its data plane: waiting up to %u ms for it to "
+            "replace worker %u", d->ndevices, PENDING_STANDBY_WAIT_MS, dead);
   }
 }
 
@@ -591,7 +609,7 @@ bool ctl_recover_worker_lost(ctl *c, uint32_t worker, const char *why) {
     return true;
   }
   uint32_t standby = find_standby(c, w->ndevices, w->slice);
-  if (standby == UINT32_MAX && !c->cfg.recover_wait_ms) return false;
+  if (standby == UINT32_MAX && !c->cfg.recover_wait_ms && !standby_pending(c, w->ndevices)) return false;
   rec_begin(c, worker, why, standby);
   return true;
 }
@@ -695,7 +713,8 @@ void ctl_recover_tick(ctl *c) {
     snprintf(msg, sizeof msg,
              "worker %u (%s pid %u) was lost (%s) and no standby or new worker of %u devices replaced it within %u ms "
              "(--recover-wait); its devices' shards are gone",
-             r->dead, d->host, d->pid, r->why, d->ndevices, c->cfg.recover_wait_ms);
+             r->dead, d->host, d->pid, r->why, d->ndevices,
+             c->cfg.recover_wait_ms ? c->cfg.recover_wait_ms : PENDING_STANDBY_WAIT_MS);
     rec_fail(c, msg);
   } else if (r->phase == R_LOADING && now - r->began_ms > REC_LOAD_LIMIT_MS) {
     rec_fail(c, "the replacement worker did not load the programs in time");
