@@ -7,6 +7,7 @@
  *   - put+get: an i32[8] array over 8 devices (one element each) put and read back, p50.
  * The peer of each "on" figure is the "off" figure beside it. Best of 2 rounds per mode.
  *   build/bench/bench_auth [N]      (N per measurement, default 1000) */
+#include "bench_client.h"
 #include "bench_cluster.h"
 
 static const char *k_tiny8 =
@@ -60,11 +61,11 @@ static figures measure(const bench_cluster *bc, int n) {
   loom_client *c = bench_connect(bc);
   loom_executable *e;
   check(c, loom_compile(c, k_tiny8, strlen(k_tiny8), NULL, &e), "compile");
+  int32_t v[8] = {0};
   loom_array_spec spec = {.struct_size = sizeof spec};
   loom_sharding sh;
   loom_sharding_initialize(&sh);
   loom_executable_input(e, 0, &spec, &sh);
-  int32_t v[8] = {0};
   loom_put_args pa;
   loom_put_args_initialize(&pa);
   pa.dtype = LOOM_DTYPE_S32;
@@ -83,34 +84,13 @@ static figures measure(const bench_cluster *bc, int n) {
   }
   double dummy;
   bench_percentiles(lat, n, &r.xfer_p50, &dummy);
-  loom_array *x;
-  check(c, loom_array_put(c, &pa, &x), "put");
+  loom_array *x = bench_put_input(c, e, v, sizeof v);
   for (int i = -50; i < n; i++) { /* launch + wait */
-    loom_array *y;
-    loom_future *f;
-    double t0 = bench_now();
-    check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
-    check(c, loom_future_wait(f, -1), "wait");
-    if (i >= 0) lat[i] = (bench_now() - t0) * 1e6;
-    loom_future_destroy(f);
-    loom_array_release(x);
-    x = y;
+    double dt = bench_step(c, e, &x);
+    if (i >= 0) lat[i] = dt * 1e6;
   }
   bench_percentiles(lat, n, &r.launch_p50, &r.launch_p99);
-  loom_future *last = NULL;
-  double t0 = bench_now();
-  for (int i = 0; i < n; i++) { /* chained */
-    loom_array *y;
-    loom_future *f;
-    check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
-    loom_array_release(x);
-    x = y;
-    loom_future_destroy(last);
-    last = f;
-  }
-  check(c, loom_future_wait(last, -1), "wait");
-  r.rate = n / (bench_now() - t0);
-  loom_future_destroy(last);
+  r.rate = n / bench_chain(c, e, &x, n); /* chained */
   check(c, loom_array_get(x, v, sizeof v), "get");
   loom_array_release(x);
   loom_executable_destroy(e);

@@ -4,6 +4,7 @@
  * messages a launch needs, two plain TCP round trips between processes (client -> controller
  * -> worker and back), measured the same way.
  *   build/bench/bench_launch [N]      (N launches per measurement, default 2000) */
+#include "bench_client.h"
 #include "bench_cluster.h"
 
 static const char *k_tiny8 =
@@ -38,54 +39,20 @@ typedef struct result {
 static result measure(loom_client *c, const char *text, int n) {
   loom_executable *e;
   check(c, loom_compile(c, text, strlen(text), NULL, &e), "compile");
-  loom_array_spec spec = {.struct_size = sizeof spec};
-  loom_sharding sh;
-  loom_sharding_initialize(&sh);
-  loom_executable_input(e, 0, &spec, &sh);
   int32_t zeros[8] = {0};
-  loom_put_args pa;
-  loom_put_args_initialize(&pa);
-  pa.dtype = LOOM_DTYPE_S32;
-  pa.rank = 1;
-  pa.dims = spec.dims;
-  pa.sharding = &sh;
-  pa.data = zeros;
-  pa.data_size = sizeof zeros;
-  loom_array *x;
-  check(c, loom_array_put(c, &pa, &x), "put");
+  loom_array *x = bench_put_input(c, e, zeros, sizeof zeros);
   double *lat = malloc((size_t)n * sizeof *lat);
   /* latency: launch, wait, one at a time */
   for (int i = -50; i < n; i++) {
-    loom_array *y;
-    loom_future *f;
-    double t0 = bench_now();
-    check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
-    check(c, loom_future_wait(f, -1), "wait");
-    double t1 = bench_now();
-    if (i >= 0) lat[i] = (t1 - t0) * 1e6;
-    loom_future_destroy(f);
-    loom_array_release(x);
-    x = y;
+    double dt = bench_step(c, e, &x);
+    if (i >= 0) lat[i] = dt * 1e6;
   }
   result r = {0};
   bench_percentiles(lat, n, &r.p50_us, &r.p99_us);
   /* throughput: n chained launches issued without waiting, then one wait */
   double best = 1e30;
   for (int rep = 0; rep < 3; rep++) {
-    loom_future *last = NULL;
-    double t0 = bench_now();
-    for (int i = 0; i < n; i++) {
-      loom_array *y;
-      loom_future *f;
-      check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
-      loom_array_release(x);
-      x = y;
-      loom_future_destroy(last);
-      last = f;
-    }
-    check(c, loom_future_wait(last, -1), "wait");
-    double dt = bench_now() - t0;
-    loom_future_destroy(last);
+    double dt = bench_chain(c, e, &x, n);
     if (dt < best) best = dt;
   }
   r.rate = n / best;

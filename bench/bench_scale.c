@@ -16,7 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "bench_util.h"
+#include "bench_client.h"
 #include "common/log.h"
 #include "controller/controller.h"
 #include "loom/loom.h"
@@ -150,54 +150,20 @@ static row measure(int workers, int n) {
   check(c, loom_compile(c, text, strlen(text), NULL, &e), "compile");
   r.compile_s = bench_now() - tc;
   free(text);
-  loom_array_spec spec = {.struct_size = sizeof spec};
-  loom_sharding sh;
-  loom_sharding_initialize(&sh);
-  check(c, loom_executable_input(e, 0, &spec, &sh), "input");
   int32_t *zeros = calloc((size_t)want, sizeof *zeros);
-  loom_put_args pa;
-  loom_put_args_initialize(&pa);
-  pa.dtype = LOOM_DTYPE_S32;
-  pa.rank = 1;
-  pa.dims = spec.dims;
-  pa.sharding = &sh;
-  pa.data = zeros;
-  pa.data_size = (size_t)want * sizeof *zeros;
-  loom_array *x;
-  check(c, loom_array_put(c, &pa, &x), "put");
+  loom_array *x = bench_put_input(c, e, zeros, (size_t)want * sizeof *zeros);
   free(zeros);
   double *lat = malloc((size_t)n * sizeof *lat);
   double cpu0 = 0, u0 = 0, w0 = 0, cpu1, u1, w1;
   for (int i = -20; i < n; i++) {
     if (i == 0) proc_usage(ctl, &cpu0, &u0, &w0);
-    loom_array *y;
-    loom_future *f;
-    double a = bench_now();
-    check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
-    check(c, loom_future_wait(f, -1), "wait");
-    double b = bench_now();
-    if (i >= 0) lat[i] = (b - a) * 1e3;
-    loom_future_destroy(f);
-    loom_array_release(x);
-    x = y;
+    double dt = bench_step(c, e, &x);
+    if (i >= 0) lat[i] = dt * 1e3;
   }
   proc_usage(ctl, &cpu1, &u1, &w1);
   bench_percentiles(lat, n, &r.p50_ms, &r.p99_ms);
   /* chained: n launches issued without waiting, then one wait (the controller pipelines them) */
-  loom_future *last = NULL;
-  double a = bench_now();
-  for (int i = 0; i < n; i++) {
-    loom_array *y;
-    loom_future *f;
-    check(c, loom_launch(e, &x, 1, NULL, &y, 1, &f), "launch");
-    loom_array_release(x);
-    x = y;
-    loom_future_destroy(last);
-    last = f;
-  }
-  check(c, loom_future_wait(last, -1), "wait");
-  r.rate = n / (bench_now() - a);
-  loom_future_destroy(last);
+  r.rate = n / bench_chain(c, e, &x, n);
   /* the releases' FREE_ARRAYS are part of each step, as in a training loop */
   r.cpu_ms = (cpu1 - cpu0) * 1e3 / n;
   r.user_ms = (u1 - u0) * 1e3 / n; /* the rest is the kernel's TCP work, both ends of loopback */

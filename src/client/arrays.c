@@ -487,6 +487,52 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
   return rc;
 }
 
+/* One try of a put: a new id, the controller's placement, the shards sent; on failure what
+ * landed is freed, and *dropped says whether a worker's data port dropped the connection. */
+static int put_placed(loom_client *c, const loom_put_args *a, const lm_sharding *sh, uint32_t *devs, uint64_t *idp,
+                      bool *dropped, lm_err *err) {
+  uint64_t id = *idp = atomic_fetch_add(&c->next_id, 1);
+  /* ask the controller where the shards go */
+  Lmw__ArrayCreate m = LMW__ARRAY_CREATE__INIT;
+  uint64_t udims[LOOM_MAX_RANK];
+  for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)a->dims[d];
+  m.id = id;
+  m.dtype = (uint32_t)a->dtype;
+  m.n_dims = (size_t)a->rank;
+  m.dims = udims;
+  Lmw__Sharding ws = LMW__SHARDING__INIT;
+  Lmw__DimAxes dims[LOOM_MAX_RANK], *dptr[LOOM_MAX_RANK];
+  uint32_t axes[LOOM_MAX_RANK * LOOM_MAX_MESH_AXES];
+  uint64_t mesh[LOOM_MAX_MESH_AXES];
+  ws.n_mesh_shape = (size_t)sh->mesh_rank;
+  for (int i = 0; i < sh->mesh_rank; i++) mesh[i] = (uint64_t)sh->mesh_shape[i];
+  ws.mesh_shape = mesh;
+  ws.n_devices = sh->ndev;
+  ws.devices = devs;
+  size_t na = 0;
+  for (int d = 0; d < a->rank; d++) {
+    lmw__dim_axes__init(&dims[d]);
+    dims[d].axes = axes + na;
+    for (int j = 0; j < LOOM_MAX_MESH_AXES && sh->dim_axes[d][j] >= 0; j++) axes[na++] = (uint32_t)sh->dim_axes[d][j];
+    dims[d].n_axes = (size_t)(axes + na - dims[d].axes);
+    dptr[d] = &dims[d];
+  }
+  ws.n_dims = (size_t)a->rank;
+  ws.dims = dptr;
+  m.sharding = &ws;
+  ProtobufCMessage *rm;
+  int rc = lm_cconn_call(c->conn, LM_MSG_ARRAY_CREATE, &m.base, LM_MSG_ARRAY_PLACEMENT, c->timeout_ms, c->intr,
+                         c->intr_arg, &rm, err);
+  if (rc == 0) {
+    const Lmw__ArrayPlacement *pl = (const Lmw__ArrayPlacement *)rm;
+    if (pl->id != id || pl->n_shards != sh->ndev) rc = lm_errf(err, LOOM_PROTOCOL, "the controller's placement does not match");
+    else *dropped = (rc = do_put(c, a, sh, id, pl, err)) == LOOM_CLOSED || rc == LOOM_CONNECT;
+    lm_msg_free(rm);
+    if (rc < 0) array_delete_remote(c, id); /* frees whatever shards did land */
+  }
+  return rc;
+}
+
 loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **out) {
   if (!out) return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_put: out is NULL");
   *out = NULL;
@@ -521,53 +567,15 @@ loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **
   /* A worker that dies between the placement and the upload (its data port drops us) is retried
    * with a new placement: by then the controller knows, and a standby has its devices or the
    * placement fails naming the lost worker. */
-  int rc = 0;
+  int rc;
   uint64_t id = 0;
   for (int attempt = 0;; attempt++) {
-  id = atomic_fetch_add(&c->next_id, 1);
-  /* ask the controller where the shards go */
-  Lmw__ArrayCreate m = LMW__ARRAY_CREATE__INIT;
-  uint64_t udims[LOOM_MAX_RANK];
-  for (int d = 0; d < a->rank; d++) udims[d] = (uint64_t)a->dims[d];
-  m.id = id;
-  m.dtype = (uint32_t)a->dtype;
-  m.n_dims = (size_t)a->rank;
-  m.dims = udims;
-  Lmw__Sharding ws = LMW__SHARDING__INIT;
-  Lmw__DimAxes dims[LOOM_MAX_RANK], *dptr[LOOM_MAX_RANK];
-  uint32_t axes[LOOM_MAX_RANK * LOOM_MAX_MESH_AXES];
-  uint64_t mesh[LOOM_MAX_MESH_AXES];
-  ws.n_mesh_shape = (size_t)sh.mesh_rank;
-  for (int i = 0; i < sh.mesh_rank; i++) mesh[i] = (uint64_t)sh.mesh_shape[i];
-  ws.mesh_shape = mesh;
-  ws.n_devices = sh.ndev;
-  ws.devices = devs;
-  size_t na = 0;
-  for (int d = 0; d < a->rank; d++) {
-    lmw__dim_axes__init(&dims[d]);
-    dims[d].axes = axes + na;
-    for (int j = 0; j < LOOM_MAX_MESH_AXES && sh.dim_axes[d][j] >= 0; j++) axes[na++] = (uint32_t)sh.dim_axes[d][j];
-    dims[d].n_axes = (size_t)(axes + na - dims[d].axes);
-    dptr[d] = &dims[d];
-  }
-  ws.n_dims = (size_t)a->rank;
-  ws.dims = dptr;
-  m.sharding = &ws;
-  ProtobufCMessage *rm;
-  rc = lm_cconn_call(c->conn, LM_MSG_ARRAY_CREATE, &m.base, LM_MSG_ARRAY_PLACEMENT, c->timeout_ms, c->intr,
-                     c->intr_arg, &rm, &err);
-  bool data_port_dropped = false;
-  if (rc == 0) {
-    const Lmw__ArrayPlacement *pl = (const Lmw__ArrayPlacement *)rm;
-    if (pl->id != id || pl->n_shards != sh.ndev) rc = lm_errf(&err, LOOM_PROTOCOL, "the controller's placement does not match");
-    else data_port_dropped = (rc = do_put(c, a, &sh, id, pl, &err)) == LOOM_CLOSED || rc == LOOM_CONNECT;
-    lm_msg_free(rm);
-    if (rc < 0) array_delete_remote(c, id); /* frees whatever shards did land */
-  }
-  if (!data_port_dropped || attempt == 3 || (c->intr && c->intr(c->intr_arg))) break;
-  uint32_t ms = 100u << (2 * attempt); /* 100, 400, 1600 ms: the controller's heartbeat timeout is 900 ms */
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
+    bool dropped = false;
+    rc = put_placed(c, a, &sh, devs, &id, &dropped, &err);
+    if (!dropped || attempt == 3 || (c->intr && c->intr(c->intr_arg))) break;
+    uint32_t ms = 100u << (2 * attempt); /* 100, 400, 1600 ms: the controller's heartbeat timeout is 900 ms */
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
   }
   loom_array *arr = rc == 0 ? lm_array_new(c, id, a->dtype, a->rank, a->dims, &sh, NULL) : NULL;
   if (rc == 0 && !arr) {

@@ -283,15 +283,12 @@ static void rx_ready(rx_hub *h, lm_cconn *c) {
     ssize_t k = direct ? recv(c->fd, p, n, MSG_DONTWAIT) : recv(c->fd, c->rbuf, RBUF_SIZE, MSG_DONTWAIT);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* all read: back to epoll */
-    /* a worker's data port drops what it cannot serve (out of descriptors) without a word */
-    const char *hint = strcmp(c->peer, "the controller") ? " (it may have exited, or run out of file descriptors: "
-                                                           "its log says)" : "";
-    if (k == 0) {
-      rc = lm_errf(&err, LOOM_CLOSED, "%s closed the connection%s", c->peer, hint);
-      break;
-    }
-    if (k < 0) {
-      rc = lm_errf(&err, LOOM_CLOSED, "connection to %s failed: %s%s", c->peer, strerror(errno), hint);
+    if (k <= 0) {
+      /* a worker's data port drops what it cannot serve (out of descriptors) without a word */
+      const char *hint = strcmp(c->peer, "the controller") ? " (it may have exited, or run out of file "
+                                                             "descriptors: its log says)" : "";
+      if (k == 0) rc = lm_errf(&err, LOOM_CLOSED, "%s closed the connection%s", c->peer, hint);
+      else rc = lm_errf(&err, LOOM_CLOSED, "connection to %s failed: %s%s", c->peer, strerror(errno), hint);
       break;
     }
     rc = direct ? lm_frame_reader_advance(&c->reader, (size_t)k, rx_frame, c, &err)

@@ -197,6 +197,14 @@ static int32_t *dup_ids(const int32_t *p, int32_t n) {
   return d;
 }
 
+/* Deletes a's data; the handle stays (IsArrayDeleted), the data goes when no view needs it. */
+static void parray_delete(parray *a) {
+  if (a->deleted) return;
+  a->deleted = true;
+  base_unref(a->b);
+  a->b = NULL;
+}
+
 static void pexec_free(pexec *e) {
   if (!e) return;
   loom_executable_destroy(e->exe);
@@ -946,11 +954,7 @@ static void donate_inputs(px_session *s, const pexec *e, const Xla__Ifrt__Proxy_
     for (size_t k = 0; xo && k < xo->n_non_donatable_input_indices && !keep; k++)
       keep = xo->non_donatable_input_indices[k] == i;
     parray *a = keep ? NULL : pm_get(&s->arrays, q->args_handles[i]);
-    if (a && !a->deleted && !a->err) {
-      a->deleted = true;
-      base_unref(a->b);
-      a->b = NULL;
-    }
+    if (a && !a->err) parray_delete(a);
   }
 }
 
@@ -1492,10 +1496,7 @@ static int do_assemble(px_session *s, const Xla__Ifrt__Proxy__AssembleArrayFromS
 
 /* With DONATE_INPUT the input is gone once its successor exists (as DeleteArray leaves it). */
 static void donate_input(parray *a, int sem) {
-  if (sem != XLA__IFRT__PROTO__ARRAY_COPY_SEMANTICS__ARRAY_COPY_SEMANTICS_DONATE_INPUT || a->deleted) return;
-  a->deleted = true;
-  base_unref(a->b);
-  a->b = NULL;
+  if (sem == XLA__IFRT__PROTO__ARRAY_COPY_SEMANTICS__ARRAY_COPY_SEMANTICS_DONATE_INPUT) parray_delete(a);
 }
 
 /* A new array under spec holding bytes[0..n) (the whole array, row-major); *h: the handle. */
@@ -1853,11 +1854,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
     const Xla__Ifrt__Proxy__DeleteArrayRequest *d = q->delete_array_request;
     for (size_t i = 0; i < d->n_array_handle; i++) {
       parray *a = pm_get(&s->arrays, d->array_handle[i]);
-      if (a && !a->deleted) { /* the handle stays (IsArrayDeleted); the data goes when no view needs it */
-        a->deleted = true;
-        base_unref(a->b);
-        a->b = NULL;
-      }
+      if (a) parray_delete(a);
     }
     uint64_t fh = ready_future(s);
     Xla__Ifrt__Proxy__DeleteArrayResponse *o =
