@@ -487,6 +487,20 @@ static int do_put(loom_client *c, const loom_put_args *a, const lm_sharding *sh,
   return rc;
 }
 
+/* Whether a transfer a worker's data port dropped (the worker died after the controller placed or
+ * located the array) goes again, after a pause: by then the controller knows, and it holds the
+ * new request while a standby takes the devices over, or fails it naming the lost worker. Three
+ * more tries, 100, 400 and 1600 ms apart (the controller's heartbeat timeout is 900 ms). */
+static bool retry_pause(loom_client *c, int attempt) {
+  if (attempt >= 3 || (c->intr && c->intr(c->intr_arg))) return false;
+  uint32_t ms = 100u << (2 * attempt);
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  return true;
+}
+
+static bool dropped_rc(int rc) { return rc == LOOM_CLOSED || rc == LOOM_CONNECT; }
+
 /* One try of a put: a new id, the controller's placement, the shards sent; on failure what
  * landed is freed, and *dropped says whether a worker's data port dropped the connection. */
 static int put_placed(loom_client *c, const loom_put_args *a, const lm_sharding *sh, uint32_t *devs, uint64_t *idp,
@@ -526,7 +540,7 @@ static int put_placed(loom_client *c, const loom_put_args *a, const lm_sharding 
   if (rc == 0) {
     const Lmw__ArrayPlacement *pl = (const Lmw__ArrayPlacement *)rm;
     if (pl->id != id || pl->n_shards != sh->ndev) rc = lm_errf(err, LOOM_PROTOCOL, "the controller's placement does not match");
-    else *dropped = (rc = do_put(c, a, sh, id, pl, err)) == LOOM_CLOSED || rc == LOOM_CONNECT;
+    else *dropped = dropped_rc(rc = do_put(c, a, sh, id, pl, err));
     lm_msg_free(rm);
     if (rc < 0) array_delete_remote(c, id); /* frees whatever shards did land */
   }
@@ -572,10 +586,7 @@ loom_status loom_array_put(loom_client *c, const loom_put_args *a, loom_array **
   for (int attempt = 0;; attempt++) {
     bool dropped = false;
     rc = put_placed(c, a, &sh, devs, &id, &dropped, &err);
-    if (!dropped || attempt == 3 || (c->intr && c->intr(c->intr_arg))) break;
-    uint32_t ms = 100u << (2 * attempt); /* 100, 400, 1600 ms: the controller's heartbeat timeout is 900 ms */
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    if (!dropped || !retry_pause(c, attempt)) break;
   }
   loom_array *arr = rc == 0 ? lm_array_new(c, id, a->dtype, a->rank, a->dims, &sh, NULL) : NULL;
   if (rc == 0 && !arr) {
@@ -745,6 +756,35 @@ static void parts_free(get_part *parts, size_t np) {
   free(parts);
 }
 
+/* One try of a get: the controller's placement, then one part per distinct region from a holder
+ * that is alive; *dropped says whether a worker's data port dropped the connection. */
+static int get_placed(loom_array *a, void *dst, bool *dropped, lm_err *err) {
+  Lmw__ArrayPlacement *pl;
+  LM_TRY(locate(a, &pl, err));
+  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
+  size_t n = pl->n_shards, np = 0;
+  int rc = 0;
+  get_part *parts = calloc(n ? n : 1, sizeof *parts);
+  if (!parts) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    const Lmw__ShardLocation *l = pl->shards[i];
+    if (!l->data_address[0]) continue;
+    bool have = false;
+    for (size_t k = 0; k < np && !have; k++) have = same_region(pl->shards[parts[k].shard], l);
+    if (have) continue;
+    parts[np].shard = i;
+    rc = get_plan(a, pl, &parts[np++], dst, err);
+  }
+  if (rc == 0) rc = get_parts(a, pl, parts, np, err);
+  *dropped = dropped_rc(rc);
+  for (size_t k = 0; rc == 0 && k < np; k++)
+    if (parts[k].staging && parts[k].dst == parts[k].staging)
+      lm_region_copy(a->rank, a->dims, parts[k].off, parts[k].sd, esize, dst, parts[k].staging, false);
+  parts_free(parts, np);
+  lm_msg_free(&pl->base);
+  return rc;
+}
+
 loom_status loom_array_get(loom_array *a, void *dst, size_t dst_size) {
   if (!a || (!dst && dst_size)) return failf(a ? a->c : NULL, LOOM_INVALID_ARGUMENT, "loom_array_get: NULL argument");
   loom_client *c = a->c;
@@ -753,29 +793,12 @@ loom_status loom_array_get(loom_array *a, void *dst, size_t dst_size) {
     return failf(c, LOOM_INVALID_ARGUMENT, "loom_array_get: the buffer has %zu bytes, array %llu needs %llu", dst_size,
                  (unsigned long long)a->id, (unsigned long long)nbytes);
   lm_err err;
-  Lmw__ArrayPlacement *pl;
-  int rc = locate(a, &pl, &err);
-  if (rc < 0) return fail(c, &err);
-  size_t esize = lm_dtype_size((lm_dtype)a->dtype);
-  size_t n = pl->n_shards, np = 0;
-  get_part *parts = calloc(n ? n : 1, sizeof *parts);
-  if (!parts) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
-  /* one holder per distinct region, alive ones only */
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    const Lmw__ShardLocation *l = pl->shards[i];
-    if (!l->data_address[0]) continue;
-    bool have = false;
-    for (size_t k = 0; k < np && !have; k++) have = same_region(pl->shards[parts[k].shard], l);
-    if (have) continue;
-    parts[np].shard = i;
-    rc = get_plan(a, pl, &parts[np++], dst, &err);
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    bool dropped = false;
+    rc = get_placed(a, dst, &dropped, &err);
+    if (!dropped || !retry_pause(c, attempt)) break;
   }
-  if (rc == 0) rc = get_parts(a, pl, parts, np, &err);
-  for (size_t k = 0; rc == 0 && k < np; k++)
-    if (parts[k].staging && parts[k].dst == parts[k].staging)
-      lm_region_copy(a->rank, a->dims, parts[k].off, parts[k].sd, esize, dst, parts[k].staging, false);
-  parts_free(parts, np);
-  lm_msg_free(&pl->base);
   if (rc < 0) return fail(c, &err);
   return LOOM_OK;
 }
@@ -795,17 +818,23 @@ loom_status loom_array_get_shard(loom_array *a, int32_t index, void *dst, size_t
                  dst_size, (unsigned long long)p.bytes);
   p.dst = dst;
   lm_err err;
-  Lmw__ArrayPlacement *pl;
-  int rc = locate(a, &pl, &err);
-  if (rc < 0) return fail(c, &err);
-  if (!pl->shards[index]->data_address[0])
-    rc = lm_errf(&err, LOOM_WORKER_LOST, "the shard of array %llu on device %u is lost with its worker",
-                 (unsigned long long)a->id, pl->shards[index]->device);
-  if (rc == 0) rc = dataconn(c, pl->shards[index]->data_address, &p.d, &err);
-  if (rc == 0) rc = get_parts(a, pl, &p, 1, &err);
-  free(p.ranges);
-  free(p.staging);
-  lm_msg_free(&pl->base);
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    Lmw__ArrayPlacement *pl;
+    if ((rc = locate(a, &pl, &err)) < 0) break;
+    if (!pl->shards[index]->data_address[0])
+      rc = lm_errf(&err, LOOM_WORKER_LOST, "the shard of array %llu on device %u is lost with its worker",
+                   (unsigned long long)a->id, pl->shards[index]->device);
+    if (rc == 0) rc = dataconn(c, pl->shards[index]->data_address, &p.d, &err);
+    if (rc == 0) rc = get_parts(a, pl, &p, 1, &err);
+    lm_msg_free(&pl->base);
+    free(p.ranges);
+    free(p.staging);
+    p.ranges = NULL;
+    p.staging = NULL;
+    p.dst = dst;
+    if (!dropped_rc(rc) || !retry_pause(c, attempt)) break;
+  }
   if (rc < 0) return fail(c, &err);
   return LOOM_OK;
 }

@@ -379,9 +379,13 @@ static void rec_reset(ctl *c) {
 }
 
 /* The recovery cannot complete: its launches fail with msg. */
-static void rec_fail(ctl *c, const char *msg) {
+/* Gives the recovery up: the held launches fail with msg, and the lost worker's reason gains
+ * note (msg when NULL), so requests held meanwhile, and later ones, that name its devices say why
+ * nothing took them over. */
+static void rec_fail_note(ctl *c, const char *msg, const char *note) {
   struct ctl_rec *r = c->rec;
   event(c, true, "giving up on worker %u: %s", r->dead, msg);
+  lm_registry_note_lost(c->reg, r->dead, note ? note : msg);
   for (size_t i = 0; i < r->nlaunches; i++) {
     link_active(c, r->launches[i]);
     ctl_launch_abandon(c, r->launches[i], LOOM_WORKER_LOST, msg);
@@ -390,6 +394,8 @@ static void rec_fail(ctl *c, const char *msg) {
   replay_deferred(c);
   rec_process_queue(c);
 }
+
+static void rec_fail(ctl *c, const char *msg) { rec_fail_note(c, msg, NULL); }
 
 static void rec_finish(ctl *c) {
   struct ctl_rec *r = c->rec;
@@ -708,14 +714,13 @@ void ctl_recover_tick(ctl *c) {
   if (!r) return;
   uint64_t now = ctl_now_ms(c);
   if (r->phase == R_WAITING && now >= r->deadline_ms) {
-    char msg[LM_ERR_MSG_MAX];
+    char msg[LM_ERR_MSG_MAX], note[LM_REG_REASON_MAX];
     const lm_reg_worker *d = lm_registry_worker(c->reg, r->dead);
-    snprintf(msg, sizeof msg,
-             "worker %u (%s pid %u) was lost (%s) and no standby or new worker of %u devices replaced it within %u ms "
-             "(--recover-wait); its devices' shards are gone",
-             r->dead, d->host, d->pid, r->why, d->ndevices,
-             c->cfg.recover_wait_ms ? c->cfg.recover_wait_ms : PENDING_STANDBY_WAIT_MS);
-    rec_fail(c, msg);
+    snprintf(note, sizeof note, "no standby or new worker of %u devices replaced it within %u ms (--recover-wait)",
+             d->ndevices, c->cfg.recover_wait_ms ? c->cfg.recover_wait_ms : PENDING_STANDBY_WAIT_MS);
+    snprintf(msg, sizeof msg, "worker %u (%s pid %u) was lost (%s) and %s; its devices' shards are gone", r->dead,
+             d->host, d->pid, r->why, note);
+    rec_fail_note(c, msg, note);
   } else if (r->phase == R_LOADING && now - r->began_ms > REC_LOAD_LIMIT_MS) {
     rec_fail(c, "the replacement worker did not load the programs in time");
   }

@@ -207,6 +207,13 @@ bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason) 
   return true;
 }
 
+void lm_registry_note_lost(lm_registry *r, uint32_t worker, const char *note) {
+  if (worker >= r->nworkers || r->workers[worker].state != LM_WORKER_LOST || !note || !note[0]) return;
+  lm_reg_worker *w = &r->workers[worker];
+  size_t n = strlen(w->reason);
+  snprintf(w->reason + n, sizeof w->reason - n, "; %s", note);
+}
+
 size_t lm_registry_expire(lm_registry *r, uint64_t now_ms, uint64_t timeout_ms, uint32_t *lost, size_t max) {
   size_t n = 0;
   for (uint32_t i = 0; i < r->nworkers; i++) {

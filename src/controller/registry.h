@@ -17,7 +17,7 @@
 #define LM_REG_MAX_DEVICES 65536
 #define LM_REG_NAME_MAX 255          /* host and slice names */
 #define LM_REG_DATAPLANE_MAX 4096    /* bytes of a worker's data-plane address */
-#define LM_REG_REASON_MAX 160
+#define LM_REG_REASON_MAX 256
 
 typedef enum lm_worker_state { LM_WORKER_ALIVE = 0, LM_WORKER_LOST = 1 } lm_worker_state;
 
@@ -108,6 +108,8 @@ int lm_registry_set_problem(lm_registry *r, uint32_t worker, const char *reason,
 /* Marks an alive worker lost (its devices turn unhealthy) with a reason; no-op if already lost.
  * Returns true when the state changed. */
 bool lm_registry_mark_lost(lm_registry *r, uint32_t worker, const char *reason);
+/* Adds to a lost worker's reason ("REASON; NOTE", cut to fit), e.g. why nothing replaced it. */
+void lm_registry_note_lost(lm_registry *r, uint32_t worker, const char *note);
 /* Marks lost the alive workers whose last heartbeat is older than timeout_ms at now_ms, writing
  * their ids to lost; with lost != NULL at most max are marked (call again for the rest).
  * Returns how many were marked. */
