@@ -356,7 +356,7 @@ static void store_chunk(px_stream *st, const uint8_t *msg, size_t len) {
         if (m) xla__ifrt__proxy__grpc_host_buffer_store_metadata__free_unpacked(m, NULL);
       }
       while (cap < need) cap *= 2;
-      uint8_t *p = realloc(st->hb_data, cap);
+      uint8_t *p = st->hb_cap ? realloc(st->hb_data, cap) : px_hb_alloc(cap);
       if (!p) {
         px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "HostBufferStore: out of memory");
         xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, NULL);

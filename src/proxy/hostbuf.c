@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 #include "proxy/proxy.h"
 
@@ -41,6 +42,16 @@ static void init_cv(void) {
 static hb **find(uint64_t session, uint64_t handle) {
   hb **p = &g_list;
   while (*p && !((*p)->session == session && (*p)->handle == handle)) p = &(*p)->next;
+  return p;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *px_hb_alloc(size_t n) {
+  if (n < 4 * HUGE_PAGE) return malloc(n ? n : 1);
+  void *p;
+  if (posix_memalign(&p, HUGE_PAGE, n)) return NULL;
+  madvise(p, n & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice: ignored where huge pages are off */
   return p;
 }
 

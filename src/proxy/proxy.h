@@ -46,6 +46,9 @@ int px_code_of(int loom_status);
 /* ---- host buffers (hostbuf.c) ---- */
 /* Stores data[0..len) (ownership passes; malloc'd) under (session, handle), replacing any. */
 void px_hb_put(uint64_t session, uint64_t handle, uint8_t *data, size_t len);
+/* Memory for a host buffer of n bytes (free() releases it): big ones are aligned to 2 MiB and
+ * asked to be backed by huge pages, so filling them faults 512 times less often. */
+void *px_hb_alloc(size_t n);
 /* Takes the buffer out of the store: 0 with *data and *len set (caller frees), or LOOM_NOT_FOUND
  * (LOOM_CANCELLED once the session is abandoned).
  * With wait_ms > 0 it waits that long for a HostBufferStore that has not arrived yet. */

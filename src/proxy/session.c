@@ -1347,7 +1347,7 @@ static int do_make_arrays_shards(px_session *s, const Xla__Ifrt__Proxy__MakeArra
 /* The array's bytes (row-major), fetched from its devices into a new buffer. */
 static uint8_t *fetch(px_session *s, parray *a, size_t *n, int *rc) {
   *n = array_bytes(a);
-  uint8_t *buf = malloc(*n ? *n : 1);
+  uint8_t *buf = px_hb_alloc(*n);
   if (!buf) {
     *rc = fail(s, PX_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes", *n);
     return NULL;
