@@ -1111,20 +1111,32 @@ static int do_fully_replicated(px_session *s, const Xla__Ifrt__Proxy__FullyRepli
   return 0;
 }
 
+/* The array's bytes (row-major), fetched from its devices into a new buffer. */
+static uint8_t *fetch(px_session *s, parray *a, size_t *n, int *rc) {
+  *n = array_bytes(a);
+  uint8_t *buf = px_hb_alloc(*n);
+  if (!buf) {
+    *rc = fail(s, PX_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes", *n);
+    return NULL;
+  }
+  int st = a->shard < 0 ? loom_array_get(a->b->arr, buf, *n) : loom_array_get_shard(a->b->arr, a->shard, buf, *n);
+  if (st != LOOM_OK) {
+    free(buf);
+    *rc = loom_fail(s, st, "reading an array");
+    return NULL;
+  }
+  return buf;
+}
+
 static int do_copy_to_host(px_session *s, const Xla__Ifrt__Proxy__CopyToHostBufferRequest *q, Resp *r) {
   int rc = 0;
   parray *a = array_get(s, q->array_handle, &rc);
   if (!a) return rc;
   if (!dense_strides(a, q->byte_strides))
     return fail(s, PX_UNIMPLEMENTED, "CopyToHostBuffer: non-row-major byte_strides are not supported by the Loom proxy");
-  size_t n = array_bytes(a);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return fail(s, PX_RESOURCE_EXHAUSTED, "CopyToHostBuffer: cannot allocate %zu bytes", n);
-  int st = a->shard < 0 ? loom_array_get(a->b->arr, buf, n) : loom_array_get_shard(a->b->arr, a->shard, buf, n);
-  if (st != LOOM_OK) {
-    free(buf);
-    return loom_fail(s, st, "CopyToHostBuffer");
-  }
+  size_t n;
+  uint8_t *buf = fetch(s, a, &n, &rc);
+  if (!buf) return rc;
   px_hb_put(s->id, q->host_buffer_handle, buf, n);
   r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COPY_TO_HOST_BUFFER_RESPONSE;
   r->copy_to_host_buffer_response =
@@ -1342,23 +1354,6 @@ static int do_make_arrays_shards(px_session *s, const Xla__Ifrt__Proxy__MakeArra
   r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_MAKE_ARRAYS_FROM_HOST_BUFFER_SHARDS_RESPONSE;
   r->make_arrays_from_host_buffer_shards_response = o;
   return 0;
-}
-
-/* The array's bytes (row-major), fetched from its devices into a new buffer. */
-static uint8_t *fetch(px_session *s, parray *a, size_t *n, int *rc) {
-  *n = array_bytes(a);
-  uint8_t *buf = px_hb_alloc(*n);
-  if (!buf) {
-    *rc = fail(s, PX_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes", *n);
-    return NULL;
-  }
-  int st = a->shard < 0 ? loom_array_get(a->b->arr, buf, *n) : loom_array_get_shard(a->b->arr, a->shard, buf, *n);
-  if (st != LOOM_OK) {
-    free(buf);
-    *rc = loom_fail(s, st, "reading an array");
-    return NULL;
-  }
-  return buf;
 }
 
 /* CopyArrays: each array onto other devices (device_ids[i] takes the place of the array's i-th
