@@ -159,6 +159,8 @@ typedef struct loom_device_desc {
   uint64_t memory_used;        /* bytes in use at the last heartbeat */
   int32_t healthy;             /* 1 healthy, 0 not (its worker is lost) */
   const char *health_reason;   /* why not healthy; "" when healthy */
+  uint64_t memory_peak;        /* the most bytes in use at once since its worker started (launch
+                                  temporaries included), as of the last heartbeat */
 } loom_device_desc;
 
 /* Fills *out (whose struct_size the caller set) for virtual device id. Strings live until the

@@ -481,11 +481,12 @@ static PyObject *Client_devices(ClientObject *self, PyObject *unused) {
       return raise_status(st, msg);
     }
     PyObject *item = Py_BuildValue(
-        "{s:i,s:s,s:i,s:i,s:s,s:L,s:s,s:K,s:K,s:O,s:s}", "id", d.id, "kind", d.kind ? d.kind : "", "worker_id",
+        "{s:i,s:s,s:i,s:i,s:s,s:L,s:s,s:K,s:K,s:O,s:s,s:K}", "id", d.id, "kind", d.kind ? d.kind : "", "worker_id",
         d.worker_id, "local_index", d.local_index, "worker_host", d.worker_host ? d.worker_host : "", "worker_pid",
         (long long)d.worker_pid, "slice", d.slice ? d.slice : "", "memory_capacity",
         (unsigned long long)d.memory_capacity, "memory_used", (unsigned long long)d.memory_used, "healthy",
-        d.healthy ? Py_True : Py_False, "health_reason", d.health_reason ? d.health_reason : "");
+        d.healthy ? Py_True : Py_False, "health_reason", d.health_reason ? d.health_reason : "",
+        "memory_peak", (unsigned long long)d.memory_peak);
     if (!item || PyList_Append(list, item) < 0) {
       Py_XDECREF(item);
       Py_DECREF(list);

@@ -23,16 +23,19 @@ def _timeout_ms(timeout):
 class Device:
     """One device of the cluster as this session sees it: `id` (virtual, dense, stable),
     `kind`, `worker_id` and `local_index` (which worker, which of its devices), `host`, `pid`,
-    `slice`, `memory_capacity` and `memory_used` (bytes, as of the last refresh), `healthy`."""
+    `slice`, `memory_capacity`, `memory_used` and `memory_peak` (bytes, as of the last refresh;
+    the peak is the most the device held at once since its worker started, launch temporaries
+    included), `healthy`."""
 
     __slots__ = ("id", "kind", "worker_id", "local_index", "host", "pid", "slice", "memory_capacity",
-                 "memory_used", "healthy", "health_reason")
+                 "memory_used", "memory_peak", "healthy", "health_reason")
 
     def __init__(self, d):
         self.id, self.kind = d["id"], d["kind"]
         self.worker_id, self.local_index = d["worker_id"], d["local_index"]
         self.host, self.pid, self.slice = d["worker_host"], d["worker_pid"], d["slice"]
         self.memory_capacity, self.memory_used = d["memory_capacity"], d["memory_used"]
+        self.memory_peak = d["memory_peak"]
         self.healthy, self.health_reason = d["healthy"], d["health_reason"]
 
     @property

@@ -108,6 +108,7 @@ int cmd_devices(int argc, char **argv) {
       cJSON_AddStringToObject(o2, "slice", d[i].slice);
       cJSON_AddNumberToObject(o2, "memory_capacity", (double)d[i].memory_capacity);
       cJSON_AddNumberToObject(o2, "memory_used", (double)d[i].memory_used);
+      cJSON_AddNumberToObject(o2, "memory_peak", (double)d[i].memory_peak);
       cJSON_AddBoolToObject(o2, "healthy", d[i].healthy);
       cJSON_AddStringToObject(o2, "health_reason", d[i].health_reason);
       cJSON_AddItemToArray(arr, o2);

@@ -201,6 +201,7 @@ loom_status loom_device_info(loom_client *c, int32_t id, loom_device_desc *out) 
       .memory_used = d->memory_used,
       .healthy = d->healthy ? 1 : 0,
       .health_reason = d->health_reason,
+      .memory_peak = d->memory_peak,
   };
   pthread_mutex_unlock(&c->mu);
   size_t keep = out->struct_size;

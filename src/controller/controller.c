@@ -407,7 +407,7 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
   }
   size_t n = m->n_devices;
   uint32_t idx[LM_REG_MAX_DEVICES_PER_WORKER];
-  uint64_t used[LM_REG_MAX_DEVICES_PER_WORKER];
+  uint64_t used[LM_REG_MAX_DEVICES_PER_WORKER], peak[LM_REG_MAX_DEVICES_PER_WORKER];
   lm_err err;
   int rc = 0;
   if (n > LM_REG_MAX_DEVICES_PER_WORKER)
@@ -416,8 +416,10 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
   for (size_t i = 0; rc == 0 && i < n; i++) {
     idx[i] = m->devices[i]->local_index;
     used[i] = m->devices[i]->memory_used;
+    peak[i] = m->devices[i]->memory_peak;
   }
   if (rc == 0) rc = lm_registry_heartbeat(c->reg, p->worker_id, ctl_now_ms(c), idx, used, n, &err);
+  if (rc == 0) lm_registry_set_peaks(c->reg, p->worker_id, idx, peak, n);
   if (rc == 0 && m->transfers) {
     const Lmw__TransferStats *t = m->transfers;
     lm_reg_transfers x = {t->local_puts,  t->local_put_bytes,  t->local_gets,  t->local_get_bytes, t->stream_puts,
@@ -459,6 +461,7 @@ static void on_list_devices(peer *p, const lm_frame *f) {
     o->slice = w->slice;
     o->memory_capacity = d->memory_capacity;
     o->memory_used = d->memory_used;
+    o->memory_peak = d->memory_peak;
     o->healthy = lm_registry_device_healthy(c->reg, i);
     o->health_reason = (char *)lm_registry_device_reason(c->reg, i);
     ptrs[i] = o;

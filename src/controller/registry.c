@@ -177,6 +177,15 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
   return 0;
 }
 
+void lm_registry_set_peaks(lm_registry *r, uint32_t worker, const uint32_t *local_index, const uint64_t *peak,
+                           size_t n) {
+  if (worker >= r->nworkers) return;
+  const lm_reg_worker *w = &r->workers[worker];
+  for (size_t i = 0; i < n; i++)
+    if (local_index[i] < w->ndevices && w->device_ids[local_index[i]] != LM_REG_NO_DEVICE)
+      r->devices[w->device_ids[local_index[i]]].memory_peak = peak[i];
+}
+
 int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err) {
   if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
   r->workers[worker].transfers = *t;

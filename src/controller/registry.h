@@ -76,6 +76,7 @@ typedef struct lm_reg_device {
   char kind[16];
   uint64_t memory_capacity;
   uint64_t memory_used;            /* from the latest heartbeat */
+  uint64_t memory_peak;            /* its high-water mark, from the latest heartbeat */
 } lm_reg_device;
 
 typedef struct lm_registry lm_registry;
@@ -98,6 +99,9 @@ int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *
  * for the first nused devices. LOOM_NOT_FOUND for an unknown or lost worker. */
 int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, const uint32_t *local_index,
                           const uint64_t *used, size_t nused, lm_err *err);
+/* Records the devices' memory high-water marks from a heartbeat lm_registry_heartbeat accepted. */
+void lm_registry_set_peaks(lm_registry *r, uint32_t worker, const uint32_t *local_index, const uint64_t *peak,
+                           size_t n);
 /* Records a worker's transfer counters (from a heartbeat). LOOM_NOT_FOUND for an unknown worker. */
 int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err);
 /* Sets (replaces) a worker's data-plane address. LOOM_NOT_FOUND / LOOM_INVALID_ARGUMENT. */

@@ -82,6 +82,7 @@ static void on_heartbeat_tick(uv_timer_t *t) {
     lmw__device_stats__init(&st[i]);
     st[i].local_index = i;
     st[i].memory_used = lm_device_used(w->devs[i].dev);
+    st[i].memory_peak = lm_device_peak(w->devs[i].dev);
     ptrs[i] = &st[i];
   }
   Lmw__TransferStats ts = LMW__TRANSFER_STATS__INIT;
