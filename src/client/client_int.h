@@ -102,4 +102,15 @@ int lm_sharding_from_public(const loom_sharding *in, int32_t rank, const int64_t
 /* Fills a public loom_sharding (honouring its struct_size) from sh. */
 void lm_sharding_to_public(const lm_sharding *sh, loom_sharding *out);
 
+/* ---- large constants (consts.c) ---- */
+
+/* For a big program: puts each large constant as an array (one copy per worker of devs, or of
+ * the session's devices when ndev is 0) and makes *out a text that names them instead
+ * (dense_resource<loom_array_S_ID>; malloc'd). *out stays NULL when nothing was lifted (or the
+ * text does not parse: the controller reports that). *arrays (narrays) must live as long as
+ * the executable; lm_lifted_free releases them. */
+int lm_lift_constants(loom_client *c, const char *text, size_t len, const uint32_t *devs, int32_t ndev, char **out,
+                      size_t *out_len, loom_array ***arrays, size_t *narrays, lm_err *err);
+void lm_lifted_free(loom_array **arrays, size_t n);
+
 #endif

@@ -200,6 +200,8 @@ struct loom_executable {
   int32_t cached;
   int32_t nin, nout;
   exe_value *values;         /* [nin + nout] */
+  loom_array **lifted;       /* the program's large constants, put as arrays (consts.c) */
+  size_t nlifted;
 };
 
 void loom_compile_options_initialize(loom_compile_options *o) {
@@ -218,6 +220,7 @@ void loom_executable_destroy(loom_executable *e) {
   free(e->devices);
   free(e->mesh_udevs);
   free(e->values);
+  lm_lifted_free(e->lifted, e->nlifted);
   free(e);
 }
 
@@ -270,22 +273,41 @@ loom_status loom_compile(loom_client *c, const char *text, size_t len, const loo
     }
     devs[i] = (uint32_t)o.devices[i];
   }
+  lm_err err;
+  char *lifted_text = NULL;
+  size_t lifted_len = 0, nlifted = 0;
+  loom_array **lifted = NULL;
+  if (lm_lift_constants(c, text, len, devs, o.num_devices, &lifted_text, &lifted_len, &lifted, &nlifted, &err) < 0) {
+    free(devs);
+    lm_err_prefix(&err, "loom_compile");
+    return fail(c, &err);
+  }
+  if (lifted_text) {
+    text = lifted_text;
+    len = lifted_len;
+  }
   uint64_t id = atomic_fetch_add(&c->next_id, 1);
   Lmw__Compile m = LMW__COMPILE__INIT;
   m.id = id;
   m.n_devices = (size_t)o.num_devices;
   m.devices = devs;
   m.name = (char *)(o.name ? o.name : "");
-  lm_err err;
   lm_call *call;
   int rc = lm_cconn_start(c->conn, LM_MSG_COMPILE, &m.base, text, len, NULL, 0, &call, &err);
   free(devs);
-  if (rc < 0) return fail(c, &err);
+  free(lifted_text); /* the start copied or sent it */
+  if (rc < 0) {
+    lm_lifted_free(lifted, nlifted);
+    return fail(c, &err);
+  }
   rc = lm_call_wait(call, c->timeout_ms, c->intr, c->intr_arg, &err);
   lm_reply r = {0};
   if (rc == 0) rc = lm_call_take_reply(call, &r, &err);
   lm_call_release(call);
-  if (rc < 0) return fail(c, &err);
+  if (rc < 0) {
+    lm_lifted_free(lifted, nlifted);
+    return fail(c, &err);
+  }
   loom_executable *e = NULL;
   const Lmw__CompileReply *cr = (const Lmw__CompileReply *)r.msg;
   if (r.type != LM_MSG_COMPILE_REPLY || cr->n_devices == 0 || cr->n_devices > LM_SHARD_MAX_DEVICES ||
@@ -329,8 +351,11 @@ loom_status loom_compile(loom_client *c, const char *text, size_t len, const loo
     else if (e) {
       free(e->devices), free(e->mesh_udevs), free(e->values), free(e);
     }
+    lm_lifted_free(lifted, nlifted);
     return fail(c, &err);
   }
+  e->lifted = lifted;
+  e->nlifted = nlifted;
   *out = e;
   return LOOM_OK;
 }

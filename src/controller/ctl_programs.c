@@ -5,12 +5,14 @@
  * ACK or ERROR); the COMPILE reply is sent when all have loaded it. Programs are cached by the
  * text and the device list: a second identical compile, from any session, reuses the program.
  * Programs no executable names any more stay cached (up to IDLE_MAX) and are then unloaded. */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/hash.h"
 #include "common/log.h"
 #include "controller/ctl.h"
+#include "hlo/lex.h"
 #include "hlo/parse.h"
 
 #define IDLE_MAX 16
@@ -492,6 +494,39 @@ static void analyze_done(uv_work_t *req, int status) {
            prog->loads_pending);
 }
 
+/* A program may name large constants that its client put as arrays (docs/scale.md "Large
+ * constants"): dense_resource<loom_array_SESSION_ID>. Only this session's own live arrays: a
+ * program naming another session's would read that session's data on the workers. Every
+ * occurrence of the word is checked (one in a comment or string too: refused, never missed). */
+static int check_resources(peer *p, const char *text, size_t len, lm_err *err) {
+  static const char kw[] = "dense_resource";
+  const char *end = text + len;
+  for (const char *at = text; (at = memmem(at, (size_t)(end - at), kw, sizeof kw - 1)) != NULL;) {
+    lm_lexpos pos = {at + sizeof kw - 1, at, 1};
+    lm_tok lt, name, gt;
+    lm_lex(&pos, end, &lt);
+    lm_lex(&pos, end, &name);
+    lm_lex(&pos, end, &gt);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%.*s", name.k == LM_T_ID ? (int)(name.n < 100 ? name.n : 100) : 0, name.s);
+    unsigned long long session, id;
+    int n = 0;
+    if (lt.k != LM_T_LT || name.k != LM_T_ID || gt.k != LM_T_GT ||
+        sscanf(buf, "loom_array_%llu_%llu%n", &session, &id, &n) != 2 || buf[n] || name.n >= 100)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT,
+                     "the program has a dense_resource other than dense_resource<loom_array_SESSION_ID> (a large "
+                     "constant this session put as an array)");
+    if (session != p->session->id)
+      return lm_errf(err, LOOM_PERMISSION, "the program names array %llu of session %llu as a constant; a program "
+                     "may only name this session's (%llu) arrays", id, session, (unsigned long long)p->session->id);
+    if (!lm_session_get(p->session, id, H_ARRAY))
+      return lm_errf(err, LOOM_NOT_FOUND, "the program names array %llu as a constant, and this session has no such "
+                     "array", id);
+    at = pos.p;
+  }
+  return 0;
+}
+
 void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   ctl *c = p->ctl;
   uint64_t rid = f->h.request_id;
@@ -512,6 +547,11 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   }
   if (m->n_devices > LM_SHARD_MAX_DEVICES) {
     ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%zu devices is more than %d", m->n_devices, LM_SHARD_MAX_DEVICES);
+    return;
+  }
+  lm_err rerr;
+  if (check_resources(p, text, len, &rerr) < 0) {
+    ctl_reply_error(p, rid, rerr.code, "%s", rerr.msg);
     return;
   }
   /* a pool session without a device list runs on its first devices: the list is its devices */

@@ -107,6 +107,9 @@ static int verify_constant(const lm_op *op, const lm_func *fn, lm_err *err) {
   LM_TRY(need_tensor(op, rt, "the result", err));
   const lm_attr *a = lm_op_attr(op, "value");
   if (!a || a->kind != LM_ATTR_DENSE || !a->type) return lm_op_err(err, op, LOOM_VERIFY, "missing dense 'value' attribute");
+  if (a->resource && !a->data && lm_type_nbytes(rt))
+    return lm_op_err(err, op, LOOM_NOT_FOUND, "its value dense_resource<%s> has no bytes here (a large constant is put "
+                     "as an array by the client that compiles the program; docs/scale.md)", a->resource);
   if (a->type->dtype != rt->dtype || lm_type_numel(a->type) != lm_type_numel(rt) || a->nbytes != lm_type_nbytes(rt)) {
     char x[128], y[128];
     return lm_op_err(err, op, LOOM_VERIFY, "value of type %s does not match the result type %s (C1)",

@@ -24,6 +24,11 @@ lm_opcode lm_opcode_from_name(const char *name, size_t n) {
 
 void lm_module_free(lm_module *m) {
   if (!m) return;
+  for (lm_module_hold *h = m->holds, *next; h; h = next) { /* held outside the arena */
+    next = h->next;
+    h->release(h->arg);
+    free(h);
+  }
   lm_arena_free(&m->arena);
   free(m);
 }

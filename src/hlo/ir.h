@@ -129,6 +129,10 @@ typedef struct lm_attr {
   lm_type *type;                /* DENSE, TYPE, typed INT/FLOAT; NULL otherwise */
   void *data;                   /* DENSE */
   size_t nbytes;                /* DENSE */
+  /* DENSE from `dense_resource<NAME>`: its bytes live outside the text (a large constant the
+   * client put as an array, docs/programs.md "Large constants"). data is NULL (nbytes 0) until
+   * the parser's resolver supplies them; printed as dense_resource<NAME> while unresolved. */
+  const char *resource;
 } lm_attr;
 
 struct lm_named_attr {
@@ -200,7 +204,15 @@ typedef struct lm_module {
   lm_op *ops;             /* module-level ops other than functions (sdy.mesh); no values */
   uint32_t nops;
   lm_arena arena;         /* owns everything above */
+  struct lm_module_hold *holds; /* what resolved constants borrow, released with the module */
 } lm_module;
+
+/* Something a module borrows (a resolved constant's bytes) and lets go of in lm_module_free. */
+typedef struct lm_module_hold {
+  struct lm_module_hold *next;
+  void (*release)(void *arg);
+  void *arg;
+} lm_module_hold;
 
 /* ---- helpers (ir.c) ---- */
 

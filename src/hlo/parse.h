@@ -19,6 +19,12 @@ typedef struct lm_parse_opts {
   size_t max_const_bytes; /* cap on one dense constant after splat expansion; 0 = 1 GiB */
   size_t max_total_bytes; /* cap on the module's whole arena; 0 = 8 GiB */
   bool no_verify;         /* skip lm_module_verify (tests of the parser alone) */
+  /* Supplies the bytes of `dense_resource<NAME> : T` constants (nbytes of them, T's size): sets
+   * *data (borrowed until release(arg) is called, which may be NULL) or fails with err. Without
+   * a resolver they stay unresolved (data NULL, the name kept, printed back as written). */
+  int (*resolve)(void *ctx, const char *name, size_t nbytes, const void **data, void (**release)(void *),
+                 void **arg, lm_err *err);
+  void *resolve_ctx;
 } lm_parse_opts;
 
 /* Reads a program from text[0..len) (need not be NUL-terminated): MLIR bytecode when it starts

@@ -572,6 +572,8 @@ int lm_p_attr(lm_parser *p, lm_attr *out) {
         lm_p_next(p);
       } else if (lm_p_is_id(p, "dense")) {
         rc = lm_p_dense(p, out);
+      } else if (lm_p_is_id(p, "dense_resource")) {
+        rc = lm_p_dense_resource(p, out);
       } else if (lm_p_is_id(p, "array")) {
         rc = parse_array_attr(p, out);
       } else if (lm_p_is_id(p, "inf") || lm_p_is_id(p, "nan")) {
@@ -588,7 +590,7 @@ int lm_p_attr(lm_parser *p, lm_attr *out) {
         out->kind = LM_ATTR_TYPE;
         out->type = lm_p_alloc(p, sizeof(lm_type));
         rc = out->type ? lm_p_type(p, out->type) : p->err->code;
-      } else if (lm_p_is_id(p, "affine_map") || lm_p_is_id(p, "dense_resource") || lm_p_is_id(p, "sparse") ||
+      } else if (lm_p_is_id(p, "affine_map") || lm_p_is_id(p, "sparse") ||
                  lm_p_is_id(p, "strided") || lm_p_is_id(p, "distinct")) {
         char buf[96];
         rc = lm_p_errf(p, NULL, LOOM_UNSUPPORTED, "unsupported attribute %s", lm_tok_describe(&t, buf, sizeof buf));

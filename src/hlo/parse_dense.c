@@ -288,6 +288,54 @@ int lm_p_dense(lm_parser *p, lm_attr *out) {
   return 0;
 }
 
+/* `dense_resource<NAME> : tensor<...>`: a constant whose bytes live outside the text. The
+ * caller's resolver supplies them (borrowed: the module lets go of them when freed); without
+ * one the attribute stays unresolved, its name kept so that it prints back as it came. */
+int lm_p_dense_resource(lm_parser *p, lm_attr *out) {
+  lm_tok kw = p->tok;
+  lm_p_next(p); /* `dense_resource` */
+  LM_TRY(lm_p_expect(p, LM_T_LT, "'<' after dense_resource"));
+  lm_tok nt = p->tok;
+  if (!lm_p_is(p, LM_T_ID)) return lm_p_expected(p, "a resource name in dense_resource<...>");
+  const char *name = lm_p_strndup(p, nt.s, nt.n);
+  if (!name) return p->err->code;
+  lm_p_next(p);
+  LM_TRY(lm_p_expect(p, LM_T_GT, "'>' closing dense_resource<...>"));
+  LM_TRY(lm_p_expect(p, LM_T_COLON, "':' and the type after dense_resource<...>"));
+  lm_tok ttok = p->tok;
+  lm_type *t = lm_p_alloc(p, sizeof *t);
+  if (!t) return p->err->code;
+  LM_TRY(lm_p_type(p, t));
+  if (t->kind != LM_TYPE_TENSOR) return lm_p_errf(p, &ttok, LOOM_PARSE, "dense_resource<...> needs a tensor type");
+  int64_t numel = lm_type_numel(t);
+  size_t nbytes;
+  if (numel < 0 || lm_mul_size((size_t)numel, lm_dtype_size((lm_dtype)t->dtype), &nbytes))
+    return lm_p_errf(p, &ttok, LOOM_UNSUPPORTED, "dense_resource<...> with a dynamic or too large shape");
+  memset(out, 0, sizeof *out);
+  out->kind = LM_ATTR_DENSE;
+  out->type = t;
+  out->resource = name;
+  if (!p->opts || !p->opts->resolve) return 0;
+  lm_module_hold *h = calloc(1, sizeof *h);
+  if (!h) return lm_p_errf(p, &kw, LOOM_NO_MEMORY, "out of host memory");
+  const void *data = NULL;
+  lm_err e;
+  lm_err_clear(&e);
+  if (p->opts->resolve(p->opts->resolve_ctx, name, nbytes, &data, &h->release, &h->arg, &e) < 0) {
+    free(h);
+    return lm_p_errf(p, &nt, e.code ? e.code : LOOM_NOT_FOUND, "dense_resource<%s>: %s", name, e.msg);
+  }
+  if (h->release) {
+    h->next = p->m->holds;
+    p->m->holds = h;
+  } else {
+    free(h);
+  }
+  out->data = (void *)data;
+  out->nbytes = nbytes;
+  return 0;
+}
+
 /* ---- scalar attributes: `1 : i64`, `0.5 : f32`, `0x7FC00000 : f32`, `-3` ---- */
 
 int lm_p_int(lm_parser *p, int64_t *out) {

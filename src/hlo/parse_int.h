@@ -58,6 +58,7 @@ typedef struct lm_parser {
   bool bare_literals;     /* numbers and strings take no `: type` suffix (keyword values of pretty forms) */
   size_t max_const;       /* cap on one dense constant's bytes */
   size_t max_total;       /* cap on the arena */
+  const lm_parse_opts *opts; /* the caller's (resolve), or NULL */
   /* the function being parsed */
   lm_type *vtypes;        /* value types, arena vector */
   uint32_t nvalues, capvalues;
@@ -154,6 +155,7 @@ int lm_p_attr_dict(lm_parser *p, lm_named_attr **attrs, uint32_t *n, uint32_t *c
 /* `dense<...>` elements for a known tensor type (current token is the identifier `dense`),
  * including the trailing `: type` when has_type; fills a DENSE attribute. */
 int lm_p_dense(lm_parser *p, lm_attr *out);
+int lm_p_dense_resource(lm_parser *p, lm_attr *out); /* `dense_resource<NAME> : tensor<...>` */
 /* Integer list `[1, 2, 3]` (the DenseI64Array pretty form) into an INTS attribute. */
 int lm_p_int_list(lm_parser *p, lm_attr *out);
 /* One (optionally negative) integer literal. */

@@ -318,6 +318,7 @@ int lm_parse_module(const char *text, size_t len, const lm_parse_opts *opts, lm_
   p->err = err;
   p->max_const = opts && opts->max_const_bytes ? opts->max_const_bytes : ((size_t)1 << 30);
   p->max_total = opts && opts->max_total_bytes ? opts->max_total_bytes : ((size_t)8 << 30);
+  p->opts = opts;
   const char *fname = opts && opts->filename ? opts->filename : "<string>";
   p->file = lm_arena_strndup(&m->arena, fname, strlen(fname));
   if (!p->file) {

@@ -212,6 +212,11 @@ static void put_struct(pbuf *b, const lm_attr *a) {
 }
 
 static void put_dense(pbuf *b, const lm_attr *a) {
+  if (a->resource && !a->data) { /* its bytes are elsewhere: the reference as it came */
+    put(b, "dense_resource<%s> : ", a->resource);
+    put_type(b, a->type);
+    return;
+  }
   put(b, "dense<\"0x");
   const unsigned char *d = a->data;
   if (!b->oom && b->cap - b->n < 2 * a->nbytes + 64) { /* one allocation for large constants */

@@ -30,7 +30,7 @@
 #include "proxy/proxy.h"
 #include "xla/python/ifrt_proxy/common/grpc_ifrt_service.pb-c.h"
 
-#define PX_MAX_MESSAGE ((size_t)1 << 30)     /* one gRPC message: 1 GiB (the client sends 1 MiB chunks) */
+#define PX_MAX_MESSAGE ((size_t)2 << 30)     /* one gRPC message: 2 GiB (a Compile carrying a 1 GiB constant) */
 #define PX_MAX_HOST_BUFFER ((size_t)1 << 36) /* one stored host buffer: 64 GiB */
 #define PX_CHUNK ((size_t)1 << 20)           /* HostBufferLookup answers in 1 MiB messages */
 #define PX_SERVICE "/xla.ifrt.proxy.GrpcIfrtService/"
@@ -481,7 +481,8 @@ static void drain_input(px_stream *st) {
       return;
     }
     if (len > PX_MAX_MESSAGE) {
-      px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "a gRPC message over 1 GiB");
+      lm_warn("proxy: %s stream %d: a gRPC message over 2 GiB; ending the stream", st->method, st->id);
+      px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "a gRPC message over 2 GiB");
       nghttp2_submit_rst_stream(st->conn->h2, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
       st->in_len = 0;
       return;
@@ -667,7 +668,8 @@ static int data_cb(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
   if (!st || st->out_done) return 0; /* answered already (an error): drop what follows */
   size_t need;
   if (lm_add_size(st->in_len, len, &need) < 0 || need > PX_MAX_MESSAGE + 5) {
-    px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "a gRPC message over 1 GiB");
+    lm_warn("proxy: %s stream %d: a gRPC message over 2 GiB; ending the stream", st->method, id);
+    px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "a gRPC message over 2 GiB");
     nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
     return 0;
   }

@@ -148,10 +148,43 @@ static lm_pjrt_exe *pjrt_compile(load_job *j, const lm_module *mod) {
   return x;
 }
 
+static void release_buffer(void *b) { lm_buffer_release(b); }
+
+/* A large constant the client put as an array (docs/scale.md "Large constants"):
+ * dense_resource<loom_array_SESSION_ID> borrows the bytes of that array's shard on any of this
+ * worker's devices. The controller let the program through only for that session's own arrays;
+ * the client put it (once per worker) before compiling. */
+static int resolve_const(void *ctx, const char *name, size_t nbytes, const void **data, void (**release)(void *),
+                         void **arg, lm_err *err) {
+  wk *w = ctx;
+  unsigned long long session, id;
+  int end = 0;
+  if (sscanf(name, "loom_array_%llu_%llu%n", &session, &id, &end) != 2 || name[end])
+    return lm_errf(err, LOOM_NOT_FOUND, "not a Loom array reference (loom_array_SESSION_ID)");
+  for (uint32_t d = 0; d < w->cfg.devices; d++) {
+    wk_slot *s = wk_store_get(&w->store, session, id, d);
+    if (!s) continue;
+    lm_buffer *b = s->state == WK_SLOT_READY ? lm_buffer_retain(s->buf) : NULL;
+    wk_slot_release(&w->store, s);
+    if (!b) continue;
+    if (b->nbytes != nbytes) {
+      size_t have = b->nbytes;
+      lm_buffer_release(b);
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "array %llu has %zu bytes on this worker; the constant needs %zu", id,
+                     have, nbytes);
+    }
+    *data = b->data;
+    *release = release_buffer;
+    *arg = b;
+    return 0;
+  }
+  return lm_errf(err, LOOM_NOT_FOUND, "array %llu of session %llu is not on worker %u", id, session, w->worker_id);
+}
+
 static void load_work(uv_work_t *req) {
   load_job *j = req->data;
   lm_module *mod = NULL;
-  lm_parse_opts po = {.filename = j->name};
+  lm_parse_opts po = {.filename = j->name, .resolve = resolve_const, .resolve_ctx = j->w};
   j->rc = lm_parse_module(j->text, j->len, &po, &mod, &j->err);
   if (j->rc == 0) j->rc = lm_spmd_analyze(mod, &j->info, &j->err);
   if (j->rc == 0) j->rc = lm_spmd_localize(mod, &j->err);

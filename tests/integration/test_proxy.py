@@ -227,6 +227,23 @@ def test_large_transfers_round_trip(cluster, tmp_path):
         r.stdout + r.stderr
 
 
+def test_a_closure_over_a_large_array(cluster, tmp_path):
+    """A jitted function closing over an 80 MiB array: JAX writes it into the program, which is then
+    over what the controller takes in one message; the proxy's compile puts it as an array instead
+    (docs/scale.md "Large constants") and the result is right."""
+    script = tmp_path / "closure.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax, jax.numpy as jnp\n"
+        "rng = np.random.default_rng(1)\n"
+        "w = rng.standard_normal((20480, 1024)).astype(np.float32)\n"
+        "x = rng.standard_normal(1024).astype(np.float32)\n"
+        "y = np.asarray(jax.jit(lambda v: jnp.tanh(w @ v))(x))\n"
+        "print('closure:', np.allclose(y, np.tanh(w @ x), rtol=1e-4, atol=1e-4))\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "closure: True" in r.stdout, r.stdout + r.stderr
+
+
 def _varint(v):
     out = b""
     while True:

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include "hlo/dump.h"
 #include "hlo/parse.h"
+#include "hlo/print.h"
 
 static lm_module *parse_ok(const char *text) {
   lm_module *m = NULL;
@@ -41,6 +42,67 @@ static void assert_same_ir(const char *a, const char *b) {
 }
 
 #define FN(body, sig) "func.func @main" sig " {\n" body "\n}\n"
+
+/* ---- dense_resource constants: unresolved (kept, printed back), resolved, refused ---- */
+
+static const char RES[] = "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+                          "  %c = stablehlo.constant dense_resource<loom_array_3_7> : tensor<2xf32>\n"
+                          "  %0 = stablehlo.add %x, %c : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n";
+static const float RES_DATA[2] = {1.5f, -2.0f};
+static int released;
+
+static void res_release(void *arg) { released += arg == (void *)RES_DATA; }
+
+static int res_resolve(void *ctx, const char *name, size_t nbytes, const void **data, void (**release)(void *),
+                       void **arg, lm_err *err) {
+  (void)ctx;
+  if (strcmp(name, "loom_array_3_7") || nbytes != sizeof RES_DATA) return lm_errf(err, LOOM_NOT_FOUND, "no such blob");
+  *data = RES_DATA;
+  *release = res_release;
+  *arg = (void *)RES_DATA;
+  return 0;
+}
+
+static int res_refuse(void *ctx, const char *name, size_t nbytes, const void **data, void (**release)(void *),
+                      void **arg, lm_err *err) {
+  (void)ctx, (void)name, (void)nbytes, (void)data, (void)release, (void)arg;
+  return lm_errf(err, LOOM_NOT_FOUND, "array 7 is not here");
+}
+
+static const lm_attr *res_attr(const lm_module *m) {
+  const lm_op *op = &m->funcs[0].body.blocks[0].ops[0];
+  assert_int_equal(op->code, LM_OP_CONSTANT);
+  return lm_op_attr(op, "value");
+}
+
+static void test_dense_resource(void **state) {
+  (void)state;
+  lm_module *m = parse_ok(RES); /* no resolver: the name is kept, no bytes */
+  const lm_attr *a = res_attr(m);
+  assert_string_equal(a->resource, "loom_array_3_7");
+  assert_null(a->data);
+  char *t = lm_module_print(m);
+  assert_non_null(strstr(t, "dense_resource<loom_array_3_7> : tensor<2xf32>"));
+  free(t);
+  lm_module_free(m);
+
+  lm_parse_opts o = {.resolve = res_resolve};
+  lm_err e;
+  released = 0;
+  assert_int_equal(lm_parse_module(RES, strlen(RES), &o, &m, &e), 0);
+  a = res_attr(m);
+  assert_ptr_equal(a->data, RES_DATA); /* borrowed, not copied */
+  assert_int_equal(a->nbytes, sizeof RES_DATA);
+  t = lm_module_print(m); /* resolved: printed with its bytes (what a PJRT plugin reads) */
+  assert_non_null(strstr(t, "dense<\"0x0000C03F000000C0\">"));
+  free(t);
+  lm_module_free(m);
+  assert_int_equal(released, 1);
+
+  o.resolve = res_refuse;
+  assert_int_not_equal(lm_parse_module(RES, strlen(RES), &o, &m, &e), 0);
+  assert_non_null(strstr(e.msg, "dense_resource<loom_array_3_7>: array 7 is not here"));
+}
 
 static void test_elementwise_forms(void **state) {
   assert_same_ir(FN("%0 = stablehlo.add %a, %b : tensor<2xf32>\n return %0 : tensor<2xf32>",
@@ -333,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_dot_and_conv),      cmocka_unit_test(test_regions),
       cmocka_unit_test(test_module_and_calls),  cmocka_unit_test(test_custom_call_and_tests_ops),
       cmocka_unit_test(test_sdy),               cmocka_unit_test(test_verifier),
+      cmocka_unit_test(test_dense_resource),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
