@@ -69,6 +69,7 @@ int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, co
     if (release) release(release_arg);
     return 0;
   }
+  if (type != LM_MSG_PEERS) ctl_peers_flush(c, worker); /* it learns its peers before anything naming them */
   lm_err e;
   if (lm_conn_send(p->conn, type, rid, m, payload, plen, release, release_arg, &e) < 0) {
     if (!lm_conn_is_open(p->conn)) return 0; /* the send closed it: likewise */
@@ -551,6 +552,7 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->met) lm_met_inc(&c->met->workers_lost);
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_frees_worker_lost(c, id);
+  ctl_peers_worker_lost(c, id);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
   wl.worker_id = id;
   wl.reason = (char *)why;
@@ -593,44 +595,19 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
     lm_warn("worker %u: bad data-plane address: %s", p->worker_id, err.msg);
     return;
   }
-  /* each pair gets its own key: the new worker learns the others' (with their keys to it), and
-   * each of them learns the new one's */
+  /* each pair gets its own key: the new worker learns the others' at once (one PEERS), and each
+   * of them learns the new one's in its next batch (ctl_peers.c) */
   uint32_t n = lm_registry_worker_count(c->reg), k = 0;
-  Lmw__Peer *all = calloc(n ? n : 1, sizeof *all);
-  Lmw__Peer **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-  uint8_t (*keys)[LM_AUTH_PAIR_KEY_SIZE] = calloc(n ? n : 1, sizeof *keys);
-  for (uint32_t i = 0; all && ptrs && keys && i < n; i++) {
+  uint32_t *ids = calloc(n ? n : 1, sizeof *ids);
+  for (uint32_t i = 0; ids && i < n; i++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
     if (i == p->worker_id || w->state != LM_WORKER_ALIVE || !w->dataplane_len || !c->worker_peer[i]) continue;
-    lm_auth_pair_key(c->dp_master, p->worker_id, c->worker_key[p->worker_id], i, c->worker_key[i], keys[k]);
-    Lmw__Peer self = LMW__PEER__INIT, *selfp = &self;
-    self.worker_id = p->worker_id;
-    self.dataplane_address = m->address;
-    self.pair_key.data = keys[k];
-    self.pair_key.len = LM_AUTH_PAIR_KEY_SIZE;
-    Lmw__Peers one = LMW__PEERS__INIT;
-    one.n_peers = 1;
-    one.peers = &selfp;
-    ctl_worker_send(c, i, LM_MSG_PEERS, 0, &one.base, NULL, 0, NULL);
-    lmw__peer__init(&all[k]);
-    all[k].worker_id = i;
-    all[k].dataplane_address.data = w->dataplane;
-    all[k].dataplane_address.len = w->dataplane_len;
-    all[k].pair_key.data = keys[k];
-    all[k].pair_key.len = LM_AUTH_PAIR_KEY_SIZE;
-    ptrs[k] = &all[k];
-    k++;
+    ctl_peers_announce(c, i, p->worker_id);
+    ids[k++] = i;
   }
-  if (k) {
-    Lmw__Peers others = LMW__PEERS__INIT;
-    others.n_peers = k;
-    others.peers = ptrs;
-    ctl_worker_send(c, p->worker_id, LM_MSG_PEERS, 0, &others.base, NULL, 0, NULL);
-  }
-  if (keys) lm_auth_wipe(keys, (n ? n : 1) * sizeof *keys);
-  free(keys);
-  free(all);
-  free(ptrs);
+  for (uint32_t i = 0; i < k; i++) ctl_peers_announce(c, p->worker_id, ids[i]);
+  ctl_peers_flush(c, p->worker_id);
+  free(ids);
   ctl_recover_capacity(c); /* a recovery waiting for a worker may take this one */
 }
 
@@ -896,6 +873,7 @@ static void begin_stop(ctl *c, const char *why) {
   uv_close((uv_handle_t *)&c->sigterm, NULL);
   uv_close((uv_handle_t *)&c->health, NULL);
   ctl_frees_stop(c);
+  ctl_peers_stop(c);
   ctl_http_close(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
@@ -1024,6 +1002,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_trace_free(c);
   ctl_programs_free(c);
   ctl_frees_free(c);
+  ctl_peers_free(c);
   ctl_pool_free(c);
   lm_registry_destroy(c->reg);
   free(c->worker_peer);

@@ -6,6 +6,7 @@
  *                   completion, failures, the launch log
  *   ctl_plan.c      a program's launch plan: its workers and each one's processes, built once
  *   ctl_frees.c     deleted arrays' frees, held briefly per worker and sent with its next RUN
+ *   ctl_peers.c     new data-plane peers, announced to each worker in batches
  *   ctl_http.c      the HTTP port (/metrics, /healthz, /readyz) on its own thread, fed by snapshots
  *   ctl_metrics.c   counters and the Prometheus text format
  *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
@@ -225,6 +226,11 @@ struct ctl {
   uint32_t *frees_dirty, ndirty; /* worker ids with frees waiting */
   uv_timer_t frees_timer;
   bool frees_timer_on, frees_timer_init;
+  struct c_pend *pend;       /* [pend_cap] per worker id: data-plane peers to announce (ctl_peers.c) */
+  uint32_t pend_cap;
+  uint32_t *pend_dirty, pend_ndirty; /* worker ids with peers waiting */
+  uv_timer_t peers_timer;
+  bool peers_timer_on, peers_timer_init;
   /* observability (ctl_http.c): NULL without --http */
   ctl_http *http;
   lm_met_counters *met;      /* counters bumped at a few points; NULL: none kept */
@@ -327,6 +333,14 @@ void ctl_frees_sent(ctl *c, uint32_t worker);
 void ctl_frees_worker_lost(ctl *c, uint32_t worker);
 void ctl_frees_stop(ctl *c); /* sends what waits, closes the timer */
 void ctl_frees_free(ctl *c);
+
+/* data-plane peers (ctl_peers.c): announcements of new peers batched per recipient, sent after a
+ * few ms or before anything else goes to that worker. */
+void ctl_peers_announce(ctl *c, uint32_t recipient, uint32_t peer);
+void ctl_peers_flush(ctl *c, uint32_t worker); /* what waits for worker goes now */
+void ctl_peers_worker_lost(ctl *c, uint32_t worker);
+void ctl_peers_stop(ctl *c);
+void ctl_peers_free(ctl *c);
 
 /* launches */
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);
