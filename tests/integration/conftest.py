@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,22 @@ def sanitized_build():
     """True when LOOM_BUILD_DIR is a sanitizer build (its binaries need ASan at link time)."""
     cache = BUILD_DIR / "CMakeCache.txt"
     return cache.exists() and "LOOM_SANITIZE:BOOL=ON" in cache.read_text()
+
+
+def loom_package():
+    """(the loom module, None) when `import loom` finds this build's Python package, else (None, why
+    not): the sanitizer build has none, and another installed copy would test other code. Tests
+    that use it skip with that reason: pytestmark = pytest.mark.skipif(why is not None, ...)."""
+    if sanitized_build():
+        return None, "the Python package is not built for the sanitizer build"
+    try:
+        import loom
+    except ImportError as e:
+        return None, f"no loom package: {e}"
+    if not Path(loom.__file__).resolve().is_relative_to((BUILD_DIR / "python").resolve()):
+        return None, (f"loom is imported from {loom.__file__}, not this build's package ({BUILD_DIR}/python: "
+                      "scripts/install-python.sh)")
+    return loom, None
 
 
 def devices(addr, timeout=60):

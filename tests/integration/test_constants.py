@@ -8,19 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BUILD_DIR, Cluster, sanitized_build
+from conftest import Cluster, loom_package
 
-_SKIP = None
-if sanitized_build():
-    _SKIP = "the Python package is not built for the sanitizer build"
-else:
-    try:
-        import loom
-    except ImportError as e:
-        _SKIP = f"no loom package: {e}"
-    else:
-        if not Path(loom.__file__).resolve().is_relative_to((BUILD_DIR / "python").resolve()):
-            _SKIP = f"loom is imported from {loom.__file__}, not this build's package ({BUILD_DIR}/python)"
+loom, _SKIP = loom_package()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 MiB = 1 << 20

@@ -10,22 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BUILD_DIR, Auth, Cluster, run_loom, sanitized_build, wait_for
+from conftest import Auth, Cluster, loom_package, run_loom, wait_for
 
 # Skipped (each test, so ctest reports the file as skipped) where this build's Python package is
 # not what `import loom` finds: the sanitizer build has none (test_pool_cli.py covers it there).
-_SKIP = None
-if sanitized_build():
-    _SKIP = "the Python package is not built for the sanitizer build"
-else:
-    try:
-        import loom
-    except ImportError as e:
-        _SKIP = f"no loom package: {e}"
-    else:
-        if not Path(loom.__file__).resolve().is_relative_to((BUILD_DIR / "python").resolve()):
-            _SKIP = (f"loom is imported from {loom.__file__}, not this build's package ({BUILD_DIR}/python: "
-                     "scripts/install-python.sh)")
+loom, _SKIP = loom_package()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 PROGRAMS = Path(__file__).parent / "programs"
