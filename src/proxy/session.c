@@ -1144,6 +1144,34 @@ static int do_copy_to_host(px_session *s, const Xla__Ifrt__Proxy__CopyToHostBuff
   return 0;
 }
 
+/* GetDefaultLayout: Loom keeps every array dense and row-major, so the layout is the major-to-minor
+ * order of its dimensions, serialized as PjRtLayout does (XLA's text form "{2,1,0}"). Answered
+ * rather than refused: JAX asks before each call, and logs every refusal. */
+static int do_default_layout(px_session *s, const Xla__Ifrt__Proxy__GetDefaultLayoutRequest *q, Resp *r) {
+  int k = q->dtype && q->dtype->has_kind ? (int)q->dtype->kind : 0;
+  if (dtype_from_ifrt(k) == LOOM_DTYPE_INVALID)
+    return fail(s, PX_UNIMPLEMENTED, "GetDefaultLayout: dtype kind %d is not supported by Loom", k);
+  if (q->n_dims > LOOM_MAX_RANK)
+    return fail(s, PX_UNIMPLEMENTED, "GetDefaultLayout: rank %zu (Loom's limit is %d)", q->n_dims, LOOM_MAX_RANK);
+  if (q->memory_kind && q->memory_kind[0] && strcmp(q->memory_kind, "device"))
+    return fail(s, PX_UNIMPLEMENTED, "GetDefaultLayout: memory kind \"%s\" (Loom devices have one, \"device\")",
+                q->memory_kind);
+  char text[4 * LOOM_MAX_RANK + 3];
+  size_t n = 0;
+  text[n++] = '{';
+  for (size_t d = q->n_dims; d-- > 0;) n += (size_t)snprintf(text + n, sizeof text - n, "%zu%s", d, d ? "," : "");
+  text[n++] = '}';
+  Xla__Ifrt__Proxy__GetDefaultLayoutResponse *o =
+      NEW(Xla__Ifrt__Proxy__GetDefaultLayoutResponse, XLA__IFRT__PROXY__GET_DEFAULT_LAYOUT_RESPONSE__INIT);
+  o->has_serialized_pjrt_layout = 1;
+  o->serialized_pjrt_layout.data = lm_arena_alloc(&s->ar, n);
+  memcpy(o->serialized_pjrt_layout.data, text, n);
+  o->serialized_pjrt_layout.len = n;
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_GET_DEFAULT_LAYOUT_RESPONSE;
+  r->get_default_layout_response = o;
+  return 0;
+}
+
 /* Reads an array type (dtype + shape) into t; *bytes = its dense size. */
 static int parse_type(px_session *s, const Xla__Ifrt__DTypeProto *dt, const Xla__Ifrt__ShapeProto *shp, parray *t,
                       size_t *bytes, const char *what) {
@@ -1934,7 +1962,7 @@ static int handle(px_session *s, const Req *q, Resp *r) {
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_MAKE_ERROR_ARRAYS_REQUEST:
     return do_make_error_arrays(s, q->make_error_arrays_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST_GET_DEFAULT_LAYOUT_REQUEST:
-    return fail(s, PX_UNIMPLEMENTED, "get_default_layout_request: Loom uses the default (row-major) layouts");
+    return do_default_layout(s, q->get_default_layout_request, r);
   case XLA__IFRT__PROXY__IFRT_REQUEST__REQUEST__NOT_SET:
     return fail(s, PX_INVALID_ARGUMENT, "an IfrtRequest with no request set");
   default:

@@ -227,6 +227,21 @@ def test_large_transfers_round_trip(cluster, tmp_path):
         r.stdout + r.stderr
 
 
+def test_default_layouts_are_answered(cluster, tmp_path):
+    """GetDefaultLayout is answered with the dense row-major layout: JAX then caches it (a refusal
+    it asks again before every call, and logs), and arrays report it."""
+    script = tmp_path / "layout.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax, jax.numpy as jnp\n"
+        "f = jax.jit(lambda v: v * 2)\ny = jnp.zeros((3, 4, 5), jnp.float32)\n"
+        "for _ in range(20):\n    y = f(y)\n"
+        "print('layout:', y.format.layout.major_to_minor, float(np.asarray(y).sum()))\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "layout: (0, 1, 2) 0.0" in r.stdout, r.stdout + r.stderr
+    assert "get_default_layout" not in r.stderr, r.stderr
+
+
 def test_a_closure_over_a_large_array(cluster, tmp_path):
     """A jitted function closing over an 80 MiB array: JAX writes it into the program, which is then
     over what the controller takes in one message; the proxy's compile puts it as an array instead
@@ -335,10 +350,9 @@ def test_replay_seed_capture(cluster):
             assert field(md, 1) == field(field(q, 1), 1)  # op_id echoed
             status = field(md, 2)
             kind = [n for n, _, _ in fields(q) if n != 1][0]
-            if kind == 27:  # get_default_layout: UNIMPLEMENTED, the client falls back to defaults
-                assert field(status, 1) == 12
-                continue
             assert status is None, fields(status)
+            if kind == 27:  # get_default_layout of s32[8]: dense row-major, as PjRtLayout serializes it
+                assert field(field(resp, 27), 1) == b"{0}"
             assert [n for n, _, _ in fields(resp) if n != 1] == [kind]  # the member matching the request
             if kind == 2:
                 session_id = field(field(resp, 2), 8)
