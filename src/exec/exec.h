@@ -80,6 +80,10 @@ typedef struct lm_run_opts {
   const char *probe_dir;        /* test programs: interpreter.probe writes its values here as .npy
                                    and check.expect_serialized_eq reads them back; NULL: both ops
                                    fail with LOOM_UNSUPPORTED */
+  uint64_t *coll_seq;           /* NULL: the run numbers its collective calls from 0 (lm_coll_call.seq);
+                                   else from *coll_seq, which the run advances past its calls: a
+                                   program run as several pieces (cut at its collectives) keeps one
+                                   sequence, as every process must */
 } lm_run_opts;
 
 /* Runs function fn (NULL = "main") with nargs arguments. On success results[0..nresults) hold
