@@ -207,7 +207,9 @@ static void put_struct(pbuf *b, const lm_attr *a) {
   }
   bool conv = !strcmp(s, "stablehlo.conv");
   put(b, "#%s<%s", s, conv ? "raw " : "");
-  put_fields(b, a, conv);
+  /* StableHLO's own attributes take bare integers (`index_vector_dim = 1`); its parser refuses
+   * `1 : i64` there, which a program may have been written with (Loom's partitioner's output) */
+  put_fields(b, a, !strncmp(s, "stablehlo.", 10));
   put(b, ">");
 }
 
