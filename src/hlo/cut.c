@@ -92,6 +92,49 @@ static void uses_of(use_ctx *u, const lm_op *op) {
       for (uint32_t i = 0; i < op->regions[k].blocks[b].nops; i++) uses_of(u, &op->regions[k].blocks[b].ops[i]);
 }
 
+/* The functions a segment reaches (symbol references in its ops' attributes: func.call's callee,
+ * composite's decomposition, ...; through the functions they call too): marked in fn_used; sets
+ * *custom when any of them has a custom call and *effects when one asserts (check ops). */
+typedef struct reach_ctx {
+  const lm_module *m;
+  uint8_t *fn_used;
+  bool custom, effects;
+} reach_ctx;
+
+static void reach_region(reach_ctx *r, const lm_region *rg);
+
+static void reach_attr(reach_ctx *r, const lm_attr *a, int depth) {
+  if (depth > 8) return;
+  if (a->kind == LM_ATTR_SYMBOL && a->s) {
+    for (uint32_t f = 0; f < r->m->nfuncs; f++)
+      if (!r->fn_used[f] && !strcmp(r->m->funcs[f].name, a->s)) {
+        r->fn_used[f] = 1;
+        reach_region(r, &r->m->funcs[f].body);
+      }
+  } else if (a->kind == LM_ATTR_ARRAY) {
+    for (uint32_t i = 0; i < a->n; i++) reach_attr(r, &a->items[i], depth + 1);
+  } else if (a->kind == LM_ATTR_DICT || a->kind == LM_ATTR_STRUCT) {
+    for (uint32_t i = 0; i < a->n; i++) reach_attr(r, &a->fields[i].value, depth + 1);
+  }
+}
+
+static bool has_effects(uint16_t code) {
+  return code == LM_OP_CUSTOM_CALL || (code >= LM_OP_CHECK_EXPECT_EQ && code <= LM_OP_CHECK_EXPECT_SERIALIZED_EQ) ||
+         code == LM_OP_INTERPRETER_PROBE;
+}
+
+static void reach_op(reach_ctx *r, const lm_op *op) {
+  if (op->code == LM_OP_CUSTOM_CALL) r->custom = true;
+  if (has_effects(op->code)) r->effects = true;
+  for (uint32_t i = 0; i < op->nattrs; i++) reach_attr(r, &op->attrs[i].value, 0);
+  for (uint32_t k = 0; k < op->nregions; k++) reach_region(r, &op->regions[k]);
+}
+
+static void reach_region(reach_ctx *r, const lm_region *rg) {
+  for (uint32_t b = 0; b < rg->nblocks; b++)
+    for (uint32_t i = 0; i < rg->blocks[b].nops; i++) reach_op(r, &rg->blocks[b].ops[i]);
+}
+
 void lm_cut_free(lm_cut *c) {
   if (!c) return;
   for (uint32_t s = 0; s < c->nseg; s++) {
@@ -118,11 +161,11 @@ static void put_val_types(lm_textbuf *b, const lm_func *fn, const uint32_t *v, u
 
 static char *print_segment(const lm_module *m, const lm_func *main, const lm_block *body, const uint8_t *cls,
                            uint32_t first, uint32_t last, const lm_segment *g, const u32vec *consts,
-                           const uint32_t *const_op) {
+                           const uint32_t *const_op, const uint8_t *fn_used) {
   lm_textbuf b = {0};
   lm_tb_put_module_head(&b, m);
   for (uint32_t f = 0; f < m->nfuncs; f++)
-    if (&m->funcs[f] != main) lm_tb_put_func(&b, &m->funcs[f]);
+    if (&m->funcs[f] != main && fn_used[f]) lm_tb_put_func(&b, &m->funcs[f]);
   lm_tb_put(&b, "  func.func public @main(");
   for (uint32_t i = 0; i < g->nin; i++) {
     lm_tb_put(&b, "%s%%v%u: ", i ? ", " : "", g->in[i]);
@@ -176,6 +219,7 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
   lm_cut *c = calloc(1, sizeof *c);
   u32vec *ins = NULL, *consts = NULL;
   uint32_t *first = NULL, *last = NULL, nseg = 0;
+  uint8_t *fn_used = NULL;
   int rc = 0;
   if (!cls || !def || !last_use || !stamp || !cstamp || !const_op || !seg_of || !c) goto oom;
   for (uint32_t v = 0; v < nv; v++) def[v] = DEF_NONE, last_use[v] = -1;
@@ -236,9 +280,6 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
       g->first_op = body->ops[i].name;
     }
     last[s] = i;
-    bool custom = body->ops[i].code == LM_OP_CUSTOM_CALL;
-    for (uint32_t k = 0; k < body->ops[i].nregions; k++) nested_obstacle(&body->ops[i].regions[k], multi, &custom);
-    if (custom && g->kind == LM_SEG_COMPUTE) g->loom_only = "it has custom calls (a bare plugin lacks jaxlib's handlers)";
   }
   /* pass 1: inputs and last uses */
   for (uint32_t s = 0; s < nseg; s++) {
@@ -272,8 +313,15 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
                                              .what = body->ops[i].code == LM_OP_REPLICA_ID ? LM_CUT_REPLICA_ID
                                                                                             : LM_CUT_PARTITION_ID};
   /* pass 2: outputs, releases, the texts */
+  if (!(fn_used = malloc(m->nfuncs ? m->nfuncs : 1))) goto oom;
   for (uint32_t s = 0; s < nseg; s++) {
     lm_segment *g = &c->seg[s];
+    memset(fn_used, 0, m->nfuncs ? m->nfuncs : 1);
+    reach_ctx r = {.m = m, .fn_used = fn_used};
+    for (uint32_t i = first[s]; i <= last[s]; i++)
+      if (seg_of[i] == (int32_t)s) reach_op(&r, &body->ops[i]);
+    if (r.custom && g->kind == LM_SEG_COMPUTE) g->loom_only = "it has custom calls (a bare plugin lacks jaxlib's handlers)";
+    g->effects = r.effects;
     u32vec o = {0};
     for (uint32_t i = first[s]; i <= last[s]; i++)
       if (seg_of[i] == (int32_t)s)
@@ -302,7 +350,7 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
     for (uint32_t k = 0; k < g->nout; k++) g->out_types[k] = main->value_types[g->out[k]];
     for (uint32_t k = 0; k < g->nin; k++)
       if (last_use[g->in[k]] == (int32_t)s) g->release[g->nrelease++] = g->in[k];
-    if (!(g->text = print_segment(m, main, body, cls, first[s], last[s], g, &consts[s], const_op))) goto oom;
+    if (!(g->text = print_segment(m, main, body, cls, first[s], last[s], g, &consts[s], const_op, fn_used))) goto oom;
   }
   *out = c;
   c = NULL;
@@ -312,7 +360,7 @@ oom:
 done:
   for (uint32_t s = 0; ins && s < nseg; s++) free(ins[s].v);
   for (uint32_t s = 0; consts && s < nseg; s++) free(consts[s].v);
-  free(ins), free(consts), free(first), free(last);
+  free(ins), free(consts), free(first), free(last), free(fn_used);
   free(cls), free(def), free(last_use), free(stamp), free(cstamp), free(const_op), free(seg_of);
   lm_cut_free(c);
   return rc;

@@ -35,6 +35,8 @@ typedef struct lm_segment {
   uint32_t nrelease;
   uint32_t *release;         /* values whose last use is this segment: the runner drops them after it */
   const char *loom_only;     /* compute segments the plugin should not get (custom calls), why; or NULL */
+  bool effects;              /* it asserts or calls out (check ops, custom calls): it runs even when
+                                nothing it computes is used later */
   char *text;                /* the segment as a StableHLO module (malloc'd) */
 } lm_segment;
 

@@ -70,7 +70,7 @@ int lm_pjrt_cut_create(lm_pjrt *p, lm_cut *plan, void (*note)(void *user, uint32
   }
   for (uint32_t s = 0; rc == 0 && s < plan->nseg; s++) {
     const lm_segment *g = &plan->seg[s];
-    if (g->kind == LM_SEG_COMPUTE && g->nout == 0) continue; /* nothing of it is used */
+    if (g->kind == LM_SEG_COMPUTE && g->nout == 0 && !g->effects) continue; /* nothing of it is used */
     c->live++;
     const char *why = g->kind == LM_SEG_COLLECTIVE ? NULL : g->loom_only;
     lm_err cerr;

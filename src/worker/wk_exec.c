@@ -157,9 +157,9 @@ static const char *pjrt_cut(load_job *j, const lm_module *mod, const char *obsta
     lm_pjrt_cut_free(c);
     return "none of its segments between collectives went to the plugin";
   }
-  lm_info("program %llu (%s) cut at %u collectives: %u segments compiled by the PJRT plugin, %u on Loom's executor",
-          (unsigned long long)j->id, j->name, ncoll, lm_pjrt_cut_compiled(c),
-          lm_pjrt_cut_segments(c) - lm_pjrt_cut_compiled(c));
+  uint32_t ncomp = lm_pjrt_cut_compiled(c), nloom = lm_pjrt_cut_segments(c) - ncomp;
+  lm_info("program %llu (%s) cut at %u collective%s: %u segment%s compiled by the PJRT plugin, %u on Loom's executor",
+          (unsigned long long)j->id, j->name, ncoll, ncoll == 1 ? "" : "s", ncomp, ncomp == 1 ? "" : "s", nloom);
   j->cut = c;
   return NULL;
 }

@@ -109,7 +109,7 @@ def test_cut_programs_equal_the_interpreter(tmp_path):
         # (replica_colls_8 is collectives only: nothing of it to compile)
         if name == "replica_colls_8":
             continue
-        m = re.search(rf"\({re.escape(str(prog))}\) cut at (\d+) collectives: (\d+) segments compiled by the PJRT plugin",
+        m = re.search(rf"\({re.escape(str(prog))}\) cut at (\d+) collectives?: (\d+) segments? compiled by the PJRT plugin",
                       logs)
         if not m or int(m.group(2)) < 1:
             failures.append(f"{name}: not cut at its collectives (worker logs: "
@@ -117,3 +117,98 @@ def test_cut_programs_equal_the_interpreter(tmp_path):
     for x, y in zip(got2["colls_2x4"], got["colls_2x4"]):
         assert x.tobytes() == y.tobytes()
     assert not failures, "\n".join(failures)
+
+
+# an all_reduce inside a while loop: not cut (the loop would have to be cut too); runs whole on
+# Loom's executor, and the log says why
+LOOP_PSUM = """module @loop_psum attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["d"=8]>
+  func.func public @main(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
+    %0 = sdy.manual_computation(%x) in_shardings=[<@mesh, [{"d"}, {}]>] out_shardings=[<@mesh, [{"d"}, {}]>] manual_axes={"d"} (%a: tensor<1x4xf32>) {
+      %zero = stablehlo.constant dense<0> : tensor<i32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %n = stablehlo.constant dense<3> : tensor<i32>
+      %r:2 = stablehlo.while(%i = %zero, %v = %a) : tensor<i32>, tensor<1x4xf32>
+        cond {
+          %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+          stablehlo.return %c : tensor<i1>
+        } do {
+          %s = "stablehlo.all_reduce"(%v) ({
+          ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+            %t = stablehlo.add %p, %q : tensor<f32>
+            stablehlo.return %t : tensor<f32>
+          }) {replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids,
+              channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>} : (tensor<1x4xf32>) -> tensor<1x4xf32>
+          %h = stablehlo.add %s, %v : tensor<1x4xf32>
+          %j = stablehlo.add %i, %one : tensor<i32>
+          stablehlo.return %j, %h : tensor<i32>, tensor<1x4xf32>
+        }
+      sdy.return %r#1 : tensor<1x4xf32>
+    } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+"""
+
+# a self-checking program: the segment before the all_reduce holds a check op, which the plugin's
+# parser does not know: the plugin refuses that segment, Loom's executor runs it (the check
+# included), the segment after the all_reduce still goes to the plugin
+CHECK_PSUM = """module @check_psum attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["d"=8]>
+  func.func public @main(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
+    %0 = sdy.manual_computation(%x) in_shardings=[<@mesh, [{"d"}, {}]>] out_shardings=[<@mesh, [{"d"}, {}]>] manual_axes={"d"} (%a: tensor<1x4xf32>) {
+      %y = stablehlo.multiply %a, %a : tensor<1x4xf32>
+      %z = stablehlo.abs %y : tensor<1x4xf32>
+      "check.expect_eq"(%y, %z) : (tensor<1x4xf32>, tensor<1x4xf32>) -> ()
+      %s = "stablehlo.all_reduce"(%y) ({
+      ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+        %t = stablehlo.add %p, %q : tensor<f32>
+        stablehlo.return %t : tensor<f32>
+      }) {replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids,
+          channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>} : (tensor<1x4xf32>) -> tensor<1x4xf32>
+      %u = stablehlo.subtract %s, %a : tensor<1x4xf32>
+      sdy.return %u : tensor<1x4xf32>
+    } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+"""
+
+
+def test_what_is_not_cut_or_not_compiled_runs_on_loom(tmp_path):
+    (tmp_path / "loop_psum.mlir").write_text(LOOP_PSUM)
+    (tmp_path / "check_psum.mlir").write_text(CHECK_PSUM)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4) - 7
+    spd = np.random.default_rng(0).standard_normal((8, 4, 4)).astype(np.float32)
+    cs = [("loop_psum", tmp_path / "loop_psum.mlir", [x], None), ("check_psum", tmp_path / "check_psum.mlir", [x], None),
+          ("cholesky_psum", PROGRAMS / "cholesky_psum_8.mlir", [spd], None)]
+    cluster("interp")
+    try:
+        want = run_all(tmp_path, "interp", cs)
+    finally:
+        run_loom("down", check=True)
+    cluster("pjrt")
+    try:
+        got = run_all(tmp_path, "pjrt", cs)
+    finally:
+        run_loom("down", check=True)
+    logs = "".join(p.read_text() for p in (tmp_path / "state").glob("worker-*.log"))
+    # sums of integers: exact in any order
+    assert got["loop_psum"][0].tobytes() == want["loop_psum"][0].tobytes()
+    v = x.copy()
+    for _ in range(3):
+        v = v + v.sum(axis=0)
+    np.testing.assert_array_equal(got["loop_psum"][0], v)
+    assert got["check_psum"][0].tobytes() == want["check_psum"][0].tobytes()
+    np.testing.assert_array_equal(got["check_psum"][0], (x * x).sum(axis=0) - x)
+    np.testing.assert_allclose(got["cholesky_psum"][0], want["cholesky_psum"][0], rtol=0,
+                               atol=2e-5 * np.abs(want["cholesky_psum"][0]).max())
+    assert re.search(r"loop_psum\.mlir\) runs on Loom's executor, not the PJRT plugin: stablehlo\.all_reduce \(line \d+\) "
+                     r"is inside stablehlo\.while", logs), logs[-3000:]
+    assert re.search(r"check_psum\.mlir\): segment 0 runs on Loom's executor, not the PJRT plugin: PJRT plugin \S+: "
+                     r"PJRT_Client_Compile", logs), logs[-3000:]
+    assert re.search(r"check_psum\.mlir\) cut at 1 collective: 1 segment compiled by the PJRT plugin, 2 on Loom's executor",
+                     logs), logs[-3000:]
+    assert re.search(r"cholesky_psum_8\.mlir\): segment 0 runs on Loom's executor, not the PJRT plugin: it has custom "
+                     r"calls", logs), logs[-3000:]
+    assert re.search(r"cholesky_psum_8\.mlir\) cut at 1 collective: 1 segment compiled by the PJRT plugin", logs), logs[-3000:]
