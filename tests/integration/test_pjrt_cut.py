@@ -43,7 +43,7 @@ def cases(tmp_path):
     out = [("colls_2x4", PROGRAMS / "colls_2x4.mlir", [a, n], None),
            ("replica_colls_8", PROGRAMS / "replica_colls_8.mlir", [np.arange(32, dtype=np.float32).reshape(8, 4) * 0.25],
             None)]
-    for name in PARTITIONED:
+    for name in sorted(p.stem for p in PART.glob("*.mlir")):  # every case: the listed ones must be cut
         d = np.load(PART / f"{name}.npz")
         ins = [d[f"in{i}"] for i in range(sum(k.startswith("in") for k in d.files))]
         want = [d[f"out{j}"] for j in range(sum(k.startswith("out") for k in d.files))]
@@ -106,8 +106,9 @@ def test_cut_programs_equal_the_interpreter(tmp_path):
             if ref is not None and not np.allclose(x, ref[j], rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(ref[j]).max()))):
                 failures.append(f"{name} result {j}: max error {np.abs(x - ref[j]).max()} against JAX")
         # each program was cut and its compute went to the plugin: this fails if cutting is off
-        # (replica_colls_8 is collectives only: nothing of it to compile)
-        if name == "replica_colls_8":
+        # (replica_colls_8 is collectives only, nothing of it to compile; the other cases may have
+        # no collectives or keep them in loops)
+        if name not in PARTITIONED and name != "colls_2x4":
             continue
         m = re.search(rf"\({re.escape(str(prog))}\) cut at (\d+) collectives?: (\d+) segments? compiled by the PJRT plugin",
                       logs)
