@@ -2,9 +2,10 @@
 executor on every worker (`loom up`, backend interp), XLA through the PJRT plugin with each
 per-device program cut at its collectives (`loom up --backend pjrt`: the compute between
 collectives as plugin executables, the collectives on Loom's data plane), and plain JAX/XLA on 8
-CPU devices in one process (--xla_force_host_platform_device_count=8). A fourth row, pjrt with
-LOOM_PJRT_CUT=0, is the PJRT backend as it was before cutting (programs with collectives ran whole
-on Loom's executor).
+CPU devices in one process (--xla_force_host_platform_device_count=8). Two more columns: pjrt with
+LOOM_PJRT_CUT=0, the PJRT backend as it was before cutting (programs with collectives ran whole
+on Loom's executor), and pjrt with cutting but LOOM_PJRT_COPY_RESULTS=1 (every plugin result
+copied into a Loom buffer instead of handed over: what the handover saves).
 
 Both steps are jitted globally with NamedSharding on a 2x4 ("data", "model") mesh and partitioned
 by Loom (XLA's own partitioner for the JAX row): an MLP step (data parallel x tensor parallel,
@@ -93,11 +94,16 @@ def loom_side(a):
     print(json.dumps(out))
 
 
-def run_cluster(a, backend, cut=True):
+def run_cluster(a, backend, cut=True, copy=False):
     state = tempfile.mkdtemp(prefix=f"loom-bench-cut-{backend}-")
     env = dict(os.environ, LOOM_STATE_DIR=state)
+    env.pop("XLA_FLAGS", None)  # this process's 8 host devices are JAX's; the workers' plugins make their own
+    if os.environ.get("LOOM_BENCH_WORKER_XLA_FLAGS"):
+        env["XLA_FLAGS"] = os.environ["LOOM_BENCH_WORKER_XLA_FLAGS"]
     if not cut:
         env["LOOM_PJRT_CUT"] = "0"
+    if copy:
+        env["LOOM_PJRT_COPY_RESULTS"] = "1"
     up = [LOOM, "up", "--detach", "--proxy-port", "0", "--workers", "2", "--devices-per-worker", "4"]
     if backend == "pjrt":
         up += ["--backend", "pjrt"]
@@ -137,18 +143,20 @@ def main():
         jres[name] = (tb.best_of(lambda: jax.block_until_ready(jf(dp, dx, dy)), a.steps), float(jf(dp, dx, dy)[0]))
     interp, _ = run_cluster(a, "interp")
     before, _ = run_cluster(a, "pjrt", cut=False)
+    copied, _ = run_cluster(a, "pjrt", copy=True)
     pjrt, cuts = run_cluster(a, "pjrt")
     print(f"8 devices (2 workers x 4 for Loom, one process for JAX); {os.cpu_count()} cores shared by all of them")
-    print(f"{'':44s} {'Loom interp':>12s} {'pjrt, no cut':>13s} {'pjrt + cut':>11s} {'JAX (XLA)':>10s}  "
-          f"{'cut/JAX':>7s} {'interp/cut':>10s}")
+    print(f"{'':44s} {'Loom interp':>12s} {'pjrt, no cut':>13s} {'cut, copied':>12s} {'pjrt + cut':>11s} "
+          f"{'JAX (XLA)':>10s}  {'cut/JAX':>7s} {'interp/cut':>10s}")
     for name in jres:
         ti, li = interp[name]
         tn, _ = before[name]
+        tk, _ = copied[name]
         tc, lc = pjrt[name]
         tj, lj_ = jres[name]
-        print(f"{name:44s} {ti * 1e3:9.1f} ms {tn * 1e3:10.1f} ms {tc * 1e3:8.1f} ms {tj * 1e3:7.1f} ms  "
-              f"{tc / tj:6.2f}x {ti / tc:9.2f}x")
-        print(f"{'  loss':44s} {li:12.6f} {'':13s} {lc:11.6f} {lj_:10.6f}")
+        print(f"{name:44s} {ti * 1e3:9.1f} ms {tn * 1e3:10.1f} ms {tk * 1e3:9.1f} ms {tc * 1e3:8.1f} ms "
+              f"{tj * 1e3:7.1f} ms  {tc / tj:6.2f}x {ti / tc:9.2f}x")
+        print(f"{'  loss':44s} {li:12.6f} {'':13s} {'':12s} {lc:11.6f} {lj_:10.6f}")
     print("what the PJRT workers logged:")
     for c in cuts:
         print("  " + c)
