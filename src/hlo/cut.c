@@ -135,6 +135,17 @@ static void reach_region(reach_ctx *r, const lm_region *rg) {
     for (uint32_t i = 0; i < rg->blocks[b].nops; i++) reach_op(r, &rg->blocks[b].ops[i]);
 }
 
+/* The latest phase among the values op reads (its regions' reads too) into *ph; *eff when op or
+ * anything inside it asserts or calls out. */
+static void max_avail(const lm_op *op, const int32_t *avail, int32_t *ph, bool *eff) {
+  if (has_effects(op->code)) *eff = true;
+  for (uint32_t i = 0; i < op->nin; i++)
+    if (avail[op->in[i]] > *ph) *ph = avail[op->in[i]];
+  for (uint32_t k = 0; k < op->nregions; k++)
+    for (uint32_t b = 0; b < op->regions[k].nblocks; b++)
+      for (uint32_t i = 0; i < op->regions[k].blocks[b].nops; i++) max_avail(&op->regions[k].blocks[b].ops[i], avail, ph, eff);
+}
+
 void lm_cut_free(lm_cut *c) {
   if (!c) return;
   for (uint32_t s = 0; s < c->nseg; s++) {
@@ -159,8 +170,8 @@ static void put_val_types(lm_textbuf *b, const lm_func *fn, const uint32_t *v, u
   }
 }
 
-static char *print_segment(const lm_module *m, const lm_func *main, const lm_block *body, const uint8_t *cls,
-                           uint32_t first, uint32_t last, const lm_segment *g, const u32vec *consts,
+static char *print_segment(const lm_module *m, const lm_func *main, const lm_block *body, const int32_t *seg_of,
+                           int32_t seg, uint32_t first, uint32_t last, const lm_segment *g, const u32vec *consts,
                            const uint32_t *const_op, const uint8_t *fn_used) {
   lm_textbuf b = {0};
   lm_tb_put_module_head(&b, m);
@@ -176,7 +187,7 @@ static char *print_segment(const lm_module *m, const lm_func *main, const lm_blo
   lm_tb_put(&b, ") {\n");
   for (uint32_t k = 0; k < consts->n; k++) lm_tb_put_op(&b, main, &body->ops[const_op[consts->v[k]]], 4);
   for (uint32_t i = first; i <= last; i++)
-    if (cls[i] == OP_COMPUTE || cls[i] == OP_COLL) lm_tb_put_op(&b, main, &body->ops[i], 4);
+    if (seg_of[i] == seg) lm_tb_put_op(&b, main, &body->ops[i], 4);
   lm_tb_put(&b, "    \"func.return\"(");
   put_vals(&b, g->out, g->nout);
   lm_tb_put(&b, ") : (");
@@ -220,12 +231,12 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
   u32vec *ins = NULL, *consts = NULL;
   uint32_t *first = NULL, *last = NULL, nseg = 0;
   uint8_t *fn_used = NULL;
+  int32_t *avail = NULL, *renum = NULL;
   int rc = 0;
   if (!cls || !def || !last_use || !stamp || !cstamp || !const_op || !seg_of || !c) goto oom;
   for (uint32_t v = 0; v < nv; v++) def[v] = DEF_NONE, last_use[v] = -1;
   for (uint32_t i = 0; i < body->nargs; i++) def[body->args[i]] = DEF_ARG;
-  /* classify the ops and form the segments */
-  int prev = -1;
+  /* classify the ops */
   for (uint32_t i = 0; i < nops; i++) {
     const lm_op *op = &body->ops[i];
     seg_of[i] = -1;
@@ -256,13 +267,49 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
       def[op->out[0]] = DEF_PROC;
       continue;
     }
-    int kind = lm_cut_is_collective(op->code) ? OP_COLL : OP_COMPUTE;
-    cls[i] = (uint8_t)kind;
-    if (kind == OP_COLL) c->ncollectives++;
-    if (kind != prev) nseg++;
-    prev = kind;
-    seg_of[i] = (int32_t)nseg - 1;
-    for (uint32_t k = 0; k < op->nout; k++) def[op->out[k]] = (int32_t)nseg - 1;
+    cls[i] = lm_cut_is_collective(op->code) ? OP_COLL : OP_COMPUTE;
+    if (cls[i] == OP_COLL) c->ncollectives++;
+  }
+  /* Phases: a compute op runs in phase p = the latest phase among its inputs, where a value made
+   * by a collective of phase p is there from phase p + 1 on; a collective runs after the compute
+   * of its phase. So every collective goes as early as its inputs allow (all_gathers of
+   * parameters together, before the first compute) and the segments are as few as the longest
+   * chain of collectives lets them be: compute phase 0, collectives 0, compute 1, ... Every
+   * process cuts the same program the same way, so all make their collective calls in the same
+   * order. Ops that assert or call out keep their order among themselves. */
+  if (!(avail = calloc(nv ? nv : 1, sizeof *avail))) goto oom;
+  int32_t maxph = 0, eff_ph = 0;
+  for (uint32_t i = 0; i < nops; i++) {
+    if (cls[i] != OP_COMPUTE && cls[i] != OP_COLL) continue;
+    const lm_op *op = &body->ops[i];
+    int32_t ph = 0;
+    bool eff = false;
+    max_avail(op, avail, &ph, &eff);
+    if (cls[i] == OP_COMPUTE && eff) {
+      if (ph < eff_ph) ph = eff_ph;
+      eff_ph = ph;
+    }
+    seg_of[i] = 2 * ph + (cls[i] == OP_COLL);
+    if (ph > maxph) maxph = ph;
+    for (uint32_t k = 0; k < op->nout; k++) avail[op->out[k]] = cls[i] == OP_COLL ? ph + 1 : ph;
+  }
+  /* phases with ops become segments; neighbours of one kind (collectives of consecutive phases
+   * with no compute between) merge, their ops in program order */
+  if (!(renum = malloc((size_t)(2 * maxph + 2) * sizeof *renum))) goto oom;
+  for (int32_t k = 0; k < 2 * maxph + 2; k++) renum[k] = -1;
+  for (uint32_t i = 0; i < nops; i++)
+    if (seg_of[i] >= 0) renum[seg_of[i]] = 0;
+  int prev = -1;
+  for (int32_t k = 0; k < 2 * maxph + 2; k++) {
+    if (renum[k] < 0) continue;
+    if ((k & 1) != prev) nseg++;
+    prev = k & 1;
+    renum[k] = (int32_t)nseg - 1;
+  }
+  for (uint32_t i = 0; i < nops; i++) {
+    if (seg_of[i] < 0) continue;
+    seg_of[i] = renum[seg_of[i]];
+    for (uint32_t k = 0; k < body->ops[i].nout; k++) def[body->ops[i].out[k]] = seg_of[i];
   }
   c->nseg = nseg;
   c->nvalues = nv;
@@ -350,7 +397,7 @@ int lm_cut_plan(const lm_module *m, bool multi, lm_cut **out, const char **why, 
     for (uint32_t k = 0; k < g->nout; k++) g->out_types[k] = main->value_types[g->out[k]];
     for (uint32_t k = 0; k < g->nin; k++)
       if (last_use[g->in[k]] == (int32_t)s) g->release[g->nrelease++] = g->in[k];
-    if (!(g->text = print_segment(m, main, body, cls, first[s], last[s], g, &consts[s], const_op, fn_used))) goto oom;
+    if (!(g->text = print_segment(m, main, body, seg_of, (int32_t)s, first[s], last[s], g, &consts[s], const_op, fn_used))) goto oom;
   }
   *out = c;
   c = NULL;
@@ -360,7 +407,7 @@ oom:
 done:
   for (uint32_t s = 0; ins && s < nseg; s++) free(ins[s].v);
   for (uint32_t s = 0; consts && s < nseg; s++) free(consts[s].v);
-  free(ins), free(consts), free(first), free(last), free(fn_used);
+  free(ins), free(consts), free(first), free(last), free(fn_used), free(avail), free(renum);
   free(cls), free(def), free(last_use), free(stamp), free(cstamp), free(const_op), free(seg_of);
   lm_cut_free(c);
   return rc;

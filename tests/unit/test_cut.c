@@ -204,12 +204,49 @@ static void test_custom_calls_keep_a_segment_on_loom(void **state) {
   lm_module_free(m);
 }
 
+/* FSDP's shape: each layer gathers its weight, then multiplies. The gathers need only arguments, so
+ * they all run first, in one collective segment, and the layers' compute in one segment after:
+ * two segments, not four. */
+static void test_collectives_go_as_early_as_their_inputs_allow(void **state) {
+  (void)state;
+  const char *text =
+      "module @m attributes {mhlo.num_partitions = 2 : i32} {\n"
+      "  func.func public @main(%x: tensor<4x8xf32>, %w1: tensor<4x8xf32>, %w2: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+      "    %g1 = \"stablehlo.all_gather\"(%w1) {all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4x8xf32>) -> tensor<8x8xf32>\n"
+      "    %d1 = stablehlo.dot_general %x, %g1, contracting_dims = [1] x [0] : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>\n"
+      "    %g2 = \"stablehlo.all_gather\"(%w2) {all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4x8xf32>) -> tensor<8x8xf32>\n"
+      "    %d2 = stablehlo.dot_general %d1, %g2, contracting_dims = [1] x [0] : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>\n"
+      "    return %d2 : tensor<4x8xf32>\n"
+      "  }\n"
+      "}\n";
+  lm_module *m = parse(text);
+  lm_cut *c = NULL;
+  const char *why = NULL;
+  lm_err e;
+  assert_int_equal(lm_cut_plan(m, true, &c, &why, &e), 0);
+  assert_non_null(c);
+  assert_int_equal(c->ncollectives, 2);
+  assert_int_equal(c->nseg, 2);
+  assert_int_equal(c->seg[0].kind, LM_SEG_COLLECTIVE);
+  assert_int_equal(c->seg[0].nops, 2);
+  assert_int_equal(c->seg[1].kind, LM_SEG_COMPUTE);
+  assert_int_equal(c->seg[1].nops, 2);
+  assert_int_equal(c->seg[1].nin, 3); /* x and both gathered weights */
+  /* the gathers keep their program order */
+  const char *t = c->seg[0].text, *a = strstr(t, "all_gather"), *b = a ? strstr(a + 1, "all_gather") : NULL;
+  assert_non_null(b);
+  parses_back(c);
+  lm_cut_free(c);
+  lm_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compute_collective_compute),
       cmocka_unit_test(test_collective_in_a_loop_is_not_cut),
       cmocka_unit_test(test_process_ids_and_returned_constants_are_given),
       cmocka_unit_test(test_custom_calls_keep_a_segment_on_loom),
+      cmocka_unit_test(test_collectives_go_as_early_as_their_inputs_allow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
