@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -192,6 +193,30 @@ int lm_buffer_view(const lm_type *t, lm_buffer *base, lm_buffer **out, lm_err *e
   return 0;
 }
 
+int lm_buffer_wrap(lm_device *dev, const lm_type *t, void *data, void (*release)(void *), void *ctx, lm_buffer **out,
+                   lm_err *err) {
+  *out = NULL;
+  size_t nbytes = lm_type_nbytes(t);
+  if (t->kind != LM_TYPE_TENSOR || !lm_type_is_static(t) || !nbytes || !data || ((uintptr_t)data & 63) || !release)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "lm_buffer_wrap: needs a static tensor type and 64-byte aligned data");
+  lm_buffer *b = calloc(1, sizeof *b);
+  if (!b) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (dev && charge(dev, nbytes, err) < 0) {
+    free(b);
+    return err ? err->code : LOOM_DEVICE_OUT_OF_MEMORY;
+  }
+  b->refcount = 1;
+  b->type = *t;
+  b->type.tuple = NULL;
+  b->data = data;
+  b->nbytes = nbytes;
+  b->dev = dev;
+  b->ext_release = release;
+  b->ext_ctx = ctx;
+  *out = b;
+  return 0;
+}
+
 lm_buffer *lm_buffer_retain(lm_buffer *b) {
   if (b) atomic_fetch_add(&b->refcount, 1);
   return b;
@@ -203,6 +228,9 @@ void lm_buffer_release(lm_buffer *b) {
   free(b->elems);
   if (b->base) {
     lm_buffer_release(b->base);
+  } else if (b->ext_release) {
+    if (b->dev) atomic_fetch_sub(&b->dev->used, b->nbytes);
+    b->ext_release(b->ext_ctx);
   } else if (b->data) {
     if (b->dev) atomic_fetch_sub(&b->dev->used, b->nbytes);
     free_data(b->dev, b->data, b->nbytes);

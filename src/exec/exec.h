@@ -37,6 +37,9 @@ typedef struct lm_buffer {
   struct lm_buffer **elems;     /* tuples: elements (each holds a reference) */
   struct lm_buffer *base;       /* views (lm_buffer_view): the buffer whose storage data points
                                    into; held by a reference. NULL when this buffer owns data. */
+  void (*ext_release)(void *);  /* lm_buffer_wrap: data belongs to someone else, given back with
+                                   ext_release(ext_ctx) when the buffer dies; NULL otherwise */
+  void *ext_ctx;
 } lm_buffer;
 
 /* Allocates a buffer of type t (tensor: uninitialized data; token: empty; tuple: elements NULL)
@@ -52,6 +55,12 @@ int lm_buffer_from_data(lm_device *dev, const lm_type *t, const void *src, size_
  * that it holds the only reference and that neither it nor anything it views is a view
  * (refcount == 1 and base == NULL). */
 int lm_buffer_view(const lm_type *t, lm_buffer *base, lm_buffer **out, lm_err *err);
+/* A tensor buffer of type t over memory someone else owns (a PJRT plugin's output on CPU): data
+ * must be 64-byte aligned and hold lm_type_nbytes(t) > 0 bytes, and stay valid until
+ * release(ctx), which the buffer's death calls (on whatever thread drops the last reference).
+ * Charged to dev like any buffer. On failure nothing is taken: the caller still owns data. */
+int lm_buffer_wrap(lm_device *dev, const lm_type *t, void *data, void (*release)(void *), void *ctx, lm_buffer **out,
+                   lm_err *err);
 lm_buffer *lm_buffer_retain(lm_buffer *b);
 void lm_buffer_release(lm_buffer *b); /* NULL is a no-op */
 
@@ -80,6 +89,10 @@ typedef struct lm_run_opts {
   const char *probe_dir;        /* test programs: interpreter.probe writes its values here as .npy
                                    and check.expect_serialized_eq reads them back; NULL: both ops
                                    fail with LOOM_UNSUPPORTED */
+  uint64_t *coll_seq;           /* NULL: the run numbers its collective calls from 0 (lm_coll_call.seq);
+                                   else from *coll_seq, which the run advances past its calls: a
+                                   program run as several pieces (cut at its collectives) keeps one
+                                   sequence, as every process must */
 } lm_run_opts;
 
 /* Runs function fn (NULL = "main") with nargs arguments. On success results[0..nresults) hold

@@ -443,8 +443,10 @@ int lm_program_run(const lm_program *p, const char *fn, const lm_run_opts *opts,
   lm_run_opts o = *opts;
   if (o.num_replicas <= 0) o.num_replicas = lm_attr_int_or(lm_module_attr(p->m, "mhlo.num_replicas"), 1);
   if (o.num_partitions <= 0) o.num_partitions = lm_attr_int_or(lm_module_attr(p->m, "mhlo.num_partitions"), 1);
-  lm_run_state rs = {.prog = p, .opts = &o, .err = err};
-  return call_func(&rs, pf, args, nargs, results, nresults);
+  lm_run_state rs = {.prog = p, .opts = &o, .err = err, .coll_seq = o.coll_seq ? *o.coll_seq : 0};
+  int rc = call_func(&rs, pf, args, nargs, results, nresults);
+  if (o.coll_seq) *o.coll_seq = rs.coll_seq;
+  return rc;
 }
 
 int lm_exec_region(lm_kctx *k, uint32_t r, lm_buffer *const *args, uint32_t nargs, lm_buffer **results,

@@ -207,7 +207,9 @@ static void put_struct(pbuf *b, const lm_attr *a) {
   }
   bool conv = !strcmp(s, "stablehlo.conv");
   put(b, "#%s<%s", s, conv ? "raw " : "");
-  put_fields(b, a, conv);
+  /* StableHLO's own attributes take bare integers (`index_vector_dim = 1`); its parser refuses
+   * `1 : i64` there, which a program may have been written with (Loom's partitioner's output) */
+  put_fields(b, a, !strncmp(s, "stablehlo.", 10));
   put(b, ">");
 }
 
@@ -459,46 +461,54 @@ static void put_func(pbuf *b, const lm_func *fn) {
   put(b, "  }\n");
 }
 
-char *lm_module_print(const lm_module *m) {
-  pbuf b = {0};
-  put(&b, "module");
+/* "module @name attributes {...} {" and the module-level ops (sdy.mesh). */
+static void put_module_head(pbuf *b, const lm_module *m) {
+  put(b, "module");
   if (m->name) {
-    put(&b, " @");
-    put_name(&b, m->name);
+    put(b, " @");
+    put_name(b, m->name);
   }
   if (m->nattrs) {
-    put(&b, " attributes ");
-    put_dict(&b, m->attrs, m->nattrs);
+    put(b, " attributes ");
+    put_dict(b, m->attrs, m->nattrs);
   }
-  put(&b, " {\n");
+  put(b, " {\n");
   for (uint32_t i = 0; i < m->nops; i++) {
     const lm_op *op = &m->ops[i];
     /* module-level ops hold their inherent attributes as properties: sym_name and mesh */
-    put(&b, "  ");
-    put_str(&b, op->name, (uint32_t)strlen(op->name));
-    put(&b, "() <{");
+    put(b, "  ");
+    put_str(b, op->name, (uint32_t)strlen(op->name));
+    put(b, "() <{");
     bool first = true;
     for (uint32_t k = 0; k < op->nattrs; k++) {
       const lm_named_attr *a = &op->attrs[k];
       if (strcmp(a->name, "sym_name") && strcmp(a->name, "mesh")) continue;
-      put(&b, "%s%s = ", first ? "" : ", ", a->name);
+      put(b, "%s%s = ", first ? "" : ", ", a->name);
       first = false;
-      if (a->value.kind == LM_ATTR_SYMBOL) put_str(&b, a->value.s, (uint32_t)strlen(a->value.s));
-      else put_attr(&b, &a->value, a->name);
+      if (a->value.kind == LM_ATTR_SYMBOL) put_str(b, a->value.s, (uint32_t)strlen(a->value.s));
+      else put_attr(b, &a->value, a->name);
     }
-    put(&b, "}>");
+    put(b, "}>");
     bool any = false;
     for (uint32_t k = 0; k < op->nattrs; k++) {
       const lm_named_attr *a = &op->attrs[k];
       if (!strcmp(a->name, "sym_name") || !strcmp(a->name, "mesh")) continue;
-      put(&b, "%s", any ? ", " : " {");
+      put(b, "%s", any ? ", " : " {");
       any = true;
-      put_name(&b, a->name);
-      put(&b, " = ");
-      put_attr(&b, &a->value, a->name);
+      put_name(b, a->name);
+      put(b, " = ");
+      put_attr(b, &a->value, a->name);
     }
-    put(&b, "%s : () -> ()\n", any ? "}" : "");
+    put(b, "%s : () -> ()\n", any ? "}" : "");
   }
+}
+
+void lm_tb_put_module_head(lm_textbuf *b, const lm_module *m) { put_module_head(b, m); }
+void lm_tb_put_op(lm_textbuf *b, const lm_func *fn, const lm_op *op, int indent) { put_op(b, fn, op, indent); }
+
+char *lm_module_print(const lm_module *m) {
+  pbuf b = {0};
+  put_module_head(&b, m);
   for (uint32_t f = 0; f < m->nfuncs; f++) put_func(&b, &m->funcs[f]);
   put(&b, "}\n");
   if (b.oom) {

@@ -32,5 +32,9 @@ void lm_tb_put_op_as(lm_textbuf *b, const lm_func *fn, const lm_op *op, const ch
                      const lm_type *in_types, const uint32_t *outs, const lm_type *out_types, int indent);
 /* A whole function (pretty func.func header, generic ops). */
 void lm_tb_put_func(lm_textbuf *b, const lm_func *fn);
+/* op of fn in generic form as it is (values named %v<id>), one line plus its regions. */
+void lm_tb_put_op(lm_textbuf *b, const lm_func *fn, const lm_op *op, int indent);
+/* "module @name attributes {...} {" and m's module-level ops; the caller adds functions and "}". */
+void lm_tb_put_module_head(lm_textbuf *b, const lm_module *m);
 
 #endif

@@ -35,6 +35,7 @@ int lm_pjrt_run(lm_pjrt_exe *e, int device, lm_buffer *const *args, uint32_t nar
 #else
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <pjrt_c_api.h>
 #include "pjrt_options.pb-c.h"
 
@@ -46,6 +47,10 @@ struct lm_pjrt {
   PJRT_Device *const *devices;
   size_t ndevices;
   char platform[32], kind[64];
+  bool host_memory;        /* the plugin's buffers are host memory (cpu): results are handed over, not copied */
+  pthread_mutex_t mu;      /* guards the two below */
+  long lent;               /* plugin buffers living on as Loom buffers (lm_buffer_wrap) */
+  bool closing;            /* lm_pjrt_close came while some were: the last one closes */
 };
 
 struct lm_pjrt_exe {
@@ -159,6 +164,7 @@ int lm_pjrt_open(const char *path, const char *const *options, int noptions, lm_
   }
   p->dl = dl;
   p->api = api;
+  pthread_mutex_init(&p->mu, NULL);
   p->path = strdup(path);
   if (!p->path) {
     lm_pjrt_close(p);
@@ -194,6 +200,7 @@ int lm_pjrt_open(const char *path, const char *const *options, int noptions, lm_
     a.client = p->client;
     if (!api->PJRT_Client_PlatformName(&a))
       snprintf(p->platform, sizeof p->platform, "%.*s", (int)a.platform_name_size, a.platform_name);
+    p->host_memory = !strcmp(p->platform, "cpu") && !getenv("LOOM_PJRT_COPY_RESULTS");
     ARGS(PJRT_Device_GetDescription_Args, g);
     g.device = p->devices[0];
     if (!api->PJRT_Device_GetDescription(&g)) {
@@ -211,8 +218,18 @@ int lm_pjrt_open(const char *path, const char *const *options, int noptions, lm_
   return 0;
 }
 
+static void really_close(lm_pjrt *p);
+
 void lm_pjrt_close(lm_pjrt *p) {
   if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  bool later = p->lent > 0; /* Loom buffers still hold plugin buffers: the client must outlive them */
+  p->closing = later;
+  pthread_mutex_unlock(&p->mu);
+  if (!later) really_close(p);
+}
+
+static void really_close(lm_pjrt *p) {
   if (p->client) {
     ARGS(PJRT_Client_Destroy_Args, a);
     a.client = p->client;
@@ -225,6 +242,7 @@ void lm_pjrt_close(lm_pjrt *p) {
   /* the plugin stays loaded: plugins keep threads and static state that dlclose would pull out
    * from under them */
   free(p->path);
+  pthread_mutex_destroy(&p->mu);
   free(p);
 }
 
@@ -358,6 +376,63 @@ static int to_device(lm_pjrt *p, PJRT_Device *dev, const lm_buffer *b, PJRT_Buff
   return 0;
 }
 
+typedef struct lent_buf {
+  lm_pjrt *p;
+  PJRT_Buffer *b;
+} lent_buf;
+
+static void give_back(void *ctx) {
+  lent_buf *l = ctx;
+  lm_pjrt *p = l->p;
+  destroy_buffers(p, &l->b, 1);
+  free(l);
+  pthread_mutex_lock(&p->mu);
+  bool last = --p->lent == 0 && p->closing;
+  pthread_mutex_unlock(&p->mu);
+  if (last) really_close(p);
+}
+
+/* A plugin output in host memory becomes a Loom buffer over that memory, no copy: when the plugin
+ * says where it is, it is dense row-major (the plugin's default layout, no padding) and 64-byte
+ * aligned. false: copy it (nothing taken). */
+static bool hand_over(lm_pjrt *p, PJRT_Buffer *b, const lm_type *t, lm_device *dev, lm_buffer **out) {
+  size_t nbytes = lm_type_nbytes(t);
+  if (!nbytes || t->kind != LM_TYPE_TENSOR) return false;
+  ARGS(PJRT_Buffer_OnDeviceSizeInBytes_Args, sz);
+  sz.buffer = b;
+  PJRT_Error *e = p->api->PJRT_Buffer_OnDeviceSizeInBytes(&sz);
+  lm_err ignored;
+  if (e) return fail(p, e, "PJRT_Buffer_OnDeviceSizeInBytes", &ignored), false;
+  if (sz.on_device_size_in_bytes != nbytes) return false;
+  ARGS(PJRT_Buffer_GetMemoryLayout_Args, ly);
+  ly.buffer = b;
+  if ((e = p->api->PJRT_Buffer_GetMemoryLayout(&ly))) return fail(p, e, "PJRT_Buffer_GetMemoryLayout", &ignored), false;
+  if (ly.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || ly.layout.tiled.num_tiles ||
+      ly.layout.tiled.minor_to_major_size != t->rank)
+    return false;
+  for (int i = 0; i < t->rank; i++)
+    if (ly.layout.tiled.minor_to_major[i] != t->rank - 1 - i) return false;
+  ARGS(PJRT_Buffer_UnsafePointer_Args, up);
+  up.buffer = b;
+  if ((e = p->api->PJRT_Buffer_UnsafePointer(&up))) return fail(p, e, "PJRT_Buffer_UnsafePointer", &ignored), false;
+  void *data = (void *)up.buffer_pointer;
+  if (!data || ((uintptr_t)data & 63)) return false;
+  lent_buf *l = malloc(sizeof *l);
+  if (!l) return false;
+  *l = (lent_buf){p, b};
+  pthread_mutex_lock(&p->mu);
+  p->lent++;
+  pthread_mutex_unlock(&p->mu);
+  if (lm_buffer_wrap(dev, t, data, give_back, l, out, &ignored) < 0) {
+    pthread_mutex_lock(&p->mu);
+    p->lent--; /* the client is not closing: the caller still runs on it */
+    pthread_mutex_unlock(&p->mu);
+    free(l);
+    return false;
+  }
+  return true;
+}
+
 int lm_pjrt_run(lm_pjrt_exe *x, int device, lm_buffer *const *args, uint32_t nargs, lm_device *dev,
                 const lm_type *result_types, lm_buffer **res, uint32_t nres, lm_err *err) {
   lm_pjrt *p = x->p;
@@ -388,8 +463,6 @@ int lm_pjrt_run(lm_pjrt_exe *x, int device, lm_buffer *const *args, uint32_t nar
     else rc = await_event(p, done[0], err);
   }
   for (uint32_t i = 0; rc == 0 && i < nres; i++) {
-    rc = lm_buffer_alloc(dev, &result_types[i], &res[i], err);
-    if (rc < 0) break;
     ARGS(PJRT_Buffer_ElementType_Args, et);
     et.buffer = outb[i];
     ARGS(PJRT_Buffer_Dimensions_Args, dm);
@@ -408,6 +481,12 @@ int lm_pjrt_run(lm_pjrt_exe *x, int device, lm_buffer *const *args, uint32_t nar
                    lm_type_str(want, buf, sizeof buf));
       break;
     }
+    if (p->host_memory && hand_over(p, outb[i], want, dev, &res[i])) {
+      outb[i] = NULL; /* the Loom buffer holds it now */
+      continue;
+    }
+    rc = lm_buffer_alloc(dev, want, &res[i], err);
+    if (rc < 0) break;
     if (!res[i]->nbytes) continue;
     ARGS(PJRT_Buffer_ToHostBuffer_Args, t);
     t.src = outb[i];

@@ -100,6 +100,8 @@ typedef struct wk_code {
   lm_program *prog;
   struct lm_pjrt_exe *pjrt;
   const struct lm_type *pjrt_results;
+  struct lm_pjrt_cut *cut;     /* backend pjrt: the program cut at its collectives, its compute
+                                  through the plugin (pjrt.h); NULL when pjrt or prog runs it whole */
   lm_spmd_info *info;
   bool has_digest;
   uint8_t digest[32];

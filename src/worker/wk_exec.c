@@ -25,6 +25,7 @@
 static void code_release(wk_code *c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   lm_pjrt_exe_free(c->pjrt);
+  lm_pjrt_cut_free(c->cut);
   lm_program_destroy(c->prog);
   lm_spmd_info_free(c->info);
   free(c);
@@ -97,6 +98,7 @@ typedef struct load_job {
   lm_program *prog;
   lm_spmd_info *info;
   lm_pjrt_exe *pjrt;
+  lm_pjrt_cut *cut;
   uint32_t nmap;        /* where every process runs, from LOAD_PROGRAM (0: not given) */
   uint32_t *proc_workers, *proc_devices;
 } load_job;
@@ -127,13 +129,53 @@ static const char *pjrt_obstacle_in(const lm_region *r, bool multi) {
   return NULL;
 }
 
-/* backend pjrt: compiles the per-device program with the plugin too. Anything the plugin cannot
- * take runs on Loom's executor, with the reason in the worker's log. */
+static void note_segment(void *user, uint32_t seg, const char *why) {
+  const load_job *j = user;
+  lm_info("program %llu (%s): segment %u runs on Loom's executor, not the PJRT plugin: %.600s",
+          (unsigned long long)j->id, j->name, seg, why);
+}
+
+/* A program with collectives (or process ids with several processes): cut at them, its compute
+ * through the plugin (hlo/cut.h). Sets j->cut, or says why not (NULL: no compute segment went to
+ * the plugin; *why then says why). LOOM_PJRT_CUT=0 turns cutting off (the whole program then runs
+ * on Loom's executor, as before cutting existed). */
+static const char *pjrt_cut(load_job *j, const lm_module *mod, const char *obstacle) {
+  const char *env = getenv("LOOM_PJRT_CUT");
+  if (env && !strcmp(env, "0")) return obstacle;
+  lm_cut *plan = NULL;
+  const char *why = NULL;
+  lm_err err;
+  if (lm_cut_plan(mod, j->info->nproc > 1, &plan, &why, &err) < 0) return "out of host memory cutting it";
+  if (!plan) return why;
+  uint32_t ncoll = plan->ncollectives;
+  lm_pjrt_cut *c = NULL;
+  if (lm_pjrt_cut_create(j->w->pjrt, plan, note_segment, j, &c, &err) < 0) {
+    lm_warn("program %llu (%s): cannot cut it at its collectives: %.600s", (unsigned long long)j->id, j->name, err.msg);
+    return obstacle;
+  }
+  if (!lm_pjrt_cut_compiled(c)) {
+    lm_pjrt_cut_free(c);
+    return "none of its segments between collectives went to the plugin";
+  }
+  uint32_t ncomp = lm_pjrt_cut_compiled(c), nloom = lm_pjrt_cut_segments(c) - ncomp;
+  lm_info("program %llu (%s) cut at %u collective%s: %u segment%s compiled by the PJRT plugin, %u on Loom's executor",
+          (unsigned long long)j->id, j->name, ncoll, ncoll == 1 ? "" : "s", ncomp, ncomp == 1 ? "" : "s", nloom);
+  j->cut = c;
+  return NULL;
+}
+
+/* backend pjrt: compiles the per-device program with the plugin too: whole when it can, else cut
+ * at its collectives. Anything the plugin cannot take runs on Loom's executor, with the reason in
+ * the worker's log. */
 static lm_pjrt_exe *pjrt_compile(load_job *j, const lm_module *mod) {
   const lm_func *main = lm_module_func(mod, "main");
   if (!main && mod->nfuncs == 1) main = &mod->funcs[0];
   const char *why = !main ? "it has no @main" : NULL;
   for (uint32_t f = 0; !why && f < mod->nfuncs; f++) why = pjrt_obstacle_in(&mod->funcs[f].body, j->info->nproc > 1);
+  if (why && main) {
+    why = pjrt_cut(j, mod, why);
+    if (!why) return NULL;
+  }
   lm_pjrt_exe *x = NULL;
   lm_err err;
   if (!why) {
@@ -218,6 +260,7 @@ static void load_done(uv_work_t *req, int status) {
     lm_program_destroy(j->prog);
     lm_spmd_info_free(j->info);
     lm_pjrt_exe_free(j->pjrt);
+    lm_pjrt_cut_free(j->cut);
     if (rc < 0) lm_warn("cannot load program %llu (%s): %s", (unsigned long long)j->id, j->name, err.msg);
     if (rc < 0 && reply) {
       char msg[LM_ERR_MSG_MAX + 64];
@@ -229,6 +272,7 @@ static void load_done(uv_work_t *req, int status) {
     code->prog = j->prog;
     code->info = j->info;
     code->pjrt = j->pjrt;
+    code->cut = j->cut;
     if (code->pjrt) { /* found once here, not per launch */
       const lm_module *pm = lm_program_module(code->prog);
       const lm_func *main = lm_module_func(pm, "main");
@@ -488,6 +532,8 @@ static void run_task(wk_dev *d, wk_task *t) {
     memset(res, 0, t->nout * sizeof *res);
     if (l->prog->pjrt) { /* device d->idx of the plugin serves Loom's device d->idx */
       rc = lm_pjrt_run(l->prog->pjrt, (int)d->idx, args, nargs, d->dev, l->prog->pjrt_results, res, t->nout, &err);
+    } else if (l->prog->code->cut) { /* the same, segment by segment, with the collectives Loom's */
+      rc = lm_pjrt_cut_run(l->prog->code->cut, (int)d->idx, &o, args, nargs, res, t->nout, &err);
     } else {
       rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
     }

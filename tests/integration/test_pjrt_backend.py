@@ -1,6 +1,7 @@
 """Workers serving their devices through a PJRT plugin (`loom up --backend pjrt`, XLA:CPU from
 PyPI's xla-cpu-pjrt): per-device programs without collectives are compiled and run by the plugin,
-programs with collectives run on Loom's executor (each worker logs which), and both give the
+programs with collectives are cut at them, the compute between through the plugin (each worker
+logs which), and both give the
 numbers Loom's own executor gives. A plugin that cannot be loaded stops `loom up` with its name."""
 import os
 import re
@@ -89,7 +90,9 @@ def test_pjrt_workers(tmp_path):
     assert "devices through PJRT plugin" in logs
     assert re.search(r"program \d+ \(\S*single\.mlir\) compiled by the PJRT plugin", logs), logs[-3000:]
     assert re.search(r"program \d+ \(\S*conv\.mlir\) compiled by the PJRT plugin", logs), logs[-3000:]
-    assert re.search(r"distributed_psum\.mlir\) runs on Loom's executor, not the PJRT plugin: it has collectives", logs)
+    # with collectives: cut at them, the compute on either side through the plugin (test_pjrt_cut.py)
+    assert re.search(r"distributed_psum\.mlir\) cut at 1 collective: 2 segments compiled by the PJRT plugin, 1 on Loom's "
+                     r"executor", logs), logs[-3000:]
 
 
 def test_a_plugin_that_cannot_load_stops_loom_up(tmp_path):
