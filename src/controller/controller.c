@@ -424,6 +424,14 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
                           t->stream_put_bytes, t->stream_gets, t->stream_get_bytes, t->local_refused};
     rc = lm_registry_set_transfers(c->reg, p->worker_id, &x, &err);
   }
+  if (rc == 0 && m->collectives) {
+    const Lmw__CollectiveStats *cs = m->collectives;
+    lm_reg_collectives x = {.nanos = cs->nanos, .dp_sent = cs->dataplane_bytes_sent,
+                            .dp_received = cs->dataplane_bytes_received};
+    for (size_t i = 0; i < cs->n_calls && i < LM_REG_COLL_OPS; i++) x.calls[i] = cs->calls[i];
+    for (size_t i = 0; i < cs->n_bytes && i < LM_REG_COLL_OPS; i++) x.bytes[i] = cs->bytes[i];
+    rc = lm_registry_set_collectives(c->reg, p->worker_id, &x, &err);
+  }
   if (rc < 0) { /* the worker is dropped: its devices are unhealthy from now, not after the close */
     char why[LM_REG_REASON_MAX];
     snprintf(why, sizeof why, "bad heartbeat: %.140s", err.msg);

@@ -126,6 +126,7 @@ static lm_met_snapshot *build_snapshot(ctl *c) {
     o->alive = w->state == LM_WORKER_ALIVE;
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
     o->transfers = w->transfers;
+    o->collectives = w->collectives;
     o->host = dup_or_empty(w->host);
     o->slice = dup_or_empty(w->slice);
     o->problem = dup_or_empty(o->alive ? w->problem : w->reason);

@@ -21,6 +21,7 @@ struct ctl_tracer {
 
 static void launch_rec_free(ctl_trace_launch *r) {
   if (!r) return;
+  for (uint32_t i = 0; i < r->ndevs; i++) free(r->devs[i].spans);
   free(r->devs);
   free(r);
 }
@@ -121,6 +122,13 @@ void ctl_trace_launch_sent(c_launch *l) {
   }
 }
 
+/* min(v, *left), taken from *left: a peer's durations cannot add up past what is left. */
+static uint64_t cap(uint64_t v, uint64_t *left) {
+  uint64_t r = v < *left ? v : *left;
+  *left -= r;
+  return r;
+}
+
 void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone *m) {
   ctl_trace_launch *r = l->trace;
   if (!r) return;
@@ -144,11 +152,28 @@ void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone
     d->local_index = dt->local_index;
     d->device = w->device_ids[dt->local_index];
     d->done = now;
-    d->report = dt->report_ns < span ? dt->report_ns : span;
-    d->execute = dt->execute_ns < span - d->report ? dt->execute_ns : span - d->report;
-    d->inputs = dt->inputs_ns < span - d->report - d->execute ? dt->inputs_ns : span - d->report - d->execute;
-    uint64_t left = span - d->report - d->execute - d->inputs;
-    d->queued = dt->queued_ns < left ? dt->queued_ns : left;
+    uint64_t left = span;
+    d->report = cap(dt->report_ns, &left);
+    d->transfer_out = cap(dt->transfer_out_ns, &left);
+    d->execute = cap(dt->execute_ns, &left);
+    d->inputs = cap(dt->inputs_ns, &left);
+    d->queued = cap(dt->queued_ns, &left);
+    d->coll_ns = dt->collective_ns < d->execute ? dt->collective_ns : d->execute;
+    d->coll_calls = dt->collective_calls;
+    d->coll_bytes = dt->collective_bytes;
+    d->nspans = 0;
+    d->spans = NULL;
+    size_t want = dt->n_collectives < LM_TRACE_MAX_SPANS ? dt->n_collectives : LM_TRACE_MAX_SPANS;
+    if (want && !(d->spans = calloc(want, sizeof *d->spans))) want = 0; /* without memory: no spans */
+    for (size_t k = 0; k < dt->n_collectives && d->nspans < want; k++) {
+      const Lmw__CollectiveSpan *cs = dt->collectives[k];
+      if (cs->start_ns > d->execute || cs->op >= 6) continue; /* outside its execute, or no such op */
+      ctl_trace_span *o = &d->spans[d->nspans++];
+      o->start = cs->start_ns;
+      o->dur = cs->dur_ns < d->execute - cs->start_ns ? cs->dur_ns : d->execute - cs->start_ns;
+      o->bytes = cs->bytes;
+      o->op = cs->op;
+    }
   }
 }
 
@@ -216,7 +241,9 @@ char *ctl_trace_json(const ctl_trace_result *r) {
              r->workers[i].slice);
     meta(ev, "process_name", 2 + (int)i, 0, name);
   }
-  static const char *phase[4] = {"queued", "inputs", "execute", "report"};
+  static const char *phase[5] = {"queued", "transfer in", "execute", "transfer out", "report"};
+  static const char *coll_op[6] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                                   "collective_broadcast"};
   for (const ctl_trace_launch *l = r->launches; l; l = l->next) {
     snprintf(name, sizeof name, "launch %llu %s", (unsigned long long)l->seq, l->program);
     cJSON *e = event(ev, name, "launch", 1, 0, us(l->arrived, base), us(l->ended, l->arrived));
@@ -239,14 +266,31 @@ char *ctl_trace_json(const ctl_trace_result *r) {
         snprintf(name, sizeof name, "device %u (local %u)", d->device, d->local_index);
         meta(ev, "thread_name", pid, tid, name);
       }
-      uint64_t dur[4] = {d->queued, d->inputs, d->execute, d->report};
-      uint64_t t = d->done - d->report - d->execute - d->inputs - d->queued;
-      for (int k = 0; k < 4; t += dur[k], k++) {
+      uint64_t dur[5] = {d->queued, d->inputs, d->execute, d->transfer_out, d->report};
+      uint64_t t = d->done - d->report - d->transfer_out - d->execute - d->inputs - d->queued;
+      for (int k = 0; k < 5; t += dur[k], k++) {
         cJSON *pe = event(ev, phase[k], "device", pid, tid, us(t, base), (double)dur[k] / 1e3);
         cJSON *pa = pe ? cJSON_AddObjectToObject(pe, "args") : NULL;
         if (pa) {
           cJSON_AddNumberToObject(pa, "seq", (double)l->seq);
           cJSON_AddNumberToObject(pa, "device", d->device);
+        }
+        if (k != 2 || !pa) continue;
+        /* execute: its collective calls, as slices inside it on the same track */
+        cJSON_AddNumberToObject(pa, "collective_us", (double)d->coll_ns / 1e3);
+        cJSON_AddNumberToObject(pa, "collective_calls", (double)d->coll_calls);
+        cJSON_AddNumberToObject(pa, "collective_bytes", (double)d->coll_bytes);
+        if (d->coll_calls > d->nspans)
+          cJSON_AddNumberToObject(pa, "collectives_not_shown", (double)(d->coll_calls - d->nspans));
+        for (uint32_t k2 = 0; k2 < d->nspans; k2++) {
+          const ctl_trace_span *sp = &d->spans[k2];
+          cJSON *ce = event(ev, coll_op[sp->op], "collective", pid, tid, us(t + sp->start, base), (double)sp->dur / 1e3);
+          cJSON *ca = ce ? cJSON_AddObjectToObject(ce, "args") : NULL;
+          if (ca) {
+            cJSON_AddNumberToObject(ca, "seq", (double)l->seq);
+            cJSON_AddNumberToObject(ca, "device", d->device);
+            cJSON_AddNumberToObject(ca, "bytes", (double)sp->bytes);
+          }
         }
       }
     }

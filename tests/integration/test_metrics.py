@@ -141,6 +141,42 @@ def test_metrics_follow_launches_and_workers(http_cluster, tmp_path):
     assert get(f"http://{c.http}/healthz") == (200, "ok\n")
 
 
+def test_metrics_count_collectives(http_cluster):
+    """A psum over 2 workers x 4 devices: each worker's devices make 4 all_reduce calls of one i32
+    (16 operand bytes), and the two data planes move bytes between the workers; the heartbeats
+    carry them to /metrics, as counters that only go up."""
+    c = http_cluster
+    s0, types = scrape(c.http)
+    for fam in ("loom_worker_collective_calls_total", "loom_worker_collective_bytes_total",
+                "loom_worker_collective_seconds_total", "loom_worker_dataplane_bytes_total"):
+        assert types[fam.removesuffix("_total")] == "counter", fam
+    workers = sorted({int(dict(l)["worker"]) for (n, l) in s0 if n == "loom_worker_up"})
+    assert len(workers) == 2
+    for w in workers:
+        assert value(s0, "loom_worker_collective_calls_total", worker=w, op="all_reduce") == 0
+    r, _ = loom_run(c.addr, EXAMPLES / "distributed_psum.mlir", "--input", f"0={EXAMPLES / 'arange8.npy'}")
+    assert r.returncode == 0 and r.stdout == "[140 140 140 140 140 140 140 140]\n", r.stderr
+
+    def counted():
+        s, _ = scrape(c.http)
+        return all(value(s, "loom_worker_collective_calls_total", worker=w, op="all_reduce") == 4
+                   for w in workers) and s
+    s1 = wait_for(counted, 20, what="the workers' heartbeats to carry the all_reduce calls")
+    assert_went_up(counters(s0, types), counters(s1, types))
+    for w in workers:
+        assert value(s1, "loom_worker_collective_bytes_total", worker=w, op="all_reduce") == 16
+        assert value(s1, "loom_worker_collective_calls_total", worker=w, op="all_gather") == 0
+        assert value(s1, "loom_worker_collective_seconds_total", worker=w) > 0
+        assert value(s1, "loom_worker_dataplane_bytes_total", worker=w, direction="sent") > 0
+        assert value(s1, "loom_worker_dataplane_bytes_total", worker=w, direction="received") > 0
+    # every family the issue names is there
+    for fam in ("loom_devices", "loom_device_healthy", "loom_worker_up", "loom_sessions",
+                "loom_launches_finished", "loom_launches_started", "loom_launches_running",
+                "loom_launch_duration_seconds", "loom_worker_transfer_bytes", "loom_worker_collective_bytes",
+                "loom_device_memory_used_bytes", "loom_device_memory_capacity_bytes", "loom_recoveries"):
+        assert fam in types, fam
+
+
 def test_http_port_refuses_bad_requests_and_keeps_serving(http_cluster):
     c = http_cluster
     base = f"http://{c.http}"
