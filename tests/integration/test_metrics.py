@@ -11,7 +11,10 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import Cluster, devices, run_loom, wait_for
+import base64
+import os
+
+from conftest import Auth, Cluster, devices, run_loom, wait_for
 from dist import EXAMPLES, PROGRAMS, loom_run, probe
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_client (pip) parses the exposition")
@@ -20,13 +23,15 @@ NAME = re.compile(r"^loom_[a-z0-9_]+$")
 UNITS = ("_seconds", "_bytes", "_total", "_info")
 
 
-def get(url, timeout=10):
-    """(status, body) of a GET."""
+def get(url, timeout=10, headers=None, with_headers=False):
+    """(status, body) of a GET (and its response headers with with_headers)."""
+    req = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            out = r.status, r.read().decode(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+        out = e.code, e.read().decode(), e.headers
+    return out if with_headers else out[:2]
 
 
 def scrape(http):
@@ -238,3 +243,62 @@ def test_loom_top_shows_the_cluster(http_cluster):
     wait_for(lambda: "(4 healthy)" in run_loom("top", "--http", c.http, "--once").stdout, 20, what="top to show it")
     r = run_loom("top", "--once", "--http", "127.0.0.1:1")
     assert r.returncode == 1 and "cannot reach the controller's HTTP port" in r.stderr, r.stderr
+
+
+def test_metrics_and_dashboard_need_a_token_when_the_cluster_has_authentication(procs, tmp_path, monkeypatch):
+    """With --tokens-file (and --http-token-file), /metrics, / and /api/status answer 401 without a
+    token or with a wrong one, 200 with a client token, the scrape token, or the token as HTTP Basic
+    password (a browser's way); /healthz and /readyz stay open for probes."""
+    auth = Auth(tmp_path)
+    scrape_token = os.urandom(24).hex()
+    tok_file = tmp_path / "http.token"
+    tok_file.write_text(scrape_token + "\n")
+    c = Cluster(procs, tmp_path, auth)
+    c.start_controller("--http", "127.0.0.1:0", "--http-address-file", str(tmp_path / "http.addr"),
+                       "--http-token-file", str(tok_file))
+    c.http = wait_for(lambda: (tmp_path / "http.addr").exists() and (tmp_path / "http.addr").read_text().strip(), 10,
+                      what="the HTTP address file")
+    c.start_worker(4)
+    monkeypatch.setenv("LOOM_TOKEN", auth.tokens["alice"])
+    c.wait_devices(4)
+    monkeypatch.delenv("LOOM_TOKEN")
+    base = f"http://{c.http}"
+    forged = "loom_0123456789abcdef_" + "0" * 64
+    for path in ("/metrics", "/", "/api/status"):
+        st, body, hdr = get(base + path, with_headers=True)
+        assert st == 401 and "requires authentication" in body, (path, st, body)
+        assert any(v.startswith("Basic") for v in hdr.get_all("WWW-Authenticate")), hdr
+        for bad in (forged, scrape_token[:-1] + "x", "short"):
+            st, body = get(base + path, headers={"Authorization": f"Bearer {bad}"})
+            assert st == 401 and "not accepted" in body, (path, bad, st, body)
+        st, body = get(base + path, headers={"Authorization": "Token abc"})
+        assert st == 401 and "must be 'Bearer TOKEN'" in body, body
+        for good in (auth.tokens["alice"], scrape_token):
+            st, body = get(base + path, headers={"Authorization": f"Bearer {good}"})
+            assert st == 200, (path, st, body)
+        basic = base64.b64encode(f"anyone:{scrape_token}".encode()).decode()
+        assert get(base + path, headers={"Authorization": f"Basic {basic}"})[0] == 200
+    st, body = get(base + "/metrics", headers={"Authorization": f"Bearer {auth.tokens['alice']}"})
+    assert "loom_devices{state=\"healthy\"} 4" in body
+    # a revoked client token stops working at once
+    run_loom("token", "revoke", auth.tokens["alice"].split("_")[1], "--tokens-file", str(auth.tokens_file), check=True)
+    st, _ = get(base + "/metrics", headers={"Authorization": f"Bearer {auth.tokens['alice']}"})
+    assert st == 401
+    # the probes need nothing
+    assert get(base + "/healthz") == (200, "ok\n")
+    assert get(base + "/readyz?min_devices=4")[0] == 200
+    # loom top sends the token it finds ($LOOM_TOKEN)
+    r = run_loom("top", "--once", "--http", c.http, env={**os.environ, "LOOM_TOKEN": scrape_token})
+    assert r.returncode == 0 and "4 (4 healthy)" in r.stdout, r.stdout + r.stderr
+    r = run_loom("top", "--once", "--http", c.http, env={k: v for k, v in os.environ.items() if k != "LOOM_TOKEN"})
+    assert r.returncode != 0 and "401" in r.stderr, r.stderr
+
+
+def test_http_token_file_is_checked(procs, tmp_path):
+    bad = tmp_path / "short.token"
+    bad.write_text("abc\n")
+    r = run_loom("controller", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--http-token-file", str(bad),
+                 timeout=20)
+    assert r.returncode != 0 and "16 to 256 printable characters" in r.stderr, r.stderr
+    r = run_loom("controller", "--http-token-file", str(bad))
+    assert r.returncode == 2 and "needs --http" in r.stderr
