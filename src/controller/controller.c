@@ -707,6 +707,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     break;
   }
   case LM_MSG_WORKER_DATAPLANE: on_worker_dataplane(p, f, (Lmw__WorkerDataplane *)m); break;
+  case LM_MSG_TRACE_CONTROL:
+    if (p->role == ROLE_CLIENT) ctl_on_trace_control(p, f, (Lmw__TraceControl *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "TRACE_CONTROL is only for clients");
+    break;
   case LM_MSG_RUN_DONE:
     if (p->role == ROLE_WORKER && p->registered) ctl_on_run_done(c, p, (Lmw__RunDone *)m);
     else reply_error(p, f, LOOM_PERMISSION, "RUN_DONE is only for registered workers");
@@ -775,6 +779,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     ctl_launches_client_gone(c, p);
     ctl_programs_client_gone(c, p);
     ctl_recover_client_gone(c, p);
+    ctl_trace_client_gone(c, p);
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;

@@ -12,11 +12,23 @@
 #include "common/log.h"
 #include "controller/ctl.h"
 
+/* A stopped recording a client asked for over the protocol, rendered on the thread pool. */
+typedef struct trace_job {
+  uv_work_t req;
+  ctl *c;
+  peer *client;               /* NULL once it has gone */
+  uint64_t rid, max;
+  ctl_trace_result *r;
+  char *json;
+  struct trace_job *next;
+} trace_job;
+
 struct ctl_tracer {
   bool on;
   uint64_t gen, started;
   ctl_trace_launch *done;     /* finished launches of this recording, newest first */
   uint64_t count, dropped;
+  trace_job *jobs;            /* being rendered */
 };
 
 static void launch_rec_free(ctl_trace_launch *r) {
@@ -86,6 +98,7 @@ ctl_trace_result *ctl_trace_stop(ctl *c, lm_err *err) {
 
 void ctl_trace_free(ctl *c) {
   if (!c->trace) return;
+  for (trace_job *j = c->trace->jobs; j; j = j->next) j->c = NULL; /* their after-work frees them */
   for (ctl_trace_launch *l = c->trace->done, *n; l; l = n) {
     n = l->next;
     launch_rec_free(l);
@@ -308,4 +321,89 @@ char *ctl_trace_json(const ctl_trace_result *r) {
   char *out = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return out;
+}
+
+/* ---- TRACE_CONTROL (loop thread; the JSON is built on the thread pool) ---- */
+
+static void render_work(uv_work_t *req) {
+  trace_job *j = req->data;
+  j->json = ctl_trace_json(j->r);
+}
+
+static void render_done(uv_work_t *req, int status) {
+  trace_job *j = req->data;
+  ctl *c = j->c;
+  if (c && c->trace) { /* off the list */
+    for (trace_job **pp = &c->trace->jobs; *pp; pp = &(*pp)->next)
+      if (*pp == j) {
+        *pp = j->next;
+        break;
+      }
+  }
+  peer *p = c ? j->client : NULL;
+  if (p && lm_conn_is_open(p->conn)) {
+    size_t len = j->json ? strlen(j->json) : 0;
+    if (status != 0 || !j->json) {
+      ctl_reply_error(p, j->rid, LOOM_NO_MEMORY, "out of host memory writing the trace");
+    } else if (len > j->max) {
+      ctl_reply_error(p, j->rid, LOOM_UNSUPPORTED,
+                      "the trace's JSON is %zu bytes, more than this client takes (%llu): stop it over the HTTP "
+                      "port instead (loom trace stop --out DIR)", len, (unsigned long long)j->max);
+    } else {
+      Lmw__TraceResult m = LMW__TRACE_RESULT__INIT;
+      m.launches = j->r->count;
+      m.dropped = j->r->dropped;
+      lm_err err;
+      char *json = j->json;
+      j->json = NULL; /* the connection frees it once sent */
+      if (lm_conn_send(p->conn, LM_MSG_TRACE_RESULT, j->rid, &m.base, json, len, free, json, &err) < 0 &&
+          lm_conn_is_open(p->conn))
+        lm_warn("cannot send the trace to %s: %s", lm_conn_peer_name(p->conn), err.msg);
+    }
+  }
+  free(j->json);
+  ctl_trace_result_free(j->r);
+  free(j);
+}
+
+void ctl_on_trace_control(peer *p, const lm_frame *f, const Lmw__TraceControl *m) {
+  ctl *c = p->ctl;
+  lm_err err;
+  if (!m->stop) {
+    if (ctl_trace_start(c, &err) < 0) {
+      ctl_reply_error(p, f->h.request_id, err.code, "%s", err.msg);
+      return;
+    }
+    Lmw__Ack ack = LMW__ACK__INIT;
+    ctl_reply(p, f, LM_MSG_ACK, &ack.base);
+    return;
+  }
+  trace_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    ctl_reply_error(p, f->h.request_id, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  if (!(j->r = ctl_trace_stop(c, &err))) {
+    free(j);
+    ctl_reply_error(p, f->h.request_id, err.code, "%s", err.msg);
+    return;
+  }
+  j->c = c;
+  j->client = p;
+  j->rid = f->h.request_id;
+  j->max = m->max_payload ? m->max_payload : LM_FRAME_PAYLOAD_DEFAULT_MAX;
+  j->req.data = j;
+  if (uv_queue_work(&c->loop, &j->req, render_work, render_done) != 0) {
+    ctl_trace_result_free(j->r);
+    free(j);
+    ctl_reply_error(p, f->h.request_id, LOOM_INTERNAL, "cannot queue the trace's rendering");
+    return;
+  }
+  j->next = c->trace->jobs;
+  c->trace->jobs = j;
+}
+
+void ctl_trace_client_gone(ctl *c, peer *p) {
+  for (trace_job *j = c->trace ? c->trace->jobs : NULL; j; j = j->next)
+    if (j->client == p) j->client = NULL;
 }
