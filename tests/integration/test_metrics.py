@@ -182,6 +182,42 @@ def test_metrics_count_collectives(http_cluster):
         assert fam in types, fam
 
 
+def test_a_lying_workers_counters_never_go_down(http_cluster):
+    """A worker (written from the protocol alone) heartbeats collective totals, then smaller ones and
+    more op entries than there are ops: /metrics keeps the largest values and ignores the extras."""
+    import wire
+    c = http_cluster
+    conn = wire.Conn(c.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    assert conn.recv_frame()[0] == wire.HELLO_REPLY
+    conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(specs=[wire.device_spec(0)]), request_id=2))
+    t, _, meta, _ = conn.recv_frame()
+    assert t == wire.REGISTER_WORKER_REPLY
+    wid = wire.parse_fields(meta)[1][0]
+
+    def hb(seq, calls, nbytes, nanos, sent):
+        coll = (wire.field_packed(1, calls) + wire.field_packed(2, nbytes) + wire.field_varint(3, nanos) +
+                wire.field_varint(4, sent))
+        conn.send(wire.frame(wire.HEARTBEAT, wire.field_varint(1, seq) + wire.field_bytes(4, coll)))
+
+    hb(1, [7, 1, 0, 0, 0, 2], [700, 8, 0, 0, 0, 16], 3_000_000_000, 5000)
+    s1 = wait_for(lambda: (lambda s: value(s, "loom_worker_collective_calls_total", worker=wid, op="all_reduce") == 7
+                           and s)(scrape(c.http)[0]), 10, what="the raw worker's heartbeat")
+    assert value(s1, "loom_worker_collective_bytes_total", worker=wid, op="collective_broadcast") == 16
+    assert value(s1, "loom_worker_collective_seconds_total", worker=wid) == 3.0
+    assert value(s1, "loom_worker_dataplane_bytes_total", worker=wid, direction="sent") == 5000
+    hb(2, [1] * 100, [1] * 100, 1, 1)  # lower, and 100 entries
+    hb(3, [9], [900], 0, 0)            # all_reduce up again, the rest lower
+    wait_for(lambda: value(scrape(c.http)[0], "loom_worker_collective_calls_total", worker=wid, op="all_reduce") == 9,
+             10, what="the third heartbeat")
+    s2, types = scrape(c.http)
+    assert_went_up(counters(s1, types), counters(s2, types))
+    assert value(s2, "loom_worker_collective_calls_total", worker=wid, op="collective_broadcast") == 2
+    assert value(s2, "loom_worker_dataplane_bytes_total", worker=wid, direction="sent") == 5000
+    assert conn.sock.fileno() >= 0
+    conn.close()
+
+
 def test_http_port_refuses_bad_requests_and_keeps_serving(http_cluster):
     c = http_cluster
     base = f"http://{c.http}"
