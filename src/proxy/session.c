@@ -2318,8 +2318,16 @@ static void answer(px_session *s, const uint8_t *msg, size_t len) {
 static void session_free(px_session *s) {
   for (size_t i = 0; i < s->arrays.cap; i++)
     if (s->arrays.keys[i] && s->arrays.keys[i] != UINT64_MAX) parray_free(s->arrays.vals[i]);
-  for (size_t i = 0; i < s->execs.cap; i++)
-    if (s->execs.keys[i] && s->execs.keys[i] != UINT64_MAX) pexec_free(s->execs.vals[i]);
+  for (size_t i = 0; i < s->execs.cap; i++) {
+    if (!s->execs.keys[i] || s->execs.keys[i] == UINT64_MAX) continue;
+    pexec *e = s->execs.vals[i];
+    if (e->profile && e->calls == 1) { /* the client went away while its trace recorded: stop and keep it */
+      char where[4400];
+      if (profile_stop(s, e, where, sizeof where) != 0)
+        lm_warn("session %" PRIu64 ": the profile trace it started: %s", s->id, s->err);
+    }
+    pexec_free(e);
+  }
   for (size_t i = 0; i < s->futures.cap; i++)
     if (s->futures.keys[i] && s->futures.keys[i] != UINT64_MAX) pfuture_free(s->futures.vals[i]);
   free(s->arrays.keys), free(s->arrays.vals), free(s->execs.keys), free(s->execs.vals);

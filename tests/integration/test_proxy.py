@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loomtest import SOURCE_DIR, free_port, run_loom, time_limit
+from loomtest import SOURCE_DIR, free_port, run_loom, time_limit, wait_for
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("pathwaysutils")
@@ -227,6 +227,28 @@ def test_profiler_through_pathwaysutils_records_a_loom_trace(cluster, tmp_path):
         assert ex["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= ex["ts"] + ex["dur"] + 1
     for e in launches:  # within the recording
         assert 0 <= e["ts"] and e["ts"] + e["dur"] <= trace["metadata"]["duration_us"] + 1
+
+
+def test_profiling_client_gone_mid_trace(cluster, tmp_path):
+    """A JAX process that exits between start_trace and stop_trace: the proxy stops the recording
+    when its session ends (the cluster's trace is not left running) and still writes it."""
+    script = tmp_path / "gone.py"
+    script.write_text(
+        "import os, pathwaysutils\npathwaysutils.initialize()\nimport jax, jax.numpy as jnp\n"
+        "jax.profiler.start_trace('gs://loom-test-bucket/gone')\n"
+        "jax.jit(lambda a: a + 1)(jnp.arange(4)).block_until_ready()\nprint('started', flush=True)\nos._exit(0)\n")
+    traces = cluster["state"] / "traces"
+    before = set(traces.glob("*/loom-trace.json")) if traces.exists() else set()
+    r = run_jax(cluster, script)
+    assert r.returncode == 0 and "started" in r.stdout, r.stdout + r.stderr
+    new = wait_for(lambda: set(traces.glob("*/loom-trace.json")) - before, 30, what="the abandoned trace's file")
+    trace = json.loads(new.pop().read_text())
+    assert trace["metadata"]["launches"] >= 1
+    # the recording is over: a new one starts
+    r = run_loom("trace", "start", env=cluster["env"])
+    assert r.returncode == 0, r.stderr
+    r = run_loom("trace", "stop", "--out", str(tmp_path / "t"), env=cluster["env"])
+    assert r.returncode == 0, r.stderr
 
 
 def test_plugin_programs_other_than_profiling_are_unimplemented(cluster, tmp_path):
