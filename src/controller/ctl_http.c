@@ -10,6 +10,8 @@
  * its age. Counters are relaxed atomics the loop bumps directly (ctl_metrics.h). */
 #include <errno.h>
 #include <microhttpd.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +25,8 @@
 #define LM_HTTP_WAIT_MS 2000  /* how long a request waits for the loop's snapshot */
 
 enum { JOB_TRACE_START = 1, JOB_TRACE_STOP = 2, JOB_AUTH = 3 };
+#define LM_HTTP_COOKIE_S 3600  /* the dashboard's sign-in cookie lasts this long */
+#define LM_HTTP_COOKIE "loom_dashboard"
 #define LM_HTTP_TOKEN_MIN 16   /* --http-token-file: its token's length limits */
 #define LM_HTTP_TOKEN_MAX 256
 
@@ -57,6 +61,7 @@ struct ctl_http {
   bool client_tokens;         /* ... and client tokens are accepted (--tokens-file) */
   char scrape_token[LM_HTTP_TOKEN_MAX + 1]; /* --http-token-file's ("" without one) */
   size_t scrape_len;
+  uint8_t cookie_key[32];     /* signs the dashboard's cookies (random per run) */
 };
 
 lm_met_counters *ctl_http_counters(ctl_http *h) { return h ? &h->counters : NULL; }
@@ -400,9 +405,37 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen) 
   return d == 0;
 }
 
-/* Whether the request may read /metrics or the dashboard; when not, *why says so. */
-static bool authorized(ctl_http *h, struct MHD_Connection *conn, const char **why) {
+/* The dashboard's cookie: "EXPIRY.MAC", MAC = hex HMAC-SHA256(cookie_key, "loom-dashboard " EXPIRY)
+ * with EXPIRY in Unix seconds. A browser that signed in with a token gets one with the page, so
+ * the page's own requests (fetch /api/status) need no credentials of their own. */
+static void cookie_mac(const ctl_http *h, const char *expiry, char out[65]) {
+  char msg[64];
+  int n = snprintf(msg, sizeof msg, "loom-dashboard %s", expiry);
+  uint8_t mac[32];
+  unsigned len = 0;
+  HMAC(EVP_sha256(), h->cookie_key, sizeof h->cookie_key, (const uint8_t *)msg, (size_t)n, mac, &len);
+  for (unsigned i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+static bool cookie_ok(const ctl_http *h, struct MHD_Connection *conn) {
+  const char *v = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, LM_HTTP_COOKIE);
+  const char *dot = v ? strchr(v, '.') : NULL;
+  if (!dot || dot - v > 20 || strlen(dot + 1) != 64) return false;
+  char expiry[24], mac[65];
+  memcpy(expiry, v, (size_t)(dot - v));
+  expiry[dot - v] = 0;
+  char *end;
+  long long t = strtoll(expiry, &end, 10);
+  if (*end || t < (long long)time(NULL)) return false;
+  cookie_mac(h, expiry, mac);
+  return lm_auth_equal(mac, dot + 1, 64);
+}
+
+/* Whether the request may read /metrics or the dashboard; when not, *why says so. The dashboard
+ * (dash) also takes its cookie. */
+static bool authorized(ctl_http *h, struct MHD_Connection *conn, bool dash, const char **why) {
   if (!h->auth) return true;
+  if (dash && cookie_ok(h, conn)) return true;
   char tok[LM_HTTP_TOKEN_MAX + 1];
   int n = credential(conn, tok, sizeof tok);
   bool ok = false;
@@ -448,12 +481,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!strcmp(url, "/healthz")) return serve_probe(h, conn, false);
   if (!strcmp(url, "/readyz")) return serve_probe(h, conn, true);
   const char *why;
-  if (!authorized(h, conn, &why)) return respond_401(conn, why);
+  bool dash = !strcmp(url, "/") || !strcmp(url, "/api/status");
+  if (!authorized(h, conn, dash, &why)) return respond_401(conn, why);
   if (!strcmp(url, "/metrics")) return serve_metrics(h, conn);
   if (!strcmp(url, "/")) {
     char *page = strdup(lm_dashboard_html);
     if (!page) return MHD_NO;
-    return respond(conn, MHD_HTTP_OK, "text/html; charset=utf-8", page, strlen(page));
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+      free(page);
+      return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (h->auth) { /* signed in: the page's requests carry this cookie for the next hour */
+      char expiry[24], mac[65], cookie[192];
+      snprintf(expiry, sizeof expiry, "%lld", (long long)time(NULL) + LM_HTTP_COOKIE_S);
+      cookie_mac(h, expiry, mac);
+      snprintf(cookie, sizeof cookie, LM_HTTP_COOKIE "=%s.%s; Path=/; Max-Age=%d; HttpOnly; SameSite=Strict", expiry,
+               mac, LM_HTTP_COOKIE_S);
+      MHD_add_response_header(r, MHD_HTTP_HEADER_SET_COOKIE, cookie);
+    }
+    enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
   }
   if (!strcmp(url, "/api/status")) {
     bool fresh;
@@ -502,6 +553,10 @@ int ctl_http_start(ctl *c, lm_err *err) {
   h->ctl = c;
   h->client_tokens = c->cfg.tokens_file != NULL;
   h->auth = h->client_tokens || c->cfg.http_token_file;
+  if (lm_auth_random(h->cookie_key, sizeof h->cookie_key, err) < 0) {
+    free(h);
+    return err->code;
+  }
   if (c->cfg.http_token_file && read_scrape_token(h, c->cfg.http_token_file, err) < 0) {
     free(h);
     return err->code;
@@ -556,6 +611,7 @@ void ctl_http_free(ctl *c) {
   if (h->mhd) MHD_stop_daemon(h->mhd); /* joins its threads: no request is in flight after this */
   lm_met_snapshot_unref(h->snap);
   lm_auth_wipe(h->scrape_token, sizeof h->scrape_token);
+  lm_auth_wipe(h->cookie_key, sizeof h->cookie_key);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   free(h);

@@ -316,6 +316,15 @@ def test_metrics_and_dashboard_need_a_token_when_the_cluster_has_authentication(
         assert get(base + path, headers={"Authorization": f"Basic {basic}"})[0] == 200
     st, body = get(base + "/metrics", headers={"Authorization": f"Bearer {auth.tokens['alice']}"})
     assert "loom_devices{state=\"healthy\"} 4" in body
+    # the page signs the browser in with a cookie for its own /api/status polls (not for /metrics)
+    st, _, hdr = get(base + "/", headers={"Authorization": f"Bearer {scrape_token}"}, with_headers=True)
+    cookie = hdr["Set-Cookie"].split(";")[0]
+    assert st == 200 and cookie.startswith("loom_dashboard=") and "HttpOnly" in hdr["Set-Cookie"]
+    assert get(base + "/api/status", headers={"Cookie": cookie})[0] == 200
+    assert get(base + "/metrics", headers={"Cookie": cookie})[0] == 401
+    expiry, mac = cookie.split("=", 1)[1].split(".")
+    for forged in (f"{int(expiry) + 1}.{mac}", f"{expiry}.{'0' * 64}", f"1.{mac}", "x", f"{expiry}.{mac[:-1]}"):
+        assert get(base + "/api/status", headers={"Cookie": f"loom_dashboard={forged}"})[0] == 401, forged
     # a revoked client token stops working at once
     run_loom("token", "revoke", auth.tokens["alice"].split("_")[1], "--tokens-file", str(auth.tokens_file), check=True)
     st, _ = get(base + "/metrics", headers={"Authorization": f"Bearer {auth.tokens['alice']}"})
