@@ -2,7 +2,7 @@
 chromium + chromium-driver, driven by selenium): the page loads with no external assets, shows
 the cluster's 8 devices by slice and worker, lists a launch after it runs, and turns a killed
 worker's devices unhealthy without being reloaded. A screenshot is kept as a test artifact
-(build/test-artifacts/dashboard.png)."""
+(build/test-artifacts/dashboard.png). With a token required, the signed-in page still works."""
 import json
 import shutil
 import urllib.error
