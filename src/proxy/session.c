@@ -1039,10 +1039,14 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
   cJSON *root = cJSON_ParseWithLength(data + plen, len - plen);
   if (!root || !cJSON_IsObject(root)) {
     cJSON_Delete(root);
-    return fail(s, PX_INVALID_ARGUMENT, "%s: its JSON does not parse", what);
+    return fail(s, PX_INVALID_ARGUMENT, "%s: its JSON %s", what, root ? "is not an object" : "does not parse");
   }
   cJSON *req = cJSON_GetObjectItemCaseSensitive(root, "profileRequest");
-  if (!req || !cJSON_IsObject(req)) {
+  if (req && !cJSON_IsObject(req)) {
+    cJSON_Delete(root);
+    return fail(s, PX_INVALID_ARGUMENT, "%s: profileRequest must be a JSON object", what);
+  }
+  if (!req) {
     const char *key = root->child && root->child->string ? root->child->string : "(empty)";
     int rc = fail(s, PX_UNIMPLEMENTED, "%s: %.100s is not supported by the Loom proxy (only profileRequest is)", what,
                   key);

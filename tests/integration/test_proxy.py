@@ -256,11 +256,16 @@ def test_plugin_programs_other_than_profiling_are_unimplemented(cluster, tmp_pat
     script.write_text(
         "import pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
         "from pathwaysutils import plugin_executable\n"
-        "try:\n    plugin_executable.PluginExecutable('{\"persistenceWriteRequest\": {}}')\n"
-        "except Exception as e:\n    print('error:', str(e)[:300])\n")
+        "for prog in ['{\"persistenceWriteRequest\": {}}', 'not json', '[1, 2]', '{\"profileRequest\": 3}']:\n"
+        "    try:\n        plugin_executable.PluginExecutable(prog)\n        print('accepted:', prog)\n"
+        "    except Exception as e:\n        print('error:', str(e)[:300])\n"
+        "import jax.numpy as jnp\nprint('still serving', int(jnp.arange(3).sum()))\n")
     r = run_jax(cluster, script)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "persistenceWriteRequest is not supported by the Loom proxy" in r.stdout, r.stdout + r.stderr
+    assert "its JSON does not parse" in r.stdout and "its JSON is not an object" in r.stdout, r.stdout
+    assert "profileRequest must be a JSON object" in r.stdout and "accepted" not in r.stdout, r.stdout
+    assert "still serving 3" in r.stdout, r.stdout
 
 
 def test_donated_inputs_are_deleted(cluster, tmp_path):
