@@ -310,6 +310,7 @@ struct wk {
   uint32_t ptracer_pid;
   wk_xfer_stats xstats;
   lm_spmd_coll_stats cstats;   /* collective calls of all launches (device threads add) */
+  uint64_t dp_sent, dp_received; /* the data plane's byte counters at the last heartbeat */
   int rc;                      /* result of lm_worker_run */
   lm_err err;
 };
