@@ -36,6 +36,11 @@ APT_PACKAGES=(
 [[ "${LOOM_SETUP_BROWSER:-1}" == 0 ]] || APT_PACKAGES+=(
   chromium chromium-driver
 )
+# The scrape test (tests/integration/test_deploy.py) runs a real Prometheus against a controller
+# with deploy/prometheus's bearer-token scrape job. LOOM_SETUP_PROMETHEUS=0 leaves it out (it skips).
+[[ "${LOOM_SETUP_PROMETHEUS:-1}" == 0 ]] || APT_PACKAGES+=(
+  prometheus
+)
 # name or name==version (pip's distribution names): tests compare with JAX's numbers, read what
 # jaxlib writes and speak the IFRT proxy protocol of jaxlib 0.10.2, so jax/jaxlib and pathwaysutils
 # are pinned; grpcio lets the proxy tests talk gRPC to it directly; xla-cpu-pjrt is XLA:CPU as a

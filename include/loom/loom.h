@@ -443,6 +443,17 @@ LOOM_API loom_status loom_future_cancel(loom_future *future);
 /* Frees the future; a pending operation carries on (its outputs still become ready). NULL ok. */
 LOOM_API void loom_future_destroy(loom_future *future);
 
+/* ---- traces (docs/observability.md) ---- */
+
+/* Starts recording the cluster's launch trace, the one `loom trace start` starts: every launch's
+ * phases per device from now on, whichever client runs it. LOOM_BUSY when one records already. */
+LOOM_API loom_status loom_trace_start(loom_client *client);
+/* Stops the recording and returns it as Chrome trace event JSON (ui.perfetto.dev opens it):
+ * *out_json (NUL-terminated, malloc'd: free() it) of *out_len bytes. LOOM_NOT_FOUND when none
+ * records; LOOM_UNSUPPORTED when the JSON is over 64 MiB (`loom trace stop` over the HTTP port
+ * has no such limit). */
+LOOM_API loom_status loom_trace_stop(loom_client *client, char **out_json, size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,6 +38,10 @@ static const char g_usage[] =
     "                              /readyz[?min_devices=N] (readiness); port 0 = any free port\n"
     "                              (default: no HTTP port; `loom up` serves one on 127.0.0.1)\n"
     "  --http-address-file PATH    write the HTTP port's address to PATH once it serves\n"
+    "  --http-token-file PATH      /metrics and the dashboard need this file's token (first line,\n"
+    "                              16-256 characters) as 'Authorization: Bearer TOKEN'; with\n"
+    "                              --tokens-file they need that or a client token (/healthz and\n"
+    "                              /readyz stay open for probes)\n"
     "  --recover-wait MS           a lost worker with no standby (`loom worker --standby`) to replace\n"
     "                              it: its launches wait this long for a new worker to join, then\n"
     "                              fail (default 0: they fail at once; docs/elastic.md)\n"
@@ -52,7 +56,7 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP };
+         O_RECWAIT, O_NOSNAP, O_HTTPTOK };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -69,6 +73,7 @@ int cmd_controller(int argc, char **argv) {
       {"reclaim-after", required_argument, 0, O_RECLAIM},
       {"http", required_argument, 0, O_HTTP},
       {"http-address-file", required_argument, 0, O_HTTPFILE},
+      {"http-token-file", required_argument, 0, O_HTTPTOK},
       {"config", required_argument, 0, O_CONFIG},
       {"recover-wait", required_argument, 0, O_RECWAIT},
       {"no-snapshots", no_argument, 0, O_NOSNAP},
@@ -87,6 +92,7 @@ int cmd_controller(int argc, char **argv) {
     case O_INSECURE: cfg.insecure = true; break;
     case O_HTTP: cfg.http_listen = optarg; break;
     case O_HTTPFILE: cfg.http_address_file = optarg; break;
+    case O_HTTPTOK: cfg.http_token_file = optarg; break;
     case O_CONFIG: cfg.pool_config = optarg; break;
     case O_IDLE:
       if (cli_parse_u64(cmd, "--session-idle-timeout", optarg, 0, 86400000, &v) < 0) return 2;
@@ -134,6 +140,7 @@ int cmd_controller(int argc, char **argv) {
                            cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);
   if (cfg.http_address_file && !cfg.http_listen)
     return cli_usage_error(cmd, "--http-address-file needs --http HOST:PORT");
+  if (cfg.http_token_file && !cfg.http_listen) return cli_usage_error(cmd, "--http-token-file needs --http HOST:PORT");
   lm_log_init("controller");
   lm_err err;
   if (lm_controller_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);

@@ -26,6 +26,9 @@ static const char g_usage[] =
     "                            (it waits in the controller's queue until they are free; docs/pool.md)\n"
     "  --priority CLASS          ... in this priority class\n"
     "  --share-weight W          ... time-sharing them with other weighted sessions in proportion to W\n"
+    "  --trace-dir DIR           where JAX's profiler requests (jax.profiler.start_trace/stop_trace with\n"
+    "                            pathwaysutils) leave Loom's launch trace: DIR/SESSION/loom-trace.json\n"
+    "                            (default: $LOOM_TRACE_DIR, else the state directory's traces/)\n"
     "  -h, --help                show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much. docs/proxy.md lists\n"
@@ -37,7 +40,7 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 int cmd_proxy(int argc, char **argv) {
   const char *cmd = "proxy";
   px_options po = {.listen = "127.0.0.1:29000", .host_buffer_wait_ms = 60000, .stop = &g_stop};
-  enum { O_LISTEN = 1, O_CTL, O_ADDRFILE, O_HBW, O_POOL, O_PRIO, O_WEIGHT };
+  enum { O_LISTEN = 1, O_CTL, O_ADDRFILE, O_HBW, O_POOL, O_PRIO, O_WEIGHT, O_TRACEDIR };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"controller", required_argument, 0, O_CTL},
@@ -46,6 +49,7 @@ int cmd_proxy(int argc, char **argv) {
       {"pool-devices", required_argument, 0, O_POOL},
       {"priority", required_argument, 0, O_PRIO},
       {"share-weight", required_argument, 0, O_WEIGHT},
+      {"trace-dir", required_argument, 0, O_TRACEDIR},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -57,6 +61,7 @@ int cmd_proxy(int argc, char **argv) {
     case O_LISTEN: po.listen = optarg; break;
     case O_CTL: po.controller = optarg; break;
     case O_ADDRFILE: po.address_file = optarg; break;
+    case O_TRACEDIR: po.trace_dir = optarg; break;
     case O_POOL:
       if (cli_parse_u64(cmd, "--pool-devices", optarg, 1, 65536, &v) < 0) return 2;
       po.pool_devices = (uint32_t)v;

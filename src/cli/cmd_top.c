@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/util.h"
 #include "client/locate.h"
+#include "net/auth.h"
 #include "net/sock.h"
 
 static const char g_usage[] =
@@ -48,11 +49,17 @@ static size_t on_data(char *ptr, size_t size, size_t n, void *arg) {
   return add;
 }
 
-static cJSON *fetch(const char *addr, char *why, size_t cap) {
+static cJSON *fetch(const char *addr, const char *token, char *why, size_t cap) {
   CURL *c = curl_easy_init();
   if (!c) return snprintf(why, cap, "cannot start libcurl"), NULL;
-  char url[LM_ADDR_MAX + 32];
+  char url[LM_ADDR_MAX + 32], auth[600] = "";
   snprintf(url, sizeof url, "http://%s/api/status", addr);
+  struct curl_slist *h = NULL;
+  if (token && *token) {
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+    h = curl_slist_append(h, auth);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+  }
   buf b = {0};
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
@@ -64,6 +71,8 @@ static cJSON *fetch(const char *addr, char *why, size_t cap) {
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_cleanup(c);
+  curl_slist_free_all(h);
+  lm_auth_wipe(auth, sizeof auth);
   cJSON *j = NULL;
   if (rc != CURLE_OK) snprintf(why, cap, "cannot reach the controller's HTTP port %s: %s", addr, curl_easy_strerror(rc));
   else if (status != 200) snprintf(why, cap, "the controller's HTTP port %s answered HTTP %ld", addr, status);
@@ -201,6 +210,13 @@ int cmd_top(int argc, char **argv) {
       return cli_fail(cmd, "no controller HTTP port given (--http HOST:PORT or $LOOM_HTTP) and no local cluster "
                       "with one in %s (loom up serves one)", dir);
   }
+  /* the token, for a controller with authentication: $LOOM_TOKEN, $LOOM_TOKEN_FILE's, the local cluster's */
+  char token[512], ctl_addr[LM_ADDR_MAX] = "";
+  const char *ce = getenv("LOOM_CONTROLLER");
+  if (ce && *ce) snprintf(ctl_addr, sizeof ctl_addr, "%s", ce);
+  else if (lm_state_dir(dir, sizeof dir, &err) == 0) lm_state_get(dir, "address", ctl_addr, sizeof ctl_addr, NULL);
+  int tn = lm_locate_token(ctl_addr[0] ? ctl_addr : addr, token, sizeof token, &err);
+  if (tn < 0) return cli_fail(cmd, "%s", err.msg);
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) return cli_fail(cmd, "cannot start libcurl");
   signal(SIGINT, on_sig);
   signal(SIGTERM, on_sig);
@@ -216,7 +232,7 @@ int cmd_top(int argc, char **argv) {
       if (g_stop) break;
     }
     char why[512];
-    cJSON *s = fetch(addr, why, sizeof why);
+    cJSON *s = fetch(addr, tn > 0 ? token : NULL, why, sizeof why);
     if (!s) {
       rc = cli_fail(cmd, "%s", why);
       break;
@@ -233,5 +249,6 @@ int cmd_top(int argc, char **argv) {
     cJSON_Delete(s);
   }
   curl_global_cleanup();
+  lm_auth_wipe(token, sizeof token);
   return rc;
 }

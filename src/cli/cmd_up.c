@@ -519,7 +519,9 @@ static int supervise(sup *s) {
              "%s\n",
              (s->workers - s->nstandby) * s->dpw, s->workers - s->nstandby, s->workers - s->nstandby == 1 ? "" : "s",
              s->slices, s->slices == 1 ? "" : "s", mem, standby_note, s->addr, s->http_addr[0] ? "metrics: http://" : "",
-             s->http_addr, s->http_addr[0] ? "/metrics (health: /healthz, /readyz)\n" : "", ptext, s->dir,
+             s->http_addr, s->http_addr[0] ? "/metrics and the dashboard / (token: the state directory's `token`, as 'Authorization: "
+                                             "Bearer TOKEN', or the password a browser asks for; health: /healthz, "
+                                             "/readyz)\n" : "", ptext, s->dir,
              s->detach ? "stop it with: loom down" : "Ctrl-C stops it.");
   }
   if (rc < 0) {

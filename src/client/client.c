@@ -209,3 +209,50 @@ loom_status loom_device_info(loom_client *c, int32_t id, loom_device_desc *out) 
   out->struct_size = keep;
   return LOOM_OK;
 }
+
+/* ---- traces ---- */
+
+loom_status loom_trace_start(loom_client *c) {
+  if (!c) return lm_client_failf(NULL, LOOM_INVALID_ARGUMENT, "loom_trace_start: client is NULL");
+  Lmw__TraceControl req = LMW__TRACE_CONTROL__INIT;
+  ProtobufCMessage *m;
+  lm_err err;
+  int rc = lm_cconn_call(c->conn, LM_MSG_TRACE_CONTROL, &req.base, LM_MSG_ACK, c->timeout_ms, c->intr, c->intr_arg,
+                         &m, &err);
+  if (rc < 0) return lm_client_fail(c, &err);
+  lm_msg_free(m);
+  return LOOM_OK;
+}
+
+loom_status loom_trace_stop(loom_client *c, char **out_json, size_t *out_len) {
+  if (!c || !out_json || !out_len) return lm_client_failf(c, LOOM_INVALID_ARGUMENT, "loom_trace_stop: NULL argument");
+  *out_json = NULL;
+  *out_len = 0;
+  Lmw__TraceControl req = LMW__TRACE_CONTROL__INIT;
+  req.stop = true;
+  req.max_payload = LM_FRAME_PAYLOAD_DEFAULT_MAX; /* what this connection takes */
+  lm_err err;
+  lm_call *call;
+  int rc = lm_cconn_start(c->conn, LM_MSG_TRACE_CONTROL, &req.base, NULL, 0, NULL, 0, &call, &err);
+  if (rc < 0) return lm_client_fail(c, &err);
+  rc = lm_call_wait(call, c->timeout_ms, c->intr, c->intr_arg, &err);
+  lm_reply r = {0};
+  if (rc == 0) rc = lm_call_take_reply(call, &r, &err);
+  lm_call_release(call);
+  if (rc < 0) return lm_client_fail(c, &err);
+  if (r.type != LM_MSG_TRACE_RESULT || r.payload_external) {
+    lm_reply_free(&r);
+    return lm_client_failf(c, LOOM_PROTOCOL, "the controller answered TRACE_CONTROL with %s", lm_msg_name(r.type));
+  }
+  char *json = malloc((size_t)r.payload_len + 1);
+  if (!json) {
+    lm_reply_free(&r);
+    return lm_client_failf(c, LOOM_NO_MEMORY, "out of host memory");
+  }
+  if (r.payload_len) memcpy(json, r.payload, (size_t)r.payload_len);
+  json[r.payload_len] = 0;
+  *out_json = json;
+  *out_len = (size_t)r.payload_len;
+  lm_reply_free(&r);
+  return LOOM_OK;
+}

@@ -427,6 +427,14 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
                           t->stream_put_bytes, t->stream_gets, t->stream_get_bytes, t->local_refused};
     rc = lm_registry_set_transfers(c->reg, p->worker_id, &x, &err);
   }
+  if (rc == 0 && m->collectives) {
+    const Lmw__CollectiveStats *cs = m->collectives;
+    lm_reg_collectives x = {.nanos = cs->nanos, .dp_sent = cs->dataplane_bytes_sent,
+                            .dp_received = cs->dataplane_bytes_received};
+    for (size_t i = 0; i < cs->n_calls && i < LM_REG_COLL_OPS; i++) x.calls[i] = cs->calls[i];
+    for (size_t i = 0; i < cs->n_bytes && i < LM_REG_COLL_OPS; i++) x.bytes[i] = cs->bytes[i];
+    rc = lm_registry_set_collectives(c->reg, p->worker_id, &x, &err);
+  }
   if (rc < 0) { /* the worker is dropped: its devices are unhealthy from now, not after the close */
     char why[LM_REG_REASON_MAX];
     snprintf(why, sizeof why, "bad heartbeat: %.140s", err.msg);
@@ -679,6 +687,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     break;
   }
   case LM_MSG_WORKER_DATAPLANE: on_worker_dataplane(p, f, (Lmw__WorkerDataplane *)m); break;
+  case LM_MSG_TRACE_CONTROL:
+    if (p->role == ROLE_CLIENT) ctl_on_trace_control(p, f, (Lmw__TraceControl *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "TRACE_CONTROL is only for clients");
+    break;
   case LM_MSG_RUN_DONE:
     if (p->role == ROLE_WORKER && p->registered) ctl_on_run_done(c, p, (Lmw__RunDone *)m);
     else reply_error(p, f, LOOM_PERMISSION, "RUN_DONE is only for registered workers");
@@ -747,6 +759,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     ctl_launches_client_gone(c, p);
     ctl_programs_client_gone(c, p);
     ctl_recover_client_gone(c, p);
+    ctl_trace_client_gone(c, p);
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;

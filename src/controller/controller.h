@@ -28,6 +28,8 @@ typedef struct lm_controller_config {
   const char *http_listen;         /* "HOST:PORT" of the HTTP port (/metrics, /healthz, /readyz);
                                       NULL: none */
   const char *http_address_file;   /* optional: the HTTP port's bound "HOST:PORT" is written here */
+  const char *http_token_file;     /* a token (first line) that may read /metrics and the dashboard;
+                                      with it or tokens_file those need one (the probes never do) */
   uint32_t max_sessions_per_user;  /* open sessions one token user may hold (default 1024; with
                                       tokens only) */
   const char *pool_config;         /* the shared pool's classes and quotas (docs/pool.md); NULL: the

@@ -289,6 +289,9 @@ void ctl_trace_launch_begin(ctl *c, c_launch *l, uint64_t arrived, const char *p
 void ctl_trace_launch_sent(c_launch *l);
 void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone *m);
 void ctl_trace_launch_end(ctl *c, c_launch *l, int code);
+/* TRACE_CONTROL from a client: start (ACK) or stop (TRACE_RESULT with the JSON, built off the loop). */
+void ctl_on_trace_control(peer *p, const lm_frame *f, const Lmw__TraceControl *m);
+void ctl_trace_client_gone(ctl *c, peer *p);
 /* 0 when token (len bytes) is good for this controller (always, without --tokens-file). */
 int ctl_check_token(ctl *c, const void *token, size_t len, lm_err *err);
 

@@ -10,6 +10,8 @@
  * its age. Counters are relaxed atomics the loop bumps directly (ctl_metrics.h). */
 #include <errno.h>
 #include <microhttpd.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,7 +24,11 @@
 
 #define LM_HTTP_WAIT_MS 2000  /* how long a request waits for the loop's snapshot */
 
-enum { JOB_TRACE_START = 1, JOB_TRACE_STOP = 2 };
+enum { JOB_TRACE_START = 1, JOB_TRACE_STOP = 2, JOB_AUTH = 3 };
+#define LM_HTTP_COOKIE_S 3600  /* the dashboard's sign-in cookie lasts this long */
+#define LM_HTTP_COOKIE "loom_dashboard"
+#define LM_HTTP_TOKEN_MIN 16   /* --http-token-file: its token's length limits */
+#define LM_HTTP_TOKEN_MAX 256
 
 /* Something only the loop may do, asked by a request (it waits for `done`). */
 typedef struct http_job {
@@ -51,6 +57,11 @@ struct ctl_http {
   lm_met_recent recent[LM_MET_RECENT]; /* loop thread only: a ring of finished launches */
   uint32_t nrecent, recent_next;
   char bound[LM_ADDR_MAX];
+  bool auth;                  /* /metrics and the dashboard need a token (--tokens-file or --http-token-file) */
+  bool client_tokens;         /* ... and client tokens are accepted (--tokens-file) */
+  char scrape_token[LM_HTTP_TOKEN_MAX + 1]; /* --http-token-file's ("" without one) */
+  size_t scrape_len;
+  uint8_t cookie_key[32];     /* signs the dashboard's cookies (random per run) */
 };
 
 lm_met_counters *ctl_http_counters(ctl_http *h) { return h ? &h->counters : NULL; }
@@ -126,6 +137,7 @@ static lm_met_snapshot *build_snapshot(ctl *c) {
     o->alive = w->state == LM_WORKER_ALIVE;
     o->since_heartbeat_ms = now >= w->last_heartbeat_ms ? now - w->last_heartbeat_ms : 0;
     o->transfers = w->transfers;
+    o->collectives = w->collectives;
     o->host = dup_or_empty(w->host);
     o->slice = dup_or_empty(w->slice);
     o->problem = dup_or_empty(o->alive ? w->problem : w->reason);
@@ -157,6 +169,8 @@ static void run_job(ctl *c, http_job *j) {
                       "'Authorization: Bearer TOKEN' (loom trace does, from LOOM_TOKEN or the local cluster's)");
   } else if (ctl_check_token(c, j->token, j->token_len, &err) < 0) {
     j->code = err.code;
+  } else if (j->kind == JOB_AUTH) {
+    j->code = 0; /* the token is a valid client token */
   } else if (j->kind == JOB_TRACE_START) {
     j->code = ctl_trace_start(c, &err);
   } else {
@@ -336,6 +350,113 @@ static enum MHD_Result serve_trace(ctl_http *h, struct MHD_Connection *conn, int
   return respond(conn, MHD_HTTP_OK, "application/json", json, strlen(json));
 }
 
+/* The Authorization header's token: `Bearer TOKEN`, or HTTP Basic with the token as password (what
+ * a browser sends for the dashboard after asking for it; the user name is ignored). Copies it to
+ * out (NUL-terminated); returns its length, 0 if there is none, -1 if malformed or too long. */
+static int credential(struct MHD_Connection *conn, char *out, size_t cap) {
+  const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!auth) return 0;
+  if (!strncmp(auth, "Bearer ", 7)) {
+    size_t n = strlen(auth + 7);
+    if (n == 0 || n >= cap) return -1;
+    memcpy(out, auth + 7, n + 1);
+    return (int)n;
+  }
+  if (strncmp(auth, "Basic ", 6)) return -1;
+  char *pass = NULL;
+  char *user = MHD_basic_auth_get_username_password(conn, &pass);
+  int n = -1;
+  if (user && pass && strlen(pass) > 0 && strlen(pass) < cap) {
+    n = (int)strlen(pass);
+    memcpy(out, pass, (size_t)n + 1);
+  }
+  if (pass) {
+    lm_auth_wipe(pass, strlen(pass));
+    MHD_free(pass);
+  }
+  if (user) MHD_free(user);
+  return n;
+}
+
+static enum MHD_Result respond_401(struct MHD_Connection *conn, const char *why) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "%s: send 'Authorization: Bearer TOKEN' with a client token (loom token create) or the token of the "
+           "controller's --http-token-file (a browser asks for it: any user name, the token as password)\n",
+           why);
+  char *body = strdup(text);
+  if (!body) return MHD_NO;
+  struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"loom\"");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Basic realm=\"loom\", charset=\"UTF-8\"");
+  enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_UNAUTHORIZED, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+static bool same_secret(const char *a, size_t alen, const char *b, size_t blen) {
+  unsigned char d = alen != blen;
+  for (size_t i = 0; i < alen && i < blen; i++) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+/* The dashboard's cookie: "EXPIRY.MAC", MAC = hex HMAC-SHA256(cookie_key, "loom-dashboard " EXPIRY)
+ * with EXPIRY in Unix seconds. A browser that signed in with a token gets one with the page, so
+ * the page's own requests (fetch /api/status) need no credentials of their own. */
+static void cookie_mac(const ctl_http *h, const char *expiry, char out[65]) {
+  char msg[64];
+  int n = snprintf(msg, sizeof msg, "loom-dashboard %s", expiry);
+  uint8_t mac[32];
+  unsigned len = 0;
+  HMAC(EVP_sha256(), h->cookie_key, sizeof h->cookie_key, (const uint8_t *)msg, (size_t)n, mac, &len);
+  for (unsigned i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+static bool cookie_ok(const ctl_http *h, struct MHD_Connection *conn) {
+  const char *v = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, LM_HTTP_COOKIE);
+  const char *dot = v ? strchr(v, '.') : NULL;
+  if (!dot || dot - v > 20 || strlen(dot + 1) != 64) return false;
+  char expiry[24], mac[65];
+  memcpy(expiry, v, (size_t)(dot - v));
+  expiry[dot - v] = 0;
+  char *end;
+  long long t = strtoll(expiry, &end, 10);
+  if (*end || t < (long long)time(NULL)) return false;
+  cookie_mac(h, expiry, mac);
+  return lm_auth_equal(mac, dot + 1, 64);
+}
+
+/* Whether the request may read /metrics or the dashboard; when not, *why says so. The dashboard
+ * (dash) also takes its cookie. */
+static bool authorized(ctl_http *h, struct MHD_Connection *conn, bool dash, const char **why) {
+  if (!h->auth) return true;
+  if (dash && cookie_ok(h, conn)) return true;
+  char tok[LM_HTTP_TOKEN_MAX + 1];
+  int n = credential(conn, tok, sizeof tok);
+  bool ok = false;
+  *why = n == 0 ? "this controller requires authentication" : "the token is not accepted";
+  if (n < 0) *why = "the Authorization header must be 'Bearer TOKEN' or Basic with the token as password";
+  if (n > 0 && h->scrape_len) ok = same_secret(tok, (size_t)n, h->scrape_token, h->scrape_len);
+  if (n > 0 && !ok && h->client_tokens && (size_t)n <= LM_TOKEN_STR_LEN) {
+    http_job j;
+    memset(&j, 0, sizeof j);
+    j.kind = JOB_AUTH;
+    j.has_token = true;
+    j.token_len = (size_t)n;
+    memcpy(j.token, tok, (size_t)n);
+    do_job(h, &j);
+    lm_auth_wipe(j.token, sizeof j.token);
+    ok = j.code == 0;
+  }
+  lm_auth_wipe(tok, sizeof tok);
+  return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **state) {
   (void)version, (void)upload;
@@ -356,13 +477,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served here (and POST /trace/...)\n");
   if (*state == &had_body) return respond_text(conn, MHD_HTTP_BAD_REQUEST, "requests here take no body\n");
   if (trace) return serve_trace(h, conn, strcmp(url, "/trace/start") ? JOB_TRACE_STOP : JOB_TRACE_START);
-  if (!strcmp(url, "/metrics")) return serve_metrics(h, conn);
+  /* the probes stay open (kubelets and load balancers send no token); they show no state */
   if (!strcmp(url, "/healthz")) return serve_probe(h, conn, false);
   if (!strcmp(url, "/readyz")) return serve_probe(h, conn, true);
+  const char *why;
+  bool dash = !strcmp(url, "/") || !strcmp(url, "/api/status");
+  if (!authorized(h, conn, dash, &why)) return respond_401(conn, why);
+  if (!strcmp(url, "/metrics")) return serve_metrics(h, conn);
   if (!strcmp(url, "/")) {
     char *page = strdup(lm_dashboard_html);
     if (!page) return MHD_NO;
-    return respond(conn, MHD_HTTP_OK, "text/html; charset=utf-8", page, strlen(page));
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(page), page, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+      free(page);
+      return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (h->auth) { /* signed in: the page's requests carry this cookie for the next hour */
+      char expiry[24], mac[65], cookie[192];
+      snprintf(expiry, sizeof expiry, "%lld", (long long)time(NULL) + LM_HTTP_COOKIE_S);
+      cookie_mac(h, expiry, mac);
+      snprintf(cookie, sizeof cookie, LM_HTTP_COOKIE "=%s.%s; Path=/; Max-Age=%d; HttpOnly; SameSite=Strict", expiry,
+               mac, LM_HTTP_COOKIE_S);
+      MHD_add_response_header(r, MHD_HTTP_HEADER_SET_COOKIE, cookie);
+    }
+    enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
   }
   if (!strcmp(url, "/api/status")) {
     bool fresh;
@@ -377,6 +519,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* ---- start and stop (loop thread) ---- */
 
+/* --http-token-file: its first line, LM_HTTP_TOKEN_MIN..MAX printable characters. */
+static int read_scrape_token(ctl_http *h, const char *path, lm_err *err) {
+  FILE *f = fopen(path, "r");
+  if (!f) return lm_errf(err, LOOM_IO, "cannot read the HTTP token file %s: %s", path, strerror(errno));
+  char line[LM_HTTP_TOKEN_MAX + 8];
+  bool got = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  size_t n = got ? strcspn(line, "\r\n") : 0;
+  while (n && (line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
+  bool printable = true;
+  for (size_t i = 0; i < n; i++) printable &= line[i] > ' ' && line[i] < 127;
+  if (n < LM_HTTP_TOKEN_MIN || n > LM_HTTP_TOKEN_MAX || !printable) {
+    lm_auth_wipe(line, sizeof line);
+    return lm_errf(err, LOOM_INVALID_ARGUMENT,
+                   "the HTTP token file %s must hold one token of %d to %d printable characters (no spaces) on its "
+                   "first line", path, LM_HTTP_TOKEN_MIN, LM_HTTP_TOKEN_MAX);
+  }
+  memcpy(h->scrape_token, line, n);
+  h->scrape_token[n] = 0;
+  h->scrape_len = n;
+  lm_auth_wipe(line, sizeof line);
+  return 0;
+}
+
 int ctl_http_start(ctl *c, lm_err *err) {
   const char *addr = c->cfg.http_listen;
   struct sockaddr_storage ss;
@@ -385,6 +551,16 @@ int ctl_http_start(ctl *c, lm_err *err) {
   ctl_http *h = calloc(1, sizeof *h);
   if (!h) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   h->ctl = c;
+  h->client_tokens = c->cfg.tokens_file != NULL;
+  h->auth = h->client_tokens || c->cfg.http_token_file;
+  if (lm_auth_random(h->cookie_key, sizeof h->cookie_key, err) < 0) {
+    free(h);
+    return err->code;
+  }
+  if (c->cfg.http_token_file && read_scrape_token(h, c->cfg.http_token_file, err) < 0) {
+    free(h);
+    return err->code;
+  }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -434,6 +610,8 @@ void ctl_http_free(ctl *c) {
   if (!h) return;
   if (h->mhd) MHD_stop_daemon(h->mhd); /* joins its threads: no request is in flight after this */
   lm_met_snapshot_unref(h->snap);
+  lm_auth_wipe(h->scrape_token, sizeof h->scrape_token);
+  lm_auth_wipe(h->cookie_key, sizeof h->cookie_key);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   free(h);

@@ -207,6 +207,35 @@ void lm_met_render(lm_met_buf *b, const lm_met_counters *m, const lm_met_snapsho
                   (unsigned long long)t->stream_put_bytes, id, (unsigned long long)t->stream_get_bytes);
   }
 
+  static const char *const ops[LM_REG_COLL_OPS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                    "all_to_all", "collective_permute", "collective_broadcast"};
+  family(b, "loom_worker_collective_calls_total", "counter",
+         "Collective calls the worker's devices made in launches, by op (one per device and operand).");
+  for (uint32_t i = 0; i < s->nworkers; i++)
+    for (int k = 0; k < LM_REG_COLL_OPS; k++)
+      lm_met_printf(b, "loom_worker_collective_calls_total{worker=\"%u\",op=\"%s\"} %llu\n", s->workers[i].id, ops[k],
+                    (unsigned long long)s->workers[i].collectives.calls[k]);
+  family(b, "loom_worker_collective_bytes_total", "counter",
+         "Operand bytes the worker's devices put into collective calls, by op (docs/observability.md).");
+  for (uint32_t i = 0; i < s->nworkers; i++)
+    for (int k = 0; k < LM_REG_COLL_OPS; k++)
+      lm_met_printf(b, "loom_worker_collective_bytes_total{worker=\"%u\",op=\"%s\"} %llu\n", s->workers[i].id, ops[k],
+                    (unsigned long long)s->workers[i].collectives.bytes[k]);
+  family(b, "loom_worker_collective_seconds_total", "counter",
+         "Time the worker's devices spent inside collective calls, summed over devices.");
+  for (uint32_t i = 0; i < s->nworkers; i++)
+    lm_met_printf(b, "loom_worker_collective_seconds_total{worker=\"%u\"} %.9f\n", s->workers[i].id,
+                  (double)s->workers[i].collectives.nanos / 1e9);
+  family(b, "loom_worker_dataplane_bytes_total", "counter",
+         "Bytes the worker's data plane sent to and received from other workers (collectives between workers, "
+         "shard copies).");
+  for (uint32_t i = 0; i < s->nworkers; i++)
+    lm_met_printf(b,
+                  "loom_worker_dataplane_bytes_total{worker=\"%u\",direction=\"sent\"} %llu\n"
+                  "loom_worker_dataplane_bytes_total{worker=\"%u\",direction=\"received\"} %llu\n",
+                  s->workers[i].id, (unsigned long long)s->workers[i].collectives.dp_sent, s->workers[i].id,
+                  (unsigned long long)s->workers[i].collectives.dp_received);
+
   family(b, "loom_device_healthy", "gauge", "1 while the device can run launches, else 0.");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     lm_met_printf(b, "loom_device_healthy");

@@ -40,6 +40,7 @@ typedef struct lm_met_worker {
   char *problem;                   /* "" when alive and well; else why it is lost or unusable */
   uint64_t since_heartbeat_ms;
   lm_reg_transfers transfers;
+  lm_reg_collectives collectives;
 } lm_met_worker;
 
 typedef struct lm_met_device {

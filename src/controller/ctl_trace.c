@@ -12,15 +12,28 @@
 #include "common/log.h"
 #include "controller/ctl.h"
 
+/* A stopped recording a client asked for over the protocol, rendered on the thread pool. */
+typedef struct trace_job {
+  uv_work_t req;
+  ctl *c;
+  peer *client;               /* NULL once it has gone */
+  uint64_t rid, max;
+  ctl_trace_result *r;
+  char *json;
+  struct trace_job *next;
+} trace_job;
+
 struct ctl_tracer {
   bool on;
   uint64_t gen, started;
   ctl_trace_launch *done;     /* finished launches of this recording, newest first */
   uint64_t count, dropped;
+  trace_job *jobs;            /* being rendered */
 };
 
 static void launch_rec_free(ctl_trace_launch *r) {
   if (!r) return;
+  for (uint32_t i = 0; i < r->ndevs; i++) free(r->devs[i].spans);
   free(r->devs);
   free(r);
 }
@@ -85,6 +98,7 @@ ctl_trace_result *ctl_trace_stop(ctl *c, lm_err *err) {
 
 void ctl_trace_free(ctl *c) {
   if (!c->trace) return;
+  for (trace_job *j = c->trace->jobs; j; j = j->next) j->c = NULL; /* their after-work frees them */
   for (ctl_trace_launch *l = c->trace->done, *n; l; l = n) {
     n = l->next;
     launch_rec_free(l);
@@ -121,6 +135,13 @@ void ctl_trace_launch_sent(c_launch *l) {
   }
 }
 
+/* min(v, *left), taken from *left: a peer's durations cannot add up past what is left. */
+static uint64_t cap(uint64_t v, uint64_t *left) {
+  uint64_t r = v < *left ? v : *left;
+  *left -= r;
+  return r;
+}
+
 void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone *m) {
   ctl_trace_launch *r = l->trace;
   if (!r) return;
@@ -144,11 +165,28 @@ void ctl_trace_run_done(ctl *c, c_launch *l, uint32_t worker, const Lmw__RunDone
     d->local_index = dt->local_index;
     d->device = w->device_ids[dt->local_index];
     d->done = now;
-    d->report = dt->report_ns < span ? dt->report_ns : span;
-    d->execute = dt->execute_ns < span - d->report ? dt->execute_ns : span - d->report;
-    d->inputs = dt->inputs_ns < span - d->report - d->execute ? dt->inputs_ns : span - d->report - d->execute;
-    uint64_t left = span - d->report - d->execute - d->inputs;
-    d->queued = dt->queued_ns < left ? dt->queued_ns : left;
+    uint64_t left = span;
+    d->report = cap(dt->report_ns, &left);
+    d->transfer_out = cap(dt->transfer_out_ns, &left);
+    d->execute = cap(dt->execute_ns, &left);
+    d->inputs = cap(dt->inputs_ns, &left);
+    d->queued = cap(dt->queued_ns, &left);
+    d->coll_ns = dt->collective_ns < d->execute ? dt->collective_ns : d->execute;
+    d->coll_calls = dt->collective_calls;
+    d->coll_bytes = dt->collective_bytes;
+    d->nspans = 0;
+    d->spans = NULL;
+    size_t want = dt->n_collectives < LM_TRACE_MAX_SPANS ? dt->n_collectives : LM_TRACE_MAX_SPANS;
+    if (want && !(d->spans = calloc(want, sizeof *d->spans))) want = 0; /* without memory: no spans */
+    for (size_t k = 0; k < dt->n_collectives && d->nspans < want; k++) {
+      const Lmw__CollectiveSpan *cs = dt->collectives[k];
+      if (cs->start_ns > d->execute || cs->op >= 6) continue; /* outside its execute, or no such op */
+      ctl_trace_span *o = &d->spans[d->nspans++];
+      o->start = cs->start_ns;
+      o->dur = cs->dur_ns < d->execute - cs->start_ns ? cs->dur_ns : d->execute - cs->start_ns;
+      o->bytes = cs->bytes;
+      o->op = cs->op;
+    }
   }
 }
 
@@ -216,7 +254,9 @@ char *ctl_trace_json(const ctl_trace_result *r) {
              r->workers[i].slice);
     meta(ev, "process_name", 2 + (int)i, 0, name);
   }
-  static const char *phase[4] = {"queued", "inputs", "execute", "report"};
+  static const char *phase[5] = {"queued", "transfer in", "execute", "transfer out", "report"};
+  static const char *coll_op[6] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                                   "collective_broadcast"};
   for (const ctl_trace_launch *l = r->launches; l; l = l->next) {
     snprintf(name, sizeof name, "launch %llu %s", (unsigned long long)l->seq, l->program);
     cJSON *e = event(ev, name, "launch", 1, 0, us(l->arrived, base), us(l->ended, l->arrived));
@@ -239,14 +279,31 @@ char *ctl_trace_json(const ctl_trace_result *r) {
         snprintf(name, sizeof name, "device %u (local %u)", d->device, d->local_index);
         meta(ev, "thread_name", pid, tid, name);
       }
-      uint64_t dur[4] = {d->queued, d->inputs, d->execute, d->report};
-      uint64_t t = d->done - d->report - d->execute - d->inputs - d->queued;
-      for (int k = 0; k < 4; t += dur[k], k++) {
+      uint64_t dur[5] = {d->queued, d->inputs, d->execute, d->transfer_out, d->report};
+      uint64_t t = d->done - d->report - d->transfer_out - d->execute - d->inputs - d->queued;
+      for (int k = 0; k < 5; t += dur[k], k++) {
         cJSON *pe = event(ev, phase[k], "device", pid, tid, us(t, base), (double)dur[k] / 1e3);
         cJSON *pa = pe ? cJSON_AddObjectToObject(pe, "args") : NULL;
         if (pa) {
           cJSON_AddNumberToObject(pa, "seq", (double)l->seq);
           cJSON_AddNumberToObject(pa, "device", d->device);
+        }
+        if (k != 2 || !pa) continue;
+        /* execute: its collective calls, as slices inside it on the same track */
+        cJSON_AddNumberToObject(pa, "collective_us", (double)d->coll_ns / 1e3);
+        cJSON_AddNumberToObject(pa, "collective_calls", (double)d->coll_calls);
+        cJSON_AddNumberToObject(pa, "collective_bytes", (double)d->coll_bytes);
+        if (d->coll_calls > d->nspans)
+          cJSON_AddNumberToObject(pa, "collectives_not_shown", (double)(d->coll_calls - d->nspans));
+        for (uint32_t k2 = 0; k2 < d->nspans; k2++) {
+          const ctl_trace_span *sp = &d->spans[k2];
+          cJSON *ce = event(ev, coll_op[sp->op], "collective", pid, tid, us(t + sp->start, base), (double)sp->dur / 1e3);
+          cJSON *ca = ce ? cJSON_AddObjectToObject(ce, "args") : NULL;
+          if (ca) {
+            cJSON_AddNumberToObject(ca, "seq", (double)l->seq);
+            cJSON_AddNumberToObject(ca, "device", d->device);
+            cJSON_AddNumberToObject(ca, "bytes", (double)sp->bytes);
+          }
         }
       }
     }
@@ -264,4 +321,89 @@ char *ctl_trace_json(const ctl_trace_result *r) {
   char *out = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return out;
+}
+
+/* ---- TRACE_CONTROL (loop thread; the JSON is built on the thread pool) ---- */
+
+static void render_work(uv_work_t *req) {
+  trace_job *j = req->data;
+  j->json = ctl_trace_json(j->r);
+}
+
+static void render_done(uv_work_t *req, int status) {
+  trace_job *j = req->data;
+  ctl *c = j->c;
+  if (c && c->trace) { /* off the list */
+    for (trace_job **pp = &c->trace->jobs; *pp; pp = &(*pp)->next)
+      if (*pp == j) {
+        *pp = j->next;
+        break;
+      }
+  }
+  peer *p = c ? j->client : NULL;
+  if (p && lm_conn_is_open(p->conn)) {
+    size_t len = j->json ? strlen(j->json) : 0;
+    if (status != 0 || !j->json) {
+      ctl_reply_error(p, j->rid, LOOM_NO_MEMORY, "out of host memory writing the trace");
+    } else if (len > j->max) {
+      ctl_reply_error(p, j->rid, LOOM_UNSUPPORTED,
+                      "the trace's JSON is %zu bytes, more than this client takes (%llu): stop it over the HTTP "
+                      "port instead (loom trace stop --out DIR)", len, (unsigned long long)j->max);
+    } else {
+      Lmw__TraceResult m = LMW__TRACE_RESULT__INIT;
+      m.launches = j->r->count;
+      m.dropped = j->r->dropped;
+      lm_err err;
+      char *json = j->json;
+      j->json = NULL; /* the connection frees it once sent */
+      if (lm_conn_send(p->conn, LM_MSG_TRACE_RESULT, j->rid, &m.base, json, len, free, json, &err) < 0 &&
+          lm_conn_is_open(p->conn))
+        lm_warn("cannot send the trace to %s: %s", lm_conn_peer_name(p->conn), err.msg);
+    }
+  }
+  free(j->json);
+  ctl_trace_result_free(j->r);
+  free(j);
+}
+
+void ctl_on_trace_control(peer *p, const lm_frame *f, const Lmw__TraceControl *m) {
+  ctl *c = p->ctl;
+  lm_err err;
+  if (!m->stop) {
+    if (ctl_trace_start(c, &err) < 0) {
+      ctl_reply_error(p, f->h.request_id, err.code, "%s", err.msg);
+      return;
+    }
+    Lmw__Ack ack = LMW__ACK__INIT;
+    ctl_reply(p, f, LM_MSG_ACK, &ack.base);
+    return;
+  }
+  trace_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    ctl_reply_error(p, f->h.request_id, LOOM_NO_MEMORY, "out of host memory");
+    return;
+  }
+  if (!(j->r = ctl_trace_stop(c, &err))) {
+    free(j);
+    ctl_reply_error(p, f->h.request_id, err.code, "%s", err.msg);
+    return;
+  }
+  j->c = c;
+  j->client = p;
+  j->rid = f->h.request_id;
+  j->max = m->max_payload ? m->max_payload : LM_FRAME_PAYLOAD_DEFAULT_MAX;
+  j->req.data = j;
+  if (uv_queue_work(&c->loop, &j->req, render_work, render_done) != 0) {
+    ctl_trace_result_free(j->r);
+    free(j);
+    ctl_reply_error(p, f->h.request_id, LOOM_INTERNAL, "cannot queue the trace's rendering");
+    return;
+  }
+  j->next = c->trace->jobs;
+  c->trace->jobs = j;
+}
+
+void ctl_trace_client_gone(ctl *c, peer *p) {
+  for (trace_job *j = c->trace ? c->trace->jobs : NULL; j; j = j->next)
+    if (j->client == p) j->client = NULL;
 }

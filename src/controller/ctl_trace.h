@@ -12,10 +12,21 @@
 
 #define LM_TRACE_MAX_LAUNCHES 200000 /* launches one recording keeps; later ones are counted as dropped */
 
+#define LM_TRACE_MAX_SPANS 16 /* collective calls shown per device and launch */
+
+/* One collective call inside a device's execute phase. */
+typedef struct ctl_trace_span {
+  uint64_t start, dur, bytes;           /* start: since execute began (ns) */
+  uint32_t op;                          /* CollectiveStats' op order */
+} ctl_trace_span;
+
 typedef struct ctl_trace_dev {
   uint32_t worker, local_index, device; /* device: the virtual id */
   uint64_t done;                        /* when the worker's RUN_DONE arrived (controller ns) */
-  uint64_t queued, inputs, execute, report; /* the worker's phase durations (ns) */
+  uint64_t queued, inputs, execute, transfer_out, report; /* the worker's phase durations (ns) */
+  uint64_t coll_ns, coll_calls, coll_bytes; /* collective calls during execute */
+  ctl_trace_span *spans;                /* [nspans] (malloc'd; NULL when none) */
+  uint32_t nspans;
 } ctl_trace_dev;
 
 typedef struct ctl_trace_launch {

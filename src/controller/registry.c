@@ -149,6 +149,7 @@ int lm_registry_reuse_worker(lm_registry *r, uint32_t id, const lm_worker_spec *
   w->registered_ms = w->last_heartbeat_ms = now_ms;
   w->epoch = ++r->next_epoch;
   memset(&w->transfers, 0, sizeof w->transfers);
+  memset(&w->collectives, 0, sizeof w->collectives);
   for (uint32_t i = 0; i < s->ndevices; i++) {
     w->capacities[i] = s->capacities[i];
     lm_reg_device *d = &r->devices[w->device_ids[i]];
@@ -186,9 +187,23 @@ void lm_registry_set_peaks(lm_registry *r, uint32_t worker, const uint32_t *loca
       r->devices[w->device_ids[local_index[i]]].memory_peak = peak[i];
 }
 
+static void keep_max(uint64_t *have, const uint64_t *got, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (got[i] > have[i]) have[i] = got[i];
+}
+
 int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err) {
   if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
-  r->workers[worker].transfers = *t;
+  _Static_assert(sizeof(lm_reg_transfers) == 9 * sizeof(uint64_t), "lm_reg_transfers is all counters");
+  keep_max((uint64_t *)&r->workers[worker].transfers, (const uint64_t *)t, 9);
+  return 0;
+}
+
+int lm_registry_set_collectives(lm_registry *r, uint32_t worker, const lm_reg_collectives *c, lm_err *err) {
+  if (worker >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", worker);
+  _Static_assert(sizeof(lm_reg_collectives) == (2 * LM_REG_COLL_OPS + 3) * sizeof(uint64_t),
+                 "lm_reg_collectives is all counters");
+  keep_max((uint64_t *)&r->workers[worker].collectives, (const uint64_t *)c, 2 * LM_REG_COLL_OPS + 3);
   return 0;
 }
 

@@ -43,6 +43,15 @@ typedef struct lm_reg_transfers {
   uint64_t local_refused;          /* local transfers the kernel refused (the client fell back) */
 } lm_reg_transfers;
 
+/* A worker's collective calls by op (all_reduce, all_gather, reduce_scatter, all_to_all,
+ * collective_permute, collective_broadcast) and its data plane's traffic (heartbeats carry them). */
+#define LM_REG_COLL_OPS 6
+typedef struct lm_reg_collectives {
+  uint64_t calls[LM_REG_COLL_OPS], bytes[LM_REG_COLL_OPS];
+  uint64_t nanos;                  /* time inside the calls, summed over devices */
+  uint64_t dp_sent, dp_received;   /* data-plane bytes to and from other workers */
+} lm_reg_collectives;
+
 typedef struct lm_reg_worker {
   uint32_t id;                     /* dense, in registration order (a reused slot keeps its id) */
   char *host;
@@ -59,6 +68,7 @@ typedef struct lm_reg_worker {
   uint64_t registered_ms;          /* clock of the caller */
   uint64_t last_heartbeat_ms;      /* registration counts as the first heartbeat */
   lm_reg_transfers transfers;      /* as of the latest heartbeat */
+  lm_reg_collectives collectives;  /* as of the latest heartbeat */
   char problem[LM_REG_REASON_MAX]; /* alive but its devices unusable (its data plane did not
                                       start); "" when none */
   bool standby;                    /* holds no virtual devices (yet) */
@@ -103,7 +113,10 @@ int lm_registry_heartbeat(lm_registry *r, uint32_t worker, uint64_t now_ms, cons
 void lm_registry_set_peaks(lm_registry *r, uint32_t worker, const uint32_t *local_index, const uint64_t *peak,
                            size_t n);
 /* Records a worker's transfer counters (from a heartbeat). LOOM_NOT_FOUND for an unknown worker. */
+/* Both keep each total at the largest value reported since the worker registered: a counter
+ * never goes down, whatever a worker sends. */
 int lm_registry_set_transfers(lm_registry *r, uint32_t worker, const lm_reg_transfers *t, lm_err *err);
+int lm_registry_set_collectives(lm_registry *r, uint32_t worker, const lm_reg_collectives *c, lm_err *err);
 /* Sets (replaces) a worker's data-plane address. LOOM_NOT_FOUND / LOOM_INVALID_ARGUMENT. */
 int lm_registry_set_dataplane(lm_registry *r, uint32_t worker, const uint8_t *blob, size_t len, lm_err *err);
 /* Marks an alive worker's devices unhealthy with a reason while it stays connected (e.g. its

@@ -242,5 +242,9 @@ typedef struct lm_dp_stats {
 } lm_dp_stats;
 
 void lm_dp_get_stats(lm_dp *dp, lm_dp_stats *s);
+/* The byte counters only, without waiting: LOOM_BUSY (nothing written) when another thread holds
+ * the endpoint's lock (a progress loop may hold it for a while). For an event loop's periodic
+ * reports (the worker's heartbeat), which must never block on the data plane. */
+int lm_dp_try_bytes(lm_dp *dp, uint64_t *sent, uint64_t *received);
 
 #endif

@@ -1551,3 +1551,11 @@ void lm_dp_get_stats(lm_dp *dp, lm_dp_stats *s) {
   }
   pthread_mutex_unlock(&dp->mu);
 }
+
+int lm_dp_try_bytes(lm_dp *dp, uint64_t *sent, uint64_t *received) {
+  if (pthread_mutex_trylock(&dp->mu) != 0) return LOOM_BUSY;
+  *sent = dp->stats.bytes_sent;
+  *received = dp->stats.bytes_recv;
+  pthread_mutex_unlock(&dp->mu);
+  return 0;
+}

@@ -43,6 +43,8 @@
  *   61 POOL_STATUS             PoolStatus             client -> ctl        none
  *   62 POOL_STATUS_REPLY       PoolStatusReply        ctl -> client        none
  *   63 SHARD_COPY              ShardCopy              ctl -> worker        none (one-way; the bytes go worker to worker)
+ *   80 TRACE_CONTROL           TraceControl           client -> ctl        none (reply ACK, or TRACE_RESULT to a stop)
+ *   81 TRACE_RESULT            TraceResult            ctl -> client        the trace's JSON
  */
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +98,8 @@ static const msg_info g_msgs[] = {
     [LM_MSG_POOL_STATUS] = {"POOL_STATUS", &lmw__pool_status__descriptor},
     [LM_MSG_POOL_STATUS_REPLY] = {"POOL_STATUS_REPLY", &lmw__pool_status_reply__descriptor},
     [LM_MSG_SHARD_COPY] = {"SHARD_COPY", &lmw__shard_copy__descriptor},
+    [LM_MSG_TRACE_CONTROL] = {"TRACE_CONTROL", &lmw__trace_control__descriptor},
+    [LM_MSG_TRACE_RESULT] = {"TRACE_RESULT", &lmw__trace_result__descriptor},
 };
 #define NMSGS (sizeof g_msgs / sizeof g_msgs[0])
 

@@ -26,6 +26,8 @@ typedef struct px_options {
   uint32_t pool_devices;     /* each session asks the shared pool for this many devices (0: shared) */
   const char *priority;      /* ... in this class (NULL: the controller's default) */
   uint32_t share_weight;     /* ... time-sharing them with this weight (0: exclusive) */
+  const char *trace_dir;     /* profiler requests write DIR/SESSION/loom-trace.json (NULL:
+                                $LOOM_TRACE_DIR, else the state directory's traces/) */
   volatile sig_atomic_t *stop; /* set nonzero (by a signal handler) to stop serving */
 } px_options;
 

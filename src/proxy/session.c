@@ -9,13 +9,17 @@
  *
  * Requests not listed in handle() get UNIMPLEMENTED naming the request (docs/proxy.md). */
 #define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "common/arena.h"
+#include "client/locate.h"
 #include "common/log.h"
 #include "hlo/ir.h"
 #include "hlo/parse.h"
@@ -134,6 +138,13 @@ typedef struct pexec {
   bool *donated;               /* [num_inputs]: the program donates that input (JAX's donate_argnums) */
   int32_t num_donated;
   bool deleted;
+  /* a PluginProgram with a profileRequest (pathwaysutils' jax.profiler.start_trace/stop_trace):
+   * its first execute starts Loom's launch trace, its second stops it and writes the file */
+  bool profile;
+  bool xprof;                  /* the request has xprofTraceOptions: each execute returns one (1,) array */
+  int calls;                   /* executes so far */
+  char *request;               /* the profileRequest object as JSON (written beside the trace) */
+  char session_name[72];       /* the trace's directory under the trace dir */
 } pexec;
 
 typedef struct pfuture {
@@ -207,6 +218,7 @@ static void parray_delete(parray *a) {
 
 static void pexec_free(pexec *e) {
   if (!e) return;
+  free(e->request);
   loom_executable_destroy(e->exe);
   free(e->devices);
   free(e->donated);
@@ -781,8 +793,11 @@ static void find_donated(pexec *e, const char *prog, size_t len) {
   lm_module_free(m);
 }
 
+static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r);
+
 static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
   if (!q->program || !q->program->type_name) return fail(s, PX_INVALID_ARGUMENT, "Compile without a program");
+  if (!strcmp(q->program->type_name, "xla::ifrt::PluginProgram")) return compile_plugin(s, q, r);
   if (strcmp(q->program->type_name, "xla::ifrt::XlaProgram"))
     return fail(s, PX_UNIMPLEMENTED, "Compile: program type %s is not supported by the Loom proxy",
                 q->program->type_name);
@@ -881,12 +896,48 @@ static Tensorflow__StatusProto *status_proto(px_session *s, int code, const char
   return p;
 }
 
+/* A profile executable's metadata: no inputs; with xprofTraceOptions one (1,) output in device
+ * memory with the default layout. */
+static int profile_metadata(px_session *s, const pexec *e, Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse *o,
+                            Resp *r) {
+  Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__OutputMemoryKind *mk =
+      NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__OutputMemoryKind,
+          XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_MEMORY_KIND__INIT);
+  if (e->xprof) {
+    Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList *ml =
+        NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList,
+            XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__MEMORY_KIND_LIST__INIT);
+    ml->n_memory_kinds = 1;
+    ml->memory_kinds = ARR(char *, 1);
+    ml->memory_kinds[0] = "device";
+    mk->n_memory_kind_lists = 1;
+    mk->memory_kind_lists = ARR(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList *, 1);
+    mk->memory_kind_lists[0] = ml;
+  }
+  o->output_memory_kinds = mk;
+  o->parameter_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
+  o->parameter_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
+  o->output_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
+  o->output_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
+  o->donated_input_indices_oneof_case =
+      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
+  o->donated_input_indices = NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__DonatedInputIndices,
+                                 XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES__INIT);
+  o->compiled_memory_stats_oneof_case =
+      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__COMPILED_MEMORY_STATS_ONEOF_COMPILED_MEMORY_STATS_ERROR;
+  o->compiled_memory_stats_error = status_proto(s, PX_UNIMPLEMENTED, "not available from Loom");
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
+  r->loaded_executable_metadata_response = o;
+  return 0;
+}
+
 static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMetadataRequest *q, Resp *r) {
   int rc = 0;
   pexec *e = exec_get(s, q->loaded_executable_handle, &rc);
   if (!e) return rc;
   typedef Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse M;
   M *o = NEW(M, XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__INIT);
+  if (e->profile) return profile_metadata(s, e, o, r);
   if (e->num_devices > 1) {
     for (int io = 0; io < 2; io++) {
       int32_t n = io ? e->num_outputs : e->num_inputs;
@@ -958,10 +1009,212 @@ static void donate_inputs(px_session *s, const pexec *e, const Xla__Ifrt__Proxy_
   }
 }
 
+/* ---- PluginProgram: pathwaysutils' side channel ----
+ * data = "__serialized_plugin_program " + JSON. Only {"profileRequest": {...}} is served (the
+ * profiler's start_trace/stop_trace); persistence and reshard requests get UNIMPLEMENTED naming
+ * them. */
+
+#define PLUGIN_PREFIX "__serialized_plugin_program "
+
+static int add_new_array(px_session *s, const parray *t, loom_array *arr, uint64_t *h, const int32_t *list,
+                         int32_t nlist);
+
+/* A session name safe as one path component: [A-Za-z0-9_.-], 1..64, not starting with a dot. */
+static bool safe_name(const char *n) {
+  size_t len = strlen(n);
+  if (len == 0 || len > 64 || n[0] == '.') return false;
+  for (const char *c = n; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+          *c == '-' || *c == '.'))
+      return false;
+  return true;
+}
+
+static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
+  const char *what = "Compile (PluginProgram)";
+  size_t len = q->program->has_data ? q->program->data.len : 0, plen = strlen(PLUGIN_PREFIX);
+  const char *data = (const char *)q->program->data.data;
+  if (len < plen || memcmp(data, PLUGIN_PREFIX, plen))
+    return fail(s, PX_INVALID_ARGUMENT, "%s: the program does not start with '%s'", what, PLUGIN_PREFIX);
+  cJSON *root = cJSON_ParseWithLength(data + plen, len - plen);
+  if (!root || !cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return fail(s, PX_INVALID_ARGUMENT, "%s: its JSON %s", what, root ? "is not an object" : "does not parse");
+  }
+  cJSON *req = cJSON_GetObjectItemCaseSensitive(root, "profileRequest");
+  if (req && !cJSON_IsObject(req)) {
+    cJSON_Delete(root);
+    return fail(s, PX_INVALID_ARGUMENT, "%s: profileRequest must be a JSON object", what);
+  }
+  if (!req) {
+    const char *key = root->child && root->child->string ? root->child->string : "(empty)";
+    int rc = fail(s, PX_UNIMPLEMENTED, "%s: %.100s is not supported by the Loom proxy (only profileRequest is)", what,
+                  key);
+    cJSON_Delete(root);
+    return rc;
+  }
+  pexec *e = calloc(1, sizeof *e);
+  if (!e) {
+    cJSON_Delete(root);
+    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  e->profile = true;
+  const cJSON *xo = cJSON_GetObjectItemCaseSensitive(req, "xprofTraceOptions");
+  e->xprof = xo != NULL;
+  const cJSON *sn = xo ? cJSON_GetObjectItemCaseSensitive(xo, "traceSessionName") : NULL;
+  if (cJSON_IsString(sn) && safe_name(sn->valuestring)) {
+    snprintf(e->session_name, sizeof e->session_name, "%s", sn->valuestring);
+  } else { /* the time, as pathwaysutils names sessions */
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(e->session_name, sizeof e->session_name, "%Y_%m_%d_%H_%M_%S", &tm);
+  }
+  e->request = cJSON_PrintUnformatted(req);
+  e->num_outputs = e->xprof ? 1 : 0;
+  cJSON_Delete(root);
+  uint64_t h = new_handle(s);
+  if (!e->request || pm_put(&s->execs, h, e) < 0) {
+    pexec_free(e);
+    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  Xla__Ifrt__Proxy__CompileResponse *o =
+      NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
+  o->has_loaded_executable_handle = 1;
+  o->loaded_executable_handle = h;
+  o->name = astr(s, "loom_profile");
+  o->has_num_devices = 1;
+  o->num_devices = 0;
+  o->has_ready_future_handle = 1;
+  o->ready_future_handle = ready_future(s);
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
+  r->compile_response = o;
+  return 0;
+}
+
+/* Creates dir and its parents (mode 0755 for the ones made). */
+static int make_dirs(const char *dir) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return -1;
+  for (char *c = p + 1; *c; c++)
+    if (*c == '/') {
+      *c = 0;
+      if (mkdir(p, 0755) < 0 && errno != EEXIST) return -1;
+      *c = '/';
+    }
+  return mkdir(p, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int write_file(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  bool ok = fwrite(data, 1, len, f) == len;
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Stops Loom's trace and writes it (and the request) under the trace dir; *where gets the path. */
+static int profile_stop(px_session *s, pexec *e, char *where, size_t cap) {
+  const char *what = "Execute (profileRequest, stop)";
+  char dir[4096];
+  lm_err err;
+  const char *env = getenv("LOOM_TRACE_DIR");
+  if (s->opts->trace_dir) snprintf(dir, sizeof dir, "%s", s->opts->trace_dir);
+  else if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+  else if (lm_state_dir(dir, sizeof dir, &err) == 0) strncat(dir, "/traces", sizeof dir - strlen(dir) - 1);
+  else return fail(s, PX_FAILED_PRECONDITION, "%s: no trace directory (--trace-dir): %s", what, err.msg);
+  char *json = NULL;
+  size_t len = 0;
+  int st = loom_trace_stop(s->client, &json, &len);
+  if (st != LOOM_OK) return loom_fail(s, st, what);
+  char sub[4200], path[4300];
+  snprintf(sub, sizeof sub, "%s/%s", dir, e->session_name);
+  int rc = 0;
+  if (make_dirs(sub) < 0) {
+    rc = fail(s, PX_FAILED_PRECONDITION, "%s: cannot create %s: %s", what, sub, strerror(errno));
+  } else {
+    snprintf(path, sizeof path, "%s/profile-request.json", sub);
+    if (write_file(path, e->request, strlen(e->request)) < 0)
+      rc = fail(s, PX_FAILED_PRECONDITION, "%s: cannot write %s: %s", what, path, strerror(errno));
+    snprintf(path, sizeof path, "%s/loom-trace.json", sub);
+    if (!rc && write_file(path, json, len) < 0)
+      rc = fail(s, PX_FAILED_PRECONDITION, "%s: cannot write %s: %s", what, path, strerror(errno));
+  }
+  free(json);
+  if (!rc) {
+    snprintf(where, cap, "%s", path);
+    lm_info("session %" PRIu64 ": profile trace written to %s (%zu bytes)", s->id, path, len);
+  }
+  return rc;
+}
+
+/* The profile executable's execute: the first starts the trace, the second stops and writes it.
+ * With xprofTraceOptions each returns one int32 (1,) array on the first device, as pathwaysutils
+ * expects (it waits for it: the trace has started, or is written, when it is ready). */
+static int execute_profile(px_session *s, pexec *e, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q,
+                           Resp *r) {
+  if (q->n_args_handles) return fail(s, PX_INVALID_ARGUMENT, "Execute (profileRequest): takes no arguments");
+  if (q->n_result_array_handle && (int32_t)q->n_result_array_handle != e->num_outputs)
+    return fail(s, PX_INVALID_ARGUMENT, "Execute (profileRequest): %zu result handles for %d outputs",
+                q->n_result_array_handle, e->num_outputs);
+  if (e->calls >= 2)
+    return fail(s, PX_FAILED_PRECONDITION,
+                "Execute (profileRequest): this request already started and stopped its trace (compile a new one)");
+  char where[4400] = "";
+  int rc;
+  if (e->calls == 0) {
+    int st = loom_trace_start(s->client);
+    rc = st == LOOM_OK ? 0 : loom_fail(s, st, "Execute (profileRequest, start)");
+    if (!rc) lm_info("session %" PRIu64 ": profile trace recording (session %s)", s->id, e->session_name);
+  } else {
+    rc = profile_stop(s, e, where, sizeof where);
+  }
+  if (rc) return rc;
+  e->calls++;
+  Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse *o =
+      NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__INIT);
+  if (e->xprof) {
+    int32_t dev = 0, zero = 0;
+    int64_t dims[1] = {1};
+    loom_sharding sh;
+    loom_sharding_single(&sh, &dev);
+    loom_array *arr = NULL;
+    int st = put_array(s, LOOM_DTYPE_S32, 1, dims, &sh, &zero, sizeof zero, NULL, &arr);
+    if (st != LOOM_OK) return loom_fail(s, st, "Execute (profileRequest): its result array");
+    parray t = {.dtype = LOOM_DTYPE_S32, .rank = 1, .dims = {1}};
+    uint64_t h = q->n_result_array_handle ? q->result_array_handle[0] : 0;
+    if ((rc = add_new_array(s, &t, arr, &h, &dev, 1)) != 0) return rc;
+    Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *op =
+        NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output,
+            XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__OUTPUT__INIT);
+    op->dtype = NEW(Xla__Ifrt__DTypeProto, XLA__IFRT__DTYPE_PROTO__INIT);
+    op->dtype->has_kind = 1;
+    op->dtype->kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(LOOM_DTYPE_S32);
+    op->shape = NEW(Xla__Ifrt__ShapeProto, XLA__IFRT__SHAPE_PROTO__INIT);
+    op->shape->n_dims = 1;
+    op->shape->dims = ARR(int64_t, 1);
+    op->shape->dims[0] = 1;
+    op->sharding = sharding_proto(s, &sh, 1, &dev, 1);
+    op->has_array_handle = 1;
+    op->array_handle = h;
+    o->n_outputs = 1;
+    o->outputs = ARR(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *, 1);
+    o->outputs[0] = op;
+  }
+  if (q->has_result_status_handle && q->result_status_handle) {
+    future_put(s, q->result_status_handle, PX_OK, NULL, NULL);
+    o->has_status_handle = 1;
+    o->status_handle = q->result_status_handle;
+  }
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
+  r->loaded_executable_execute_response = o;
+  return 0;
+}
+
 static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q, Resp *r) {
   int rc = 0;
   pexec *e = exec_get(s, q->loaded_executable_handle, &rc);
   if (!e) return rc;
+  if (e->profile) return execute_profile(s, e, q, r);
   if ((int32_t)q->n_args_handles != e->num_inputs)
     return fail(s, PX_INVALID_ARGUMENT, "Execute: %zu arguments for a program of %d", q->n_args_handles, e->num_inputs);
   if (q->n_result_array_handle && (int32_t)q->n_result_array_handle != e->num_outputs)
@@ -2092,8 +2345,16 @@ static void answer(px_session *s, const uint8_t *msg, size_t len) {
 static void session_free(px_session *s) {
   for (size_t i = 0; i < s->arrays.cap; i++)
     if (s->arrays.keys[i] && s->arrays.keys[i] != UINT64_MAX) parray_free(s->arrays.vals[i]);
-  for (size_t i = 0; i < s->execs.cap; i++)
-    if (s->execs.keys[i] && s->execs.keys[i] != UINT64_MAX) pexec_free(s->execs.vals[i]);
+  for (size_t i = 0; i < s->execs.cap; i++) {
+    if (!s->execs.keys[i] || s->execs.keys[i] == UINT64_MAX) continue;
+    pexec *e = s->execs.vals[i];
+    if (e->profile && e->calls == 1) { /* the client went away while its trace recorded: stop and keep it */
+      char where[4400];
+      if (profile_stop(s, e, where, sizeof where) != 0)
+        lm_warn("session %" PRIu64 ": the profile trace it started: %s", s->id, s->err);
+    }
+    pexec_free(e);
+  }
   for (size_t i = 0; i < s->futures.cap; i++)
     if (s->futures.keys[i] && s->futures.keys[i] != UINT64_MAX) pfuture_free(s->futures.vals[i]);
   free(s->arrays.keys), free(s->arrays.vals), free(s->execs.keys), free(s->execs.vals);

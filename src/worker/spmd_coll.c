@@ -4,6 +4,8 @@
 #include "worker/spmd_coll.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/hash.h"
@@ -29,7 +31,42 @@ struct lm_spmd_coll {
   uint64_t launch_tag;
   pthread_mutex_t mu;      /* guards groups */
   group_ent *groups;
+  lm_spmd_coll_stats *stats; /* may be NULL */
 };
+
+static _Thread_local lm_spmd_coll_rec *t_rec; /* this device thread's run, while a trace records */
+
+static const char *const g_op_names[LM_SPMD_NOPS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                     "all_to_all", "collective_permute", "collective_broadcast"};
+
+const char *lm_spmd_op_name(int op) { return op >= 0 && op < LM_SPMD_NOPS ? g_op_names[op] : "unknown"; }
+
+void lm_spmd_coll_set_stats(lm_spmd_coll *c, lm_spmd_coll_stats *s) { c->stats = s; }
+
+void lm_spmd_coll_record(lm_spmd_coll_rec *rec) { t_rec = rec; }
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One call of op, begun at t0, with `bytes` operand bytes: counted in the worker's totals and
+ * the thread's trace record. */
+static void account(lm_spmd_coll *c, int op, uint64_t t0, uint64_t bytes) {
+  uint64_t dur = mono_ns() - t0;
+  if (c->stats) {
+    atomic_fetch_add_explicit(&c->stats->calls[op], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->stats->bytes[op], bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->stats->nanos, dur, memory_order_relaxed);
+  }
+  lm_spmd_coll_rec *r = t_rec;
+  if (!r) return;
+  r->nanos += dur;
+  r->calls++;
+  r->bytes += bytes;
+  if (r->nspans < LM_SPMD_MAX_SPANS) r->spans[r->nspans++] = (lm_spmd_coll_span){t0, dur, bytes, op};
+}
 
 uint64_t lm_spmd_coll_tag(uint64_t launch_tag, uint64_t seq) {
   return launch_tag << TAG_SEQ_BITS | (seq & (((uint64_t)1 << TAG_SEQ_BITS) - 1));
@@ -171,14 +208,20 @@ static int h_all_reduce(void *user, const lm_coll_call *k, const void *send, voi
   LM_TRY(dp_reduction(k, r, &red, err));
   LM_TRY(get_group(SELF, k, &g, err));
   lm_dp_call call = dp_call(k);
-  return lm_dp_all_reduce(g, k->rank, TAG(k), send, recv, count, &red, &call, err);
+  uint64_t t0 = mono_ns();
+  int rc = lm_dp_all_reduce(g, k->rank, TAG(k), send, recv, count, &red, &call, err);
+  account(SELF, LM_SPMD_ALL_REDUCE, t0, count * lm_dtype_size(r->dtype));
+  return rc;
 }
 
 static int h_all_gather(void *user, const lm_coll_call *k, const void *send, void *recv, size_t bytes, lm_err *err) {
   lm_dp_group *g;
   LM_TRY(get_group(SELF, k, &g, err));
   lm_dp_call call = dp_call(k);
-  return lm_dp_all_gather(g, k->rank, TAG(k), send, recv, bytes, &call, err);
+  uint64_t t0 = mono_ns();
+  int rc = lm_dp_all_gather(g, k->rank, TAG(k), send, recv, bytes, &call, err);
+  account(SELF, LM_SPMD_ALL_GATHER, t0, bytes);
+  return rc;
 }
 
 static int h_reduce_scatter(void *user, const lm_coll_call *k, const void *send, void *recv, size_t count,
@@ -188,14 +231,20 @@ static int h_reduce_scatter(void *user, const lm_coll_call *k, const void *send,
   LM_TRY(dp_reduction(k, r, &red, err));
   LM_TRY(get_group(SELF, k, &g, err));
   lm_dp_call call = dp_call(k);
-  return lm_dp_reduce_scatter(g, k->rank, TAG(k), send, recv, count, &red, &call, err);
+  uint64_t t0 = mono_ns();
+  int rc = lm_dp_reduce_scatter(g, k->rank, TAG(k), send, recv, count, &red, &call, err);
+  account(SELF, LM_SPMD_REDUCE_SCATTER, t0, (uint64_t)k->size * count * lm_dtype_size(r->dtype));
+  return rc;
 }
 
 static int h_all_to_all(void *user, const lm_coll_call *k, const void *send, void *recv, size_t bytes, lm_err *err) {
   lm_dp_group *g;
   LM_TRY(get_group(SELF, k, &g, err));
   lm_dp_call call = dp_call(k);
-  return lm_dp_all_to_all(g, k->rank, TAG(k), send, recv, bytes, &call, err);
+  uint64_t t0 = mono_ns();
+  int rc = lm_dp_all_to_all(g, k->rank, TAG(k), send, recv, bytes, &call, err);
+  account(SELF, LM_SPMD_ALL_TO_ALL, t0, (uint64_t)k->size * bytes);
+  return rc;
 }
 
 static int h_collective_permute(void *user, const lm_coll_call *k, const void *send, void *recv, size_t bytes,
@@ -203,7 +252,10 @@ static int h_collective_permute(void *user, const lm_coll_call *k, const void *s
   lm_dp_group *g;
   LM_TRY(get_group(SELF, k, &g, err));
   lm_dp_call call = dp_call(k);
-  return lm_dp_collective_permute(g, k->rank, TAG(k), send, recv, bytes, send_to, recv_from, &call, err);
+  uint64_t t0 = mono_ns();
+  int rc = lm_dp_collective_permute(g, k->rank, TAG(k), send, recv, bytes, send_to, recv_from, &call, err);
+  account(SELF, LM_SPMD_COLLECTIVE_PERMUTE, t0, send_to >= 0 ? bytes : 0);
+  return rc;
 }
 
 static int h_broadcast(void *user, const lm_coll_call *k, uint32_t root, const void *send, void *recv, size_t bytes,
@@ -211,7 +263,10 @@ static int h_broadcast(void *user, const lm_coll_call *k, uint32_t root, const v
   lm_dp_group *g;
   LM_TRY(get_group(SELF, k, &g, err));
   lm_dp_call call = dp_call(k);
-  return lm_dp_broadcast(g, k->rank, TAG(k), root, send, recv, bytes, &call, err);
+  uint64_t t0 = mono_ns();
+  int rc = lm_dp_broadcast(g, k->rank, TAG(k), root, send, recv, bytes, &call, err);
+  account(SELF, LM_SPMD_BROADCAST, t0, k->rank == root ? bytes : 0);
+  return rc;
 }
 
 #undef SELF

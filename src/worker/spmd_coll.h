@@ -7,6 +7,7 @@
 #ifndef LM_WORKER_SPMD_COLL_H
 #define LM_WORKER_SPMD_COLL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "common/err.h"
@@ -30,6 +31,41 @@ int lm_spmd_coll_create(lm_dp *dp, const lm_dp_member *procs, uint32_t nprocs, u
 void lm_spmd_coll_opts(lm_spmd_coll *c, lm_run_opts *opts);
 /* Releases the data-plane groups it holds. No run may still use it. NULL is a no-op. */
 void lm_spmd_coll_destroy(lm_spmd_coll *c);
+
+/* ---- accounting (metrics and traces, docs/observability.md) ----
+ * Every hook call is timed (two monotonic clock readings) and counted. */
+enum {
+  LM_SPMD_ALL_REDUCE, LM_SPMD_ALL_GATHER, LM_SPMD_REDUCE_SCATTER, LM_SPMD_ALL_TO_ALL,
+  LM_SPMD_COLLECTIVE_PERMUTE, LM_SPMD_BROADCAST, LM_SPMD_NOPS
+};
+/* The op's name as the metrics label it ("all_reduce"). */
+const char *lm_spmd_op_name(int op);
+
+/* A worker's totals since it started, over all its launches (relaxed atomics). `bytes` are the
+ * operand bytes each device put into its calls: all_reduce and reduce_scatter the whole operand,
+ * all_gather the device's block, all_to_all all its blocks, collective_permute the bytes it sends
+ * (0 when it sends none), broadcast the bytes of the root (others: 0). */
+typedef struct lm_spmd_coll_stats {
+  _Atomic uint64_t calls[LM_SPMD_NOPS], bytes[LM_SPMD_NOPS];
+  _Atomic uint64_t nanos;      /* time spent inside the calls, summed over devices */
+} lm_spmd_coll_stats;
+/* Adds c's calls to s from now on (s outlives c). */
+void lm_spmd_coll_set_stats(lm_spmd_coll *c, lm_spmd_coll_stats *s);
+
+/* One device's collective calls during one run, for a trace: totals, and the first
+ * LM_SPMD_MAX_SPANS calls with their times (monotonic ns, the clock of uv_hrtime). */
+#define LM_SPMD_MAX_SPANS 16
+typedef struct lm_spmd_coll_span {
+  uint64_t start, dur, bytes;
+  int op;
+} lm_spmd_coll_span;
+typedef struct lm_spmd_coll_rec {
+  uint64_t nanos, calls, bytes;
+  lm_spmd_coll_span spans[LM_SPMD_MAX_SPANS];
+  uint32_t nspans;
+} lm_spmd_coll_rec;
+/* The calling thread's collective calls go into rec until this is called with NULL. */
+void lm_spmd_coll_record(lm_spmd_coll_rec *rec);
 
 /* The tag of call `seq` of launch `launch_tag` (exposed for tests). */
 uint64_t lm_spmd_coll_tag(uint64_t launch_tag, uint64_t seq);

@@ -25,6 +25,7 @@
 #include "net/sock.h"
 #include "net/auth.h"
 #include "net/token.h"
+#include "worker/spmd_coll.h"
 #include "worker/worker.h"
 
 typedef struct wk wk;
@@ -139,6 +140,8 @@ typedef struct wk_task {
 typedef struct wk_timing {
   uint32_t local_index;
   uint64_t start, ready, end;  /* took the task, inputs ready, program returned (0: not reached) */
+  uint64_t stored;             /* its outputs were stored (0: not reached) */
+  lm_spmd_coll_rec coll;       /* its collective calls during execute */
 } wk_timing;
 
 struct wk_launch {
@@ -308,6 +311,8 @@ struct wk {
   char boot_id[64];
   uint32_t ptracer_pid;
   wk_xfer_stats xstats;
+  lm_spmd_coll_stats cstats;   /* collective calls of all launches (device threads add) */
+  uint64_t dp_sent, dp_received; /* the data plane's byte counters at the last heartbeat */
   int rc;                      /* result of lm_worker_run */
   lm_err err;
 };

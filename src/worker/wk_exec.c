@@ -529,6 +529,7 @@ static void run_task(wk_dev *d, wk_task *t) {
     o.partition_id = t->proc % info->num_partitions;
     o.cancel = &l->cancel;
     if (l->coll) lm_spmd_coll_opts(l->coll, &o);
+    if (t->timing) lm_spmd_coll_record(&t->timing->coll);
     memset(res, 0, t->nout * sizeof *res);
     if (l->prog->pjrt) { /* device d->idx of the plugin serves Loom's device d->idx */
       rc = lm_pjrt_run(l->prog->pjrt, (int)d->idx, args, nargs, d->dev, l->prog->pjrt_results, res, t->nout, &err);
@@ -538,10 +539,14 @@ static void run_task(wk_dev *d, wk_task *t) {
       rc = lm_program_run(l->prog->prog, NULL, &o, args, nargs, res, t->nout, &err);
     }
   }
-  if (t->timing) t->timing->end = uv_hrtime();
+  if (t->timing) {
+    lm_spmd_coll_record(NULL);
+    t->timing->end = uv_hrtime();
+  }
   for (uint32_t i = 0; i < nargs; i++) lm_buffer_release(args[i]);
   if (rc == 0) {
     for (uint32_t i = 0; i < t->nout; i++) wk_slot_finish(&w->store, t->out[i], res[i], 0, NULL);
+    if (t->timing) t->timing->stored = uv_hrtime();
   } else {
     if (rc == LOOM_CANCELLED && l->cancel)
       snprintf(msg, sizeof msg, "launch %llu was aborted: %s", (unsigned long long)l->seq,
@@ -592,21 +597,49 @@ static void send_run_done_timed(wk *w, uint64_t seq, int code, const char *msg, 
   r.code = code;
   r.message = (char *)(msg ? msg : "");
   Lmw__DeviceTiming dt[64], *dtp[64];
+  Lmw__CollectiveSpan *spans = NULL, **spanp = NULL;
+  uint32_t nt = l && l->timings ? (l->ntimings < 64 ? l->ntimings : 64) : 0;
+  if (nt) {
+    spans = calloc((size_t)nt * LM_SPMD_MAX_SPANS, sizeof *spans);
+    spanp = calloc((size_t)nt * LM_SPMD_MAX_SPANS, sizeof *spanp);
+  }
   uint64_t now = uv_hrtime();
-  for (uint32_t i = 0; l && l->timings && i < l->ntimings && i < 64; i++) {
+  for (uint32_t i = 0; i < nt; i++) {
     const wk_timing *t = &l->timings[i];
     lmw__device_timing__init(&dt[i]);
     dt[i].local_index = t->local_index;
     uint64_t start = t->start ? t->start : now, ready = t->ready ? t->ready : start, end = t->end ? t->end : ready;
+    uint64_t stored = t->stored ? t->stored : end;
     dt[i].queued_ns = start - l->received;
     dt[i].inputs_ns = ready - start;
     dt[i].execute_ns = end - ready;
-    dt[i].report_ns = now - end;
+    dt[i].transfer_out_ns = stored - end;
+    dt[i].report_ns = now - stored;
+    dt[i].collective_ns = t->coll.nanos;
+    dt[i].collective_calls = t->coll.calls;
+    dt[i].collective_bytes = t->coll.bytes;
+    if (spans && spanp) {
+      Lmw__CollectiveSpan **sp = &spanp[(size_t)i * LM_SPMD_MAX_SPANS];
+      for (uint32_t k = 0; k < t->coll.nspans; k++) {
+        Lmw__CollectiveSpan *o = &spans[(size_t)i * LM_SPMD_MAX_SPANS + k];
+        const lm_spmd_coll_span *c = &t->coll.spans[k];
+        lmw__collective_span__init(o);
+        o->op = (uint32_t)c->op;
+        o->start_ns = c->start > ready ? c->start - ready : 0;
+        o->dur_ns = c->dur;
+        o->bytes = c->bytes;
+        sp[k] = o;
+      }
+      dt[i].n_collectives = t->coll.nspans;
+      dt[i].collectives = sp;
+    }
     dtp[i] = &dt[i];
     r.n_timings = i + 1;
   }
   r.timings = dtp;
   wk_send(w, LM_MSG_RUN_DONE, 0, &r.base);
+  free(spans);
+  free(spanp);
 }
 
 static void send_run_done(wk *w, uint64_t seq, int code, const char *msg) {
@@ -727,6 +760,7 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
     for (uint32_t i = 0; rc == 0 && i < info->nproc; i++)
       procs[i] = (lm_dp_member){proc_workers[i], proc_devices[i]};
     if (rc == 0) rc = lm_spmd_coll_create(w->dp, procs, info->nproc, m->seq, &l->coll, &err);
+    if (rc == 0) lm_spmd_coll_set_stats(l->coll, &w->cstats);
     free(procs);
     if (rc < 0) snprintf(msg, sizeof msg, "worker %u: cannot set up the launch's collectives: %.400s", w->worker_id, err.msg);
   }

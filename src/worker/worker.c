@@ -96,11 +96,26 @@ static void on_heartbeat_tick(uv_timer_t *t) {
   ts.stream_gets = x->stream_gets;
   ts.stream_get_bytes = x->stream_get_bytes;
   ts.local_refused = x->local_refused;
+  Lmw__CollectiveStats cs = LMW__COLLECTIVE_STATS__INIT;
+  uint64_t ccalls[LM_SPMD_NOPS], cbytes[LM_SPMD_NOPS];
+  for (int i = 0; i < LM_SPMD_NOPS; i++) {
+    ccalls[i] = atomic_load_explicit(&w->cstats.calls[i], memory_order_relaxed);
+    cbytes[i] = atomic_load_explicit(&w->cstats.bytes[i], memory_order_relaxed);
+  }
+  cs.n_calls = cs.n_bytes = LM_SPMD_NOPS;
+  cs.calls = ccalls;
+  cs.bytes = cbytes;
+  cs.nanos = atomic_load_explicit(&w->cstats.nanos, memory_order_relaxed);
+  if (w->dp) /* busy: the last values again (the loop never waits for the data plane's lock) */
+    lm_dp_try_bytes(w->dp, &w->dp_sent, &w->dp_received);
+  cs.dataplane_bytes_sent = w->dp_sent;
+  cs.dataplane_bytes_received = w->dp_received;
   Lmw__Heartbeat hb = LMW__HEARTBEAT__INIT;
   hb.sequence = ++w->heartbeat_seq;
   hb.n_devices = n;
   hb.devices = ptrs;
   hb.transfers = &ts;
+  hb.collectives = &cs;
   wk_send(w, LM_MSG_HEARTBEAT, 0, &hb.base);
   free(st);
   free(ptrs);

@@ -294,3 +294,45 @@ def test_bad_heartbeat_drops_the_worker(tight):
     assert [x["healthy"] for x in d[8:]] == [False, False]
     assert d[8]["health_reason"].startswith("bad heartbeat")
     assert all(x["healthy"] for x in d[:8])
+
+
+def test_trace_control_over_the_wire(tight):
+    """TRACE_CONTROL (80): only for clients; stop without a recording and a second start are
+    refused with reasons; a stop answers TRACE_RESULT (81) with the JSON as payload, or refuses a
+    JSON over the max_payload the client named; the connection keeps serving throughout."""
+    TRACE_CONTROL, TRACE_RESULT, ACK = 80, 81, 13
+    NOT_FOUND, BUSY = -2, -19
+    w = wire.Conn(tight.addr)  # a worker may not
+    w.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    assert w.recv_frame()[0] == wire.HELLO_REPLY
+    w.send(wire.frame(TRACE_CONTROL, b"", request_id=2))
+    code, msg, rid = w.expect_error()
+    assert code == wire.PERMISSION and rid == 2 and "only for clients" in msg
+    w.close()
+    conn = wire.Conn(tight.addr)
+    conn.handshake()
+    stop = wire.field_varint(1, 1)
+    conn.send(wire.frame(TRACE_CONTROL, stop, request_id=3))
+    code, msg, rid = conn.expect_error()
+    assert code == NOT_FOUND and rid == 3 and "no trace is recording" in msg
+    conn.send(wire.frame(TRACE_CONTROL, b"", request_id=4))
+    assert conn.recv_frame()[:2] == (ACK, 4)
+    conn.send(wire.frame(TRACE_CONTROL, b"", request_id=5))
+    code, msg, rid = conn.expect_error()
+    assert code == BUSY and rid == 5 and "already recording" in msg
+    conn.send(wire.frame(TRACE_CONTROL, stop + wire.field_varint(2, 10), request_id=6))  # 10 bytes: too small
+    code, msg, rid = conn.expect_error()
+    assert code == wire.UNSUPPORTED and rid == 6 and "more than this client takes" in msg, msg
+    conn.send(wire.frame(TRACE_CONTROL, b"", request_id=7))
+    assert conn.recv_frame()[:2] == (ACK, 7)
+    conn.send(wire.frame(TRACE_CONTROL, stop, request_id=8))
+    t, rid, meta, payload = conn.recv_frame()
+    assert (t, rid) == (TRACE_RESULT, 8)
+    import json
+    trace = json.loads(payload)
+    assert trace["metadata"]["launches"] == 0 and "traceEvents" in trace
+    conn.send(wire.frame(TRACE_CONTROL, b"", request_id=9))  # a client that goes away mid-recording
+    assert conn.recv_frame()[:2] == (ACK, 9)
+    conn.send(wire.frame(TRACE_CONTROL, stop, request_id=10))
+    conn.close()  # before its TRACE_RESULT: the controller drops it
+    assert_still_serving(tight)

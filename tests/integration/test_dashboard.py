@@ -2,9 +2,10 @@
 chromium + chromium-driver, driven by selenium): the page loads with no external assets, shows
 the cluster's 8 devices by slice and worker, lists a launch after it runs, and turns a killed
 worker's devices unhealthy without being reloaded. A screenshot is kept as a test artifact
-(build/test-artifacts/dashboard.png)."""
+(build/test-artifacts/dashboard.png). With a token required, the signed-in page still works."""
 import json
 import shutil
+import urllib.error
 import urllib.request
 
 import pytest
@@ -80,3 +81,28 @@ def test_dashboard_shows_devices_launches_and_a_dead_worker(procs, tmp_path, bro
     art.mkdir(exist_ok=True)
     assert browser.save_screenshot(str(art / "dashboard.png"))
     assert (art / "dashboard.png").stat().st_size > 1000
+
+
+def test_dashboard_with_authentication(procs, tmp_path, browser):
+    """With --http-token-file the page and its /api/status need the token: a browser given it as
+    the Basic password (here in the URL, as a user would type it at the prompt) loads the page and
+    its polls carry it, so the devices show; without it the answer is 401."""
+    token = "t0ken-" + "ab" * 12
+    (tmp_path / "http-token").write_text(token + "\n")
+    c = Cluster(procs, tmp_path)
+    f = tmp_path / "http.addr"
+    c.start_controller("--http", "127.0.0.1:0", "--http-address-file", str(f), "--http-token-file",
+                       str(tmp_path / "http-token"))
+    http = wait_for(lambda: f.exists() and f.read_text().strip(), 10, what="the HTTP address")
+    c.start_worker(2, slice_name="slice-a")
+    c.wait_devices(2)
+    try:
+        urllib.request.urlopen(f"http://{http}/")
+        raise AssertionError("the page was served without the token")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401 and "Basic" in str(e.headers.get_all("WWW-Authenticate"))
+    browser.get(f"http://anyone:{token}@{http}/")
+    by = webdriver.common.by.By
+    wait_for(lambda: len(browser.find_elements(by.CSS_SELECTOR, "#devices .device.healthy")) == 2, 20, interval=0.2,
+             what="2 healthy devices on the page (its /api/status polls authenticated)")
+    assert "2 devices (2 healthy) on 1 workers" in browser.find_element(by.ID, "status").text

@@ -11,7 +11,10 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import Cluster, devices, run_loom, wait_for
+import base64
+import os
+
+from conftest import Auth, Cluster, devices, run_loom, wait_for
 from dist import EXAMPLES, PROGRAMS, loom_run, probe
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus_client (pip) parses the exposition")
@@ -20,13 +23,15 @@ NAME = re.compile(r"^loom_[a-z0-9_]+$")
 UNITS = ("_seconds", "_bytes", "_total", "_info")
 
 
-def get(url, timeout=10):
-    """(status, body) of a GET."""
+def get(url, timeout=10, headers=None, with_headers=False):
+    """(status, body) of a GET (and its response headers with with_headers)."""
+    req = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            out = r.status, r.read().decode(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+        out = e.code, e.read().decode(), e.headers
+    return out if with_headers else out[:2]
 
 
 def scrape(http):
@@ -112,9 +117,10 @@ def test_metrics_follow_launches_and_workers(http_cluster, tmp_path):
     assert value(s1, "loom_launch_duration_seconds_bucket", le="+Inf") == 3
     assert value(s1, "loom_sessions_opened_total") >= 4
     assert value(s1, "loom_launches_running") == 0
-    # loom run's arrays went through the workers' data ports
-    moved = sum(v for (n, _), v in s1.items() if n == "loom_worker_transfer_bytes_total")
-    assert moved == 0 or moved >= 4 * 8
+    # loom run's arrays went through the workers' data ports (the counts come with heartbeats)
+    def moved():
+        return sum(v for (n, _), v in scrape(c.http)[0].items() if n == "loom_worker_transfer_bytes_total")
+    wait_for(lambda: moved() >= 4 * 8, 10, what="the transfers in the workers' heartbeats")
 
     # a launch cancelled while it runs (the probe also refuses one and runs more)
     probe("cancel", c.addr, PROGRAMS / "forever_8.mlir", PROGRAMS / "forever_local_4.mlir",
@@ -139,6 +145,78 @@ def test_metrics_follow_launches_and_workers(http_cluster, tmp_path):
     assert st == 503 and "4 of 8 devices healthy" in body, body
     assert get(f"http://{c.http}/readyz?min_devices=4")[0] == 200
     assert get(f"http://{c.http}/healthz") == (200, "ok\n")
+
+
+def test_metrics_count_collectives(http_cluster):
+    """A psum over 2 workers x 4 devices: each worker's devices make 4 all_reduce calls of one i32
+    (16 operand bytes), and the two data planes move bytes between the workers; the heartbeats
+    carry them to /metrics, as counters that only go up."""
+    c = http_cluster
+    s0, types = scrape(c.http)
+    for fam in ("loom_worker_collective_calls_total", "loom_worker_collective_bytes_total",
+                "loom_worker_collective_seconds_total", "loom_worker_dataplane_bytes_total"):
+        assert types[fam.removesuffix("_total")] == "counter", fam
+    workers = sorted({int(dict(l)["worker"]) for (n, l) in s0 if n == "loom_worker_up"})
+    assert len(workers) == 2
+    for w in workers:
+        assert value(s0, "loom_worker_collective_calls_total", worker=w, op="all_reduce") == 0
+    r, _ = loom_run(c.addr, EXAMPLES / "distributed_psum.mlir", "--input", f"0={EXAMPLES / 'arange8.npy'}")
+    assert r.returncode == 0 and r.stdout == "[140 140 140 140 140 140 140 140]\n", r.stderr
+
+    def counted():
+        s, _ = scrape(c.http)
+        return all(value(s, "loom_worker_collective_calls_total", worker=w, op="all_reduce") == 4
+                   for w in workers) and s
+    s1 = wait_for(counted, 20, what="the workers' heartbeats to carry the all_reduce calls")
+    assert_went_up(counters(s0, types), counters(s1, types))
+    for w in workers:
+        assert value(s1, "loom_worker_collective_bytes_total", worker=w, op="all_reduce") == 16
+        assert value(s1, "loom_worker_collective_calls_total", worker=w, op="all_gather") == 0
+        assert value(s1, "loom_worker_collective_seconds_total", worker=w) > 0
+        assert value(s1, "loom_worker_dataplane_bytes_total", worker=w, direction="sent") > 0
+        assert value(s1, "loom_worker_dataplane_bytes_total", worker=w, direction="received") > 0
+    # every family the issue names is there
+    for fam in ("loom_devices", "loom_device_healthy", "loom_worker_up", "loom_sessions",
+                "loom_launches_finished", "loom_launches_started", "loom_launches_running",
+                "loom_launch_duration_seconds", "loom_worker_transfer_bytes", "loom_worker_collective_bytes",
+                "loom_device_memory_used_bytes", "loom_device_memory_capacity_bytes", "loom_recoveries"):
+        assert fam in types, fam
+
+
+def test_a_lying_workers_counters_never_go_down(http_cluster):
+    """A worker (written from the protocol alone) heartbeats collective totals, then smaller ones and
+    more op entries than there are ops: /metrics keeps the largest values and ignores the extras."""
+    import wire
+    c = http_cluster
+    conn = wire.Conn(c.addr)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER), request_id=1))
+    assert conn.recv_frame()[0] == wire.HELLO_REPLY
+    conn.send(wire.frame(wire.REGISTER_WORKER, wire.register_worker(specs=[wire.device_spec(0)]), request_id=2))
+    t, _, meta, _ = conn.recv_frame()
+    assert t == wire.REGISTER_WORKER_REPLY
+    wid = wire.parse_fields(meta)[1][0]
+
+    def hb(seq, calls, nbytes, nanos, sent):
+        coll = (wire.field_packed(1, calls) + wire.field_packed(2, nbytes) + wire.field_varint(3, nanos) +
+                wire.field_varint(4, sent))
+        conn.send(wire.frame(wire.HEARTBEAT, wire.field_varint(1, seq) + wire.field_bytes(4, coll)))
+
+    hb(1, [7, 1, 0, 0, 0, 2], [700, 8, 0, 0, 0, 16], 3_000_000_000, 5000)
+    s1 = wait_for(lambda: (lambda s: value(s, "loom_worker_collective_calls_total", worker=wid, op="all_reduce") == 7
+                           and s)(scrape(c.http)[0]), 10, what="the raw worker's heartbeat")
+    assert value(s1, "loom_worker_collective_bytes_total", worker=wid, op="collective_broadcast") == 16
+    assert value(s1, "loom_worker_collective_seconds_total", worker=wid) == 3.0
+    assert value(s1, "loom_worker_dataplane_bytes_total", worker=wid, direction="sent") == 5000
+    hb(2, [1] * 100, [1] * 100, 1, 1)  # lower, and 100 entries
+    hb(3, [9], [900], 0, 0)            # all_reduce up again, the rest lower
+    wait_for(lambda: value(scrape(c.http)[0], "loom_worker_collective_calls_total", worker=wid, op="all_reduce") == 9,
+             10, what="the third heartbeat")
+    s2, types = scrape(c.http)
+    assert_went_up(counters(s1, types), counters(s2, types))
+    assert value(s2, "loom_worker_collective_calls_total", worker=wid, op="collective_broadcast") == 2
+    assert value(s2, "loom_worker_dataplane_bytes_total", worker=wid, direction="sent") == 5000
+    assert conn.sock.fileno() >= 0
+    conn.close()
 
 
 def test_http_port_refuses_bad_requests_and_keeps_serving(http_cluster):
@@ -202,3 +280,71 @@ def test_loom_top_shows_the_cluster(http_cluster):
     wait_for(lambda: "(4 healthy)" in run_loom("top", "--http", c.http, "--once").stdout, 20, what="top to show it")
     r = run_loom("top", "--once", "--http", "127.0.0.1:1")
     assert r.returncode == 1 and "cannot reach the controller's HTTP port" in r.stderr, r.stderr
+
+
+def test_metrics_and_dashboard_need_a_token_when_the_cluster_has_authentication(procs, tmp_path, monkeypatch):
+    """With --tokens-file (and --http-token-file), /metrics, / and /api/status answer 401 without a
+    token or with a wrong one, 200 with a client token, the scrape token, or the token as HTTP Basic
+    password (a browser's way); /healthz and /readyz stay open for probes."""
+    auth = Auth(tmp_path)
+    scrape_token = os.urandom(24).hex()
+    tok_file = tmp_path / "http.token"
+    tok_file.write_text(scrape_token + "\n")
+    c = Cluster(procs, tmp_path, auth)
+    c.start_controller("--http", "127.0.0.1:0", "--http-address-file", str(tmp_path / "http.addr"),
+                       "--http-token-file", str(tok_file))
+    c.http = wait_for(lambda: (tmp_path / "http.addr").exists() and (tmp_path / "http.addr").read_text().strip(), 10,
+                      what="the HTTP address file")
+    c.start_worker(4)
+    monkeypatch.setenv("LOOM_TOKEN", auth.tokens["alice"])
+    c.wait_devices(4)
+    monkeypatch.delenv("LOOM_TOKEN")
+    base = f"http://{c.http}"
+    forged = "loom_0123456789abcdef_" + "0" * 64
+    for path in ("/metrics", "/", "/api/status"):
+        st, body, hdr = get(base + path, with_headers=True)
+        assert st == 401 and "requires authentication" in body, (path, st, body)
+        assert any(v.startswith("Basic") for v in hdr.get_all("WWW-Authenticate")), hdr
+        for bad in (forged, scrape_token[:-1] + "x", "short"):
+            st, body = get(base + path, headers={"Authorization": f"Bearer {bad}"})
+            assert st == 401 and "not accepted" in body, (path, bad, st, body)
+        st, body = get(base + path, headers={"Authorization": "Token abc"})
+        assert st == 401 and "must be 'Bearer TOKEN'" in body, body
+        for good in (auth.tokens["alice"], scrape_token):
+            st, body = get(base + path, headers={"Authorization": f"Bearer {good}"})
+            assert st == 200, (path, st, body)
+        basic = base64.b64encode(f"anyone:{scrape_token}".encode()).decode()
+        assert get(base + path, headers={"Authorization": f"Basic {basic}"})[0] == 200
+    st, body = get(base + "/metrics", headers={"Authorization": f"Bearer {auth.tokens['alice']}"})
+    assert "loom_devices{state=\"healthy\"} 4" in body
+    # the page signs the browser in with a cookie for its own /api/status polls (not for /metrics)
+    st, _, hdr = get(base + "/", headers={"Authorization": f"Bearer {scrape_token}"}, with_headers=True)
+    cookie = hdr["Set-Cookie"].split(";")[0]
+    assert st == 200 and cookie.startswith("loom_dashboard=") and "HttpOnly" in hdr["Set-Cookie"]
+    assert get(base + "/api/status", headers={"Cookie": cookie})[0] == 200
+    assert get(base + "/metrics", headers={"Cookie": cookie})[0] == 401
+    expiry, mac = cookie.split("=", 1)[1].split(".")
+    for forged in (f"{int(expiry) + 1}.{mac}", f"{expiry}.{'0' * 64}", f"1.{mac}", "x", f"{expiry}.{mac[:-1]}"):
+        assert get(base + "/api/status", headers={"Cookie": f"loom_dashboard={forged}"})[0] == 401, forged
+    # a revoked client token stops working at once
+    run_loom("token", "revoke", auth.tokens["alice"].split("_")[1], "--tokens-file", str(auth.tokens_file), check=True)
+    st, _ = get(base + "/metrics", headers={"Authorization": f"Bearer {auth.tokens['alice']}"})
+    assert st == 401
+    # the probes need nothing
+    assert get(base + "/healthz") == (200, "ok\n")
+    assert get(base + "/readyz?min_devices=4")[0] == 200
+    # loom top sends the token it finds ($LOOM_TOKEN)
+    r = run_loom("top", "--once", "--http", c.http, env={**os.environ, "LOOM_TOKEN": scrape_token})
+    assert r.returncode == 0 and "4 (4 healthy)" in r.stdout, r.stdout + r.stderr
+    r = run_loom("top", "--once", "--http", c.http, env={k: v for k, v in os.environ.items() if k != "LOOM_TOKEN"})
+    assert r.returncode != 0 and "401" in r.stderr, r.stderr
+
+
+def test_http_token_file_is_checked(procs, tmp_path):
+    bad = tmp_path / "short.token"
+    bad.write_text("abc\n")
+    r = run_loom("controller", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--http-token-file", str(bad),
+                 timeout=20)
+    assert r.returncode != 0 and "16 to 256 printable characters" in r.stderr, r.stderr
+    r = run_loom("controller", "--http-token-file", str(bad))
+    assert r.returncode == 2 and "needs --http" in r.stderr

@@ -4,6 +4,7 @@ devices, the proxy: separate processes over real sockets); the captured seed ses
 message by message through a gRPC client (golden answers); bad input that must not kill it.
 
 Needs jax/jaxlib 0.10.2, pathwaysutils 0.1.13 and grpcio (scripts/setup.sh installs them)."""
+import json
 import os
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loomtest import SOURCE_DIR, free_port, run_loom, time_limit
+from loomtest import SOURCE_DIR, free_port, run_loom, time_limit, wait_for
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("pathwaysutils")
@@ -181,6 +182,90 @@ def test_pathwaysutils_reshard_split_concatenate(cluster, tmp_path):
     assert "split: True True [0, 1, 2, 3] [4, 5, 6, 7]" in out, r.stdout
     assert "replicated: True True" in out, r.stdout
     assert "concat: True P('x', 'y') 8" in out, r.stdout
+
+
+def test_profiler_through_pathwaysutils_records_a_loom_trace(cluster, tmp_path):
+    """jax.profiler.start_trace/stop_trace with pathwaysutils send the profiling PluginProgram; the
+    proxy starts and stops Loom's launch trace and writes it under the state directory's traces/
+    (SESSION/loom-trace.json, with the request beside it). The trace covers the launches run in
+    between: a jit and a pmap psum, whose all_reduce shows inside execute on each of the 8
+    devices. (JAX's own client-side trace then fails to upload to gs:// here: no network.)"""
+    script = tmp_path / "profile.py"
+    script.write_text(
+        "import pathwaysutils\npathwaysutils.initialize()\nimport jax, jax.numpy as jnp, numpy as np\n"
+        "f = jax.jit(lambda a: a * 2 + 1)\nx = jnp.arange(8.0)\nf(x).block_until_ready()\n"
+        "psum = jax.pmap(lambda v: jax.lax.psum(v, 'i'), axis_name='i')\n"
+        "jax.profiler.start_trace('gs://loom-test-bucket/trace')\nprint('started', flush=True)\n"
+        "print('jit', np.asarray(f(x)).tolist())\n"
+        "print('psum', np.asarray(psum(jnp.arange(8.0))).tolist(), flush=True)\n"
+        "try:\n    jax.profiler.stop_trace()\n    print('stopped')\n"
+        "except Exception as e:\n    print('client-side stop error:', type(e).__name__, str(e)[:200])\n")
+    traces = cluster["state"] / "traces"
+    before = set(traces.glob("*/loom-trace.json")) if traces.exists() else set()
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "started" in r.stdout and "psum [28.0, 28.0, 28.0, 28.0, 28.0, 28.0, 28.0, 28.0]" in r.stdout, r.stdout
+    new = set(traces.glob("*/loom-trace.json")) - before
+    assert len(new) == 1, (new, r.stdout, r.stderr)
+    path = new.pop()
+    req = json.loads((path.parent / "profile-request.json").read_text())
+    assert req["traceLocation"] == "gs://loom-test-bucket/trace"
+    assert path.parent.name == req["xprofTraceOptions"]["traceSessionName"]
+    trace = json.loads(path.read_text())
+    launches = [e for e in trace["traceEvents"] if e.get("cat") == "launch"]
+    assert trace["metadata"]["launches"] == len(launches) >= 2, trace["metadata"]
+    assert all(e["args"]["status"] == "OK" for e in launches)
+    psum = max(launches, key=lambda e: e["args"]["devices"])
+    assert psum["args"]["devices"] == 8, launches
+    seq = psum["args"]["seq"]
+    dev = [e for e in trace["traceEvents"] if e.get("cat") == "device" and e["args"]["seq"] == seq]
+    assert sorted({e["args"]["device"] for e in dev}) == list(range(8))
+    coll = [e for e in trace["traceEvents"] if e.get("cat") == "collective" and e["args"]["seq"] == seq]
+    assert sorted(e["args"]["device"] for e in coll) == list(range(8)) and {e["name"] for e in coll} == {"all_reduce"}
+    for e in coll:  # inside its device's execute phase
+        ex = next(d for d in dev if d["name"] == "execute" and d["args"]["device"] == e["args"]["device"])
+        assert ex["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= ex["ts"] + ex["dur"] + 1
+    for e in launches:  # within the recording
+        assert 0 <= e["ts"] and e["ts"] + e["dur"] <= trace["metadata"]["duration_us"] + 1
+
+
+def test_profiling_client_gone_mid_trace(cluster, tmp_path):
+    """A JAX process that exits between start_trace and stop_trace: the proxy stops the recording
+    when its session ends (the cluster's trace is not left running) and still writes it."""
+    script = tmp_path / "gone.py"
+    script.write_text(
+        "import os, pathwaysutils\npathwaysutils.initialize()\nimport jax, jax.numpy as jnp\n"
+        "jax.profiler.start_trace('gs://loom-test-bucket/gone')\n"
+        "jax.jit(lambda a: a + 1)(jnp.arange(4)).block_until_ready()\nprint('started', flush=True)\nos._exit(0)\n")
+    traces = cluster["state"] / "traces"
+    before = set(traces.glob("*/loom-trace.json")) if traces.exists() else set()
+    r = run_jax(cluster, script)
+    assert r.returncode == 0 and "started" in r.stdout, r.stdout + r.stderr
+    new = wait_for(lambda: set(traces.glob("*/loom-trace.json")) - before, 30, what="the abandoned trace's file")
+    trace = json.loads(new.pop().read_text())
+    assert trace["metadata"]["launches"] >= 1
+    # the recording is over: a new one starts
+    r = run_loom("trace", "start", env=cluster["env"])
+    assert r.returncode == 0, r.stderr
+    r = run_loom("trace", "stop", "--out", str(tmp_path / "t"), env=cluster["env"])
+    assert r.returncode == 0, r.stderr
+
+
+def test_plugin_programs_other_than_profiling_are_unimplemented(cluster, tmp_path):
+    script = tmp_path / "persist.py"
+    script.write_text(
+        "import pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
+        "from pathwaysutils import plugin_executable\n"
+        "for prog in ['{\"persistenceWriteRequest\": {}}', 'not json', '[1, 2]', '{\"profileRequest\": 3}']:\n"
+        "    try:\n        plugin_executable.PluginExecutable(prog)\n        print('accepted:', prog)\n"
+        "    except Exception as e:\n        print('error:', str(e)[:300])\n"
+        "import jax.numpy as jnp\nprint('still serving', int(jnp.arange(3).sum()))\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "persistenceWriteRequest is not supported by the Loom proxy" in r.stdout, r.stdout + r.stderr
+    assert "its JSON does not parse" in r.stdout and "its JSON is not an object" in r.stdout, r.stdout
+    assert "profileRequest must be a JSON object" in r.stdout and "accepted" not in r.stdout, r.stdout
+    assert "still serving 3" in r.stdout, r.stdout
 
 
 def test_donated_inputs_are_deleted(cluster, tmp_path):

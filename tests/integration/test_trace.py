@@ -1,6 +1,7 @@
 """`loom trace start|stop` against a real cluster: a trace recorded around a known launch (the
 seed's psum across 2 workers x 4 devices) holds that launch on the controller's track and, on
-each of the 8 devices' tracks, its four phases in order, inside the launch's span; launches
+each of the 8 devices' tracks, its phases in order (queued, transfer in, execute, transfer out,
+report) inside the launch's span, and its all_reduce call inside execute; launches
 before the start are not in it; misuse and a missing or bad token are refused with reasons."""
 import json
 import os
@@ -52,8 +53,21 @@ def test_trace_covers_a_known_launch(procs, tmp_path):
             assert e["args"]["seq"] == la["args"]["seq"]
             phases.setdefault(e["args"]["device"], []).append(e)
     assert sorted(phases) == list(range(8)), sorted(phases)
+    colls = {}
+    for e in ev:
+        if e.get("cat") == "collective":
+            assert e["args"]["seq"] == la["args"]["seq"]
+            colls.setdefault(e["args"]["device"], []).append(e)
     for dev, ps in phases.items():
-        assert [p["name"] for p in ps] == ["queued", "inputs", "execute", "report"]
+        assert [p["name"] for p in ps] == ["queued", "transfer in", "execute", "transfer out", "report"]
+        # the psum's all_reduce: one call of one i32 per device, inside its execute, same track
+        ex = ps[2]
+        assert ex["args"]["collective_calls"] == 1 and ex["args"]["collective_bytes"] == 4, ex
+        assert 0 < ex["args"]["collective_us"] <= ex["dur"] + 1
+        [co] = colls[dev]
+        assert co["name"] == "all_reduce" and co["args"]["bytes"] == 4
+        assert (co["pid"], co["tid"]) == (ex["pid"], ex["tid"])
+        assert ex["ts"] - 1 <= co["ts"] and co["ts"] + co["dur"] <= ex["ts"] + ex["dur"] + 1, (co, ex)
         t = ps[0]["ts"]
         for p in ps:  # back to back, in order, within the launch (1 us of rounding)
             assert abs(p["ts"] - t) < 1 and p["dur"] >= 0

@@ -54,6 +54,10 @@ static void test_snapshot_render_and_refs(void **state) {
     s->workers[i].slice = strdup("s");
     s->workers[i].problem = strdup("");
     s->workers[i].alive = i % 2;
+    s->workers[i].collectives.calls[4] = i;          /* collective_permute */
+    s->workers[i].collectives.bytes[0] = 4ull * i;   /* all_reduce */
+    s->workers[i].collectives.nanos = 1500000000ull;
+    s->workers[i].collectives.dp_received = 7;
   }
   s->ndevices = 2000;
   for (uint32_t i = 0; i < 2000; i++) {
@@ -71,6 +75,11 @@ static void test_snapshot_render_and_refs(void **state) {
   assert_non_null(strstr(b.p, "loom_device_memory_used_bytes{device=\"1999\",worker=\"199\",kind=\"cpu\",slice=\"s\","
                               "host=\"h\\\"x\"} 1999\n"));
   assert_non_null(strstr(b.p, "loom_metrics_snapshot_age_seconds 1.500\n"));
+  assert_non_null(strstr(b.p, "# TYPE loom_worker_collective_calls_total counter\n"));
+  assert_non_null(strstr(b.p, "loom_worker_collective_calls_total{worker=\"199\",op=\"collective_permute\"} 199\n"));
+  assert_non_null(strstr(b.p, "loom_worker_collective_bytes_total{worker=\"3\",op=\"all_reduce\"} 12\n"));
+  assert_non_null(strstr(b.p, "loom_worker_collective_seconds_total{worker=\"0\"} 1.500000000\n"));
+  assert_non_null(strstr(b.p, "loom_worker_dataplane_bytes_total{worker=\"5\",direction=\"received\"} 7\n"));
   free(b.p);
   lm_met_snapshot_unref(s);
   lm_met_snapshot_unref(NULL);

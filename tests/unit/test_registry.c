@@ -212,11 +212,41 @@ static void test_reuse_slot(void **state) {
   lm_registry_destroy(r);
 }
 
+static void test_counters_never_go_down(void **state) {
+  lm_registry *r = lm_registry_create();
+  uint32_t a;
+  lm_worker_spec s = spec("h", "s", 2);
+  lm_registry_add_worker(r, &s, 1000, &a, NULL);
+  lm_err e;
+  lm_reg_transfers t = {.stream_puts = 5, .stream_put_bytes = 500};
+  assert_int_equal(lm_registry_set_transfers(r, a, &t, &e), 0);
+  t = (lm_reg_transfers){.stream_puts = 2, .stream_put_bytes = 900, .local_gets = 1};
+  assert_int_equal(lm_registry_set_transfers(r, a, &t, &e), 0);
+  const lm_reg_worker *w = lm_registry_worker(r, a);
+  assert_int_equal(w->transfers.stream_puts, 5);
+  assert_int_equal(w->transfers.stream_put_bytes, 900);
+  assert_int_equal(w->transfers.local_gets, 1);
+  lm_reg_collectives c = {.calls = {4, 0, 0, 0, 0, 1}, .bytes = {16}, .nanos = 100, .dp_sent = 8};
+  assert_int_equal(lm_registry_set_collectives(r, a, &c, &e), 0);
+  c = (lm_reg_collectives){.calls = {3, 2}, .bytes = {8}, .nanos = 200, .dp_received = 9};
+  assert_int_equal(lm_registry_set_collectives(r, a, &c, &e), 0);
+  assert_int_equal(w->collectives.calls[0], 4);
+  assert_int_equal(w->collectives.calls[1], 2);
+  assert_int_equal(w->collectives.calls[5], 1);
+  assert_int_equal(w->collectives.bytes[0], 16);
+  assert_int_equal(w->collectives.nanos, 200);
+  assert_int_equal(w->collectives.dp_sent, 8);
+  assert_int_equal(w->collectives.dp_received, 9);
+  assert_int_equal(lm_registry_set_collectives(r, 9, &c, &e), LOOM_NOT_FOUND);
+  lm_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense_ids),           cmocka_unit_test(test_validation),
       cmocka_unit_test(test_heartbeat_and_expiry), cmocka_unit_test(test_expire_in_batches),
       cmocka_unit_test(test_session_handles),      cmocka_unit_test(test_reuse_slot),
+      cmocka_unit_test(test_counters_never_go_down),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
