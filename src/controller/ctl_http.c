@@ -156,6 +156,7 @@ static lm_met_snapshot *build_snapshot(ctl *c) {
     snprintf(o->kind, sizeof o->kind, "%s", d->kind);
     o->capacity = d->memory_capacity;
     o->used = d->memory_used;
+    o->peak = d->memory_peak;
     o->healthy = lm_registry_device_healthy(c->reg, i);
   }
   return s;

@@ -254,4 +254,11 @@ void lm_met_render(lm_met_buf *b, const lm_met_counters *m, const lm_met_snapsho
     device_labels(b, s, &s->devices[i]);
     lm_met_printf(b, " %llu\n", (unsigned long long)s->devices[i].used);
   }
+  family(b, "loom_device_memory_peak_bytes", "gauge",
+         "The most device memory in use at once since its worker started (launch temporaries included).");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    lm_met_printf(b, "loom_device_memory_peak_bytes");
+    device_labels(b, s, &s->devices[i]);
+    lm_met_printf(b, " %llu\n", (unsigned long long)s->devices[i].peak);
+  }
 }

@@ -46,7 +46,7 @@ typedef struct lm_met_worker {
 typedef struct lm_met_device {
   uint32_t id, worker, local_index;
   char kind[16];
-  uint64_t capacity, used;
+  uint64_t capacity, used, peak;
   bool healthy;
 } lm_met_device;
 

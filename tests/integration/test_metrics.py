@@ -179,7 +179,8 @@ def test_metrics_count_collectives(http_cluster):
     for fam in ("loom_devices", "loom_device_healthy", "loom_worker_up", "loom_sessions",
                 "loom_launches_finished", "loom_launches_started", "loom_launches_running",
                 "loom_launch_duration_seconds", "loom_worker_transfer_bytes", "loom_worker_collective_bytes",
-                "loom_device_memory_used_bytes", "loom_device_memory_capacity_bytes", "loom_recoveries"):
+                "loom_device_memory_used_bytes", "loom_device_memory_capacity_bytes", "loom_device_memory_peak_bytes",
+                "loom_recoveries"):
         assert fam in types, fam
 
 
