@@ -608,8 +608,8 @@ static void rec_begin(ctl *c, uint32_t dead, const char *why, uint32_t standby) 
     ctl_launch_unhash(c, l);
   }
   const lm_reg_worker *d = lm_registry_worker(c->reg, dead);
-  event(c, true, "worker %u (%s pid %u) lost: %s; %zu launches in flight held for re-issue", dead, d->host, d->pid,
-        why, r->nlaunches);
+  event(c, !r->draining, "worker %u (%s pid %u) %s: %s; %zu launches in flight held for re-issue", dead, d->host,
+        d->pid, r->draining ? "being drained" : "lost", why, r->nlaunches);
   if (standby != UINT32_MAX) {
     rec_swap(c, standby);
   } else {

@@ -548,6 +548,7 @@ void wk_on_drain(wk *w, uint64_t rid) {
   d->w = w;
   d->rid = rid;
   d->since = uv_now(&w->loop);
+  uv_timer_stop(&w->timer); /* no more heartbeats: the controller no longer counts this worker */
   d->timer.data = d;
   uv_timer_start(&d->timer, drain_tick, 0, 20);
 }
