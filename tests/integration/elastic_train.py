@@ -6,7 +6,7 @@ stopped one later. Writes the final parameters (.npz) and, with --times, each st
 time (so the recovery's cost can be measured).
 
     LOOM_CONTROLLER=HOST:PORT python elastic_train.py --steps 200 --out params.npz \
-        [--kill-pid PID --kill-step K [--kill-signal STOP --cont-after 2.0]]
+        [--kill-pid PID --kill-step K [--kill-signal STOP --cont-after 2.0]] [--drain-worker W --drain-step K]
 """
 import argparse
 import json
@@ -48,6 +48,8 @@ def main():
     ap.add_argument("--cont-after", type=float, default=0.0, help="SIGCONT the stopped process after this many s")
     ap.add_argument("--kill2-pid", type=int, default=0, help="a second process to SIGKILL ...")
     ap.add_argument("--kill2-step", type=int, default=-1, help="... at this step")
+    ap.add_argument("--drain-worker", type=int, default=-1, help="`loom drain` this worker id (another session) ...")
+    ap.add_argument("--drain-step", type=int, default=-1, help="... at this step, while launches are in flight")
     ap.add_argument("--times", help="write each step's completion time (monotonic s) as JSON here")
     ap.add_argument("--sync-every", type=int, default=1, help="wait for the loss every N steps")
     args = ap.parse_args()
@@ -92,6 +94,12 @@ def main():
                   flush=True)
             if args.cont_after > 0:
                 threading.Timer(args.cont_after, os.kill, (args.kill_pid, signal.SIGCONT)).start()
+        if i == args.drain_step and args.drain_worker >= 0:  # from another session, as an operator would
+            def drain():
+                with loom.connect(name="drain") as admin:
+                    print(f"step {i}: drained {admin.drain(args.drain_worker)}", flush=True)
+            drainer = threading.Thread(target=drain)
+            drainer.start()
         if i == args.kill2_step and args.kill2_pid:
             os.kill(args.kill2_pid, signal.SIGKILL)
             print(f"step {i}: sent SIGKILL to {args.kill2_pid} at {time.monotonic() - t0:.3f} s", flush=True)
@@ -100,6 +108,8 @@ def main():
                 float(np.asarray(lv))  # waits for step j
                 times.append((j, time.monotonic() - t0))
             pending = []
+    if args.drain_step >= 0 and args.drain_worker >= 0:
+        drainer.join()
     final = jax.tree_util.tree_map(lambda a: np.asarray(a), params)
     flat = {f"{k}{i}": final[i][k] for i in range(len(final)) for k in ("w", "b")}
     np.savez(args.out, **flat)
