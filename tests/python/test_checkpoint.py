@@ -292,3 +292,12 @@ def test_drain_keeps_arrays_without_replica_or_snapshot(cluster):
     c.checkpoint_save("after", {"a": a})
     assert c.checkpoint_load("after", shardings={"a": Sharding.replicated([4, 5])})["a"].numpy().tobytes() == x.tobytes()
     c.close()
+
+
+def test_c_api(cluster):
+    """The C calls (tests/integration/ckpt_probe.c): save, list, show, verify, load with checks, remove, drain errors."""
+    from loomtest import BUILD_DIR
+    start(cluster)
+    r = subprocess.run([str(BUILD_DIR / "tests" / "ckpt_probe"), cluster.addr], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "ok ckpt" in r.stdout, r.stdout + r.stderr
