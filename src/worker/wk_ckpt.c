@@ -47,6 +47,7 @@ typedef struct ck_job {
   lm_st_crc crc;
   uint64_t size, bytes;
   uint64_t *offsets;               /* [m->n_slices] */
+  uint64_t t_queued, t_start, t_end; /* uv_hrtime: queued, work started, work ended (debug log) */
 } ck_job;
 
 static uint64_t now_ms(void) {
@@ -130,6 +131,7 @@ static int write_all(int fd, const void *data, size_t n, lm_st_crc *crc, const c
 
 static void write_work(uv_work_t *req) {
   ck_job *j = req->data;
+  j->t_start = uv_hrtime();
   wk *w = j->w;
   Lmw__CheckpointIo *m = j->m;
   size_t n = m->n_slices;
@@ -224,6 +226,7 @@ static void write_work(uv_work_t *req) {
   cJSON_Delete(h);
   cJSON_Delete(meta);
   j->rc = rc;
+  j->t_end = uv_hrtime();
 }
 
 /* ---- read ---- */
@@ -327,6 +330,7 @@ static int read_checked(const Lmw__CkptFile *f, int fd, uint64_t lo, uint64_t hi
 
 static void read_work(uv_work_t *req) {
   ck_job *j = req->data;
+  j->t_start = uv_hrtime();
   wk *w = j->w;
   Lmw__CheckpointIo *m = j->m;
   ck_fd *fds = calloc(m->n_files ? m->n_files : 1, sizeof *fds);
@@ -391,6 +395,7 @@ static void read_work(uv_work_t *req) {
   free(buf);
   j->bytes = total;
   j->rc = rc;
+  j->t_end = uv_hrtime();
 }
 
 /* ---- the loop side ---- */
@@ -428,7 +433,9 @@ static void job_done(uv_work_t *req, int status) {
       r.n_data_offsets = j->m->n_slices;
       r.data_offsets = j->offsets;
     }
-    lm_debug("checkpoint %s done: %llu bytes", j->m->write ? "write" : "read", (unsigned long long)j->bytes);
+    lm_debug("checkpoint %s done: %llu bytes; waited %.1f ms for a thread, worked %.1f ms, reported after %.1f ms",
+             j->m->write ? "write" : "read", (unsigned long long)j->bytes, (double)(j->t_start - j->t_queued) / 1e6,
+             (double)(j->t_end - j->t_start) / 1e6, (double)(uv_hrtime() - j->t_end) / 1e6);
     wk_send(w, LM_MSG_CHECKPOINT_IO_REPLY, j->rid, &r.base);
   }
   if (!j->m->write && w->parked) wk_data_poll(w); /* gets parked on the new shards */
@@ -496,6 +503,7 @@ void wk_on_checkpoint_io(wk *w, const lm_frame *f) {
     }
     for (size_t i = 0; rc == 0 && i < j->m->n_targets; i++) wk_store_put(&w->store, j->targets[i].slot);
   }
+  if (j) j->t_queued = uv_hrtime();
   if (rc == 0 && uv_queue_work(&w->loop, &j->req, j->m->write ? write_work : read_work, job_done) != 0)
     rc = lm_errf(&err, LOOM_NO_MEMORY, "cannot queue the checkpoint work");
   if (rc < 0) {
