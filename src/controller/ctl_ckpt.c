@@ -414,6 +414,7 @@ static void op_free(ck_op *o) {
     }
     for (size_t i = 0; i < w->io.n_targets; i++) free(w->targets[i]->dims), free(w->targets[i]);
     for (size_t i = 0; i < w->io.n_files; i++) free(w->files[i]->path), free(w->files[i]);
+    if (w->io.write) free(w->io.path);
     free(w->slices), free(w->targets), free(w->files), free(w->file_of);
     if (w->reply) lm_msg_free(&w->reply->base);
   }
@@ -847,17 +848,7 @@ static void on_save(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
     }
     snprintf(path, PATH_MAX, "%s/%s", o->dir, w->file);
     w->io.write = true;
-    w->io.path = path;
-    w->files = calloc(1, sizeof *w->files); /* so op_free frees path through a CkptFile */
-    if (!w->files || !(w->files[0] = calloc(1, sizeof **w->files))) {
-      free(path);
-      w->io.path = NULL;
-      op_failf(o, LOOM_NO_MEMORY, "out of host memory");
-      break;
-    }
-    lmw__ckpt_file__init(w->files[0]);
-    w->files[0]->path = path;
-    w->io.n_files = 0; /* (not sent) */
+    w->io.path = path; /* freed by op_free */
     for (size_t q = 0; q < w->n; q++) {
       const ck_piece *pc = &w->pieces[q];
       const c_array *a = o->ent[pc->entry].a;
