@@ -328,6 +328,18 @@ static int read_checked(const Lmw__CkptFile *f, int fd, uint64_t lo, uint64_t hi
   return 0;
 }
 
+/* qsort has no argument: the request being sorted (each read runs alone on its thread, and the
+ * sort is done under g_sort_mu) */
+static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
+static const Lmw__CheckpointIo *g_sort_m;
+
+static int cmp_piece(const void *a, const void *b) {
+  const Lmw__CkptSlice *x = g_sort_m->slices[*(const size_t *)a], *y = g_sort_m->slices[*(const size_t *)b];
+  if (x->file != y->file) return x->file < y->file ? -1 : 1;
+  if (x->data_offset != y->data_offset) return x->data_offset < y->data_offset ? -1 : 1;
+  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
 static void read_work(uv_work_t *req) {
   ck_job *j = req->data;
   j->t_start = uv_hrtime();
@@ -347,8 +359,21 @@ static void read_work(uv_work_t *req) {
     rc = lm_buffer_alloc(w->devs[t->local_index].dev, &ty, &j->targets[i].buf, &j->err);
   }
   uint64_t total = 0;
-  for (size_t p = 0; rc == 0 && p < m->n_slices; p++) {
-    const Lmw__CkptSlice *s = m->slices[p];
+  /* the pieces in file order, so pieces of one saved slice for several new shards (resharding)
+   * reuse the blocks read and checked for the first */
+  size_t *order = malloc((m->n_slices ? m->n_slices : 1) * sizeof *order);
+  if (!order && rc == 0) rc = lm_errf(&j->err, LOOM_NO_MEMORY, "out of host memory");
+  for (size_t p = 0; order && p < m->n_slices; p++) order[p] = p;
+  if (order) {
+    pthread_mutex_lock(&g_sort_mu);
+    g_sort_m = m;
+    qsort(order, m->n_slices, sizeof *order, cmp_piece);
+    pthread_mutex_unlock(&g_sort_mu);
+  }
+  uint32_t wfile = UINT32_MAX; /* the window of checked blocks in buf: file, [wlo, whi) */
+  uint64_t wlo = 0, whi = 0;
+  for (size_t pi = 0; rc == 0 && pi < m->n_slices; pi++) {
+    const Lmw__CkptSlice *s = m->slices[order[pi]];
     const Lmw__CkptSlice *t = m->targets[s->target];
     const Lmw__CkptFile *f = m->files[s->file];
     size_t rank = t->n_dims, es = lm_dtype_size((lm_dtype)t->dtype);
@@ -367,13 +392,37 @@ static void read_work(uv_work_t *req) {
       rc = lm_errf(&j->err, LOOM_IO, "checkpoint file %s is shorter than its manifest says", f->path);
       break;
     }
-    rc = read_checked(f, fds[s->file].fd, lo, hi, &buf, &cap, &blo, &j->err);
-    if (rc < 0) break;
+    if (wfile == s->file && lo >= wlo && hi <= whi) {
+      blo = wlo; /* already read and checked */
+    } else {
+      /* read what the following pieces of the same saved slice need too, at once */
+      uint64_t rlo = lo, rhi = hi;
+      for (size_t pk = pi + 1; pk < m->n_slices; pk++) {
+        const Lmw__CkptSlice *n = m->slices[order[pk]];
+        if (n->file != s->file || n->data_offset != s->data_offset) break;
+        uint64_t nf = 0, nl = 0;
+        for (size_t d = 0; d < rank; d++) {
+          nf = nf * n->src_dims[d] + n->src_off[d];
+          nl = nl * n->src_dims[d] + n->src_off[d] + (n->extent[d] ? n->extent[d] - 1 : 0);
+        }
+        if (s->data_offset + nf * es < rlo) rlo = s->data_offset + nf * es;
+        if (s->data_offset + (nl + 1) * es > rhi) rhi = s->data_offset + (nl + 1) * es;
+      }
+      if (rhi > f->size) rhi = hi;
+      rc = read_checked(f, fds[s->file].fd, rlo, rhi, &buf, &cap, &blo, &j->err);
+      hi = rhi;
+      if (rc < 0) break;
+      wfile = s->file;
+      wlo = blo;
+      whi = (hi + f->block - 1) / f->block * f->block;
+      if (whi > f->size) whi = f->size;
+      total += whi - wlo;
+    }
     copy_box((int)rank, buf, (int64_t)s->data_offset - (int64_t)blo, s->src_dims, s->src_off,
              j->targets[s->target].buf->data, t->dims, s->dst_off, s->extent, es);
     j->targets[s->target].filled += cnt * es;
-    total += hi - lo;
   }
+  free(order);
   for (size_t i = 0; rc == 0 && i < m->n_targets; i++)
     if (j->targets[i].filled != j->targets[i].buf->nbytes)
       rc = lm_errf(&j->err, LOOM_INTERNAL, "the pieces read for array %llu on device %u cover %llu of its %zu bytes",
