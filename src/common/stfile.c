@@ -23,8 +23,10 @@ lm_dtype lm_st_dtype_from_name(const char *s) {
   return LOOM_DTYPE_INVALID;
 }
 
-uint32_t lm_st_crc32(const void *data, size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
+uint32_t lm_st_crc32(const void *data, size_t n) { return lm_st_crc32_update(0, data, n); }
+
+uint32_t lm_st_crc32_update(uint32_t crc, const void *data, size_t n) {
+  uLong c = crc;
   const unsigned char *p = data;
   while (n) { /* zlib takes uInt lengths */
     uInt take = n > (1u << 30) ? (1u << 30) : (uInt)n;

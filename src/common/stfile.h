@@ -32,6 +32,8 @@ void lm_st_crc_feed(lm_st_crc *c, const void *data, size_t n);
 void lm_st_crc_end(lm_st_crc *c);
 void lm_st_crc_free(lm_st_crc *c);
 uint32_t lm_st_crc32(const void *data, size_t n);
+/* The CRC-32 of (what gave crc) followed by data[0..n): lm_st_crc32(x ++ y) = update(crc32(x), y). */
+uint32_t lm_st_crc32_update(uint32_t crc, const void *data, size_t n);
 
 /* Number of blocks a file of size bytes has. */
 static inline uint64_t lm_st_nblocks(uint64_t size, uint32_t block) { return (size + block - 1) / block; }

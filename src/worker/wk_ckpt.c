@@ -340,6 +340,55 @@ static int cmp_piece(const void *a, const void *b) {
   return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
+/* Reads [lo, hi) of file f straight into dst (no staging copy), checking the CRC of every block
+ * that covers it: the parts of those blocks outside [lo, hi) are read into small buffers and the
+ * CRC runs over head, dst and tail in turn. */
+static int read_direct(const Lmw__CkptFile *f, int fd, uint64_t lo, uint64_t hi, uint8_t *dst, lm_err *err) {
+  uint64_t b0 = lo / f->block, b1 = (hi + f->block - 1) / f->block;
+  uint64_t start = b0 * f->block, end = b1 * f->block > f->size ? f->size : b1 * f->block;
+  uint8_t *head = lo > start ? malloc((size_t)(lo - start)) : NULL;
+  uint8_t *tail = end > hi ? malloc((size_t)(end - hi)) : NULL;
+  int rc = 0;
+  if ((lo > start && !head) || (end > hi && !tail)) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  struct { uint8_t *p; uint64_t off, len; } parts[3] = {{head, start, lo - start}, {dst, lo, hi - lo}, {tail, hi, end - hi}};
+  for (int k = 0; rc == 0 && k < 3; k++) {
+    uint64_t done = 0;
+    while (rc == 0 && done < parts[k].len) {
+      ssize_t r = pread(fd, parts[k].p + done, (size_t)(parts[k].len - done), (off_t)(parts[k].off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) rc = lm_errf(err, LOOM_IO, "cannot read checkpoint file %s: %s", f->path, strerror(errno));
+      else if (r == 0)
+        rc = lm_errf(err, LOOM_IO, "checkpoint file %s is truncated (it ends at byte %llu)", f->path,
+                     (unsigned long long)(parts[k].off + done));
+      else done += (uint64_t)r;
+    }
+  }
+  for (uint64_t b = b0; rc == 0 && b < b1; b++) {
+    uint64_t bs = b * f->block, be = bs + f->block > f->size ? f->size : bs + f->block;
+    uint32_t crc = 0;
+    for (int k = 0; k < 3; k++) { /* the part of each piece inside this block */
+      uint64_t s0 = parts[k].off > bs ? parts[k].off : bs, s1 = parts[k].off + parts[k].len < be ? parts[k].off + parts[k].len : be;
+      if (s1 > s0) crc = lm_st_crc32_update(crc, parts[k].p + (s0 - parts[k].off), (size_t)(s1 - s0));
+    }
+    if (crc != f->crc32[b])
+      rc = lm_errf(err, LOOM_IO, "checkpoint file %s is corrupt: bytes %llu-%llu do not match the manifest's checksum",
+                   f->path, (unsigned long long)bs, (unsigned long long)be);
+  }
+  free(head);
+  free(tail);
+  return rc;
+}
+
+/* True when the box ext at soff of sdims and at doff of ddims is one contiguous run on both sides. */
+static bool box_contiguous(size_t rank, const uint64_t *sdims, const uint64_t *soff, const uint64_t *ddims,
+                           const uint64_t *doff, const uint64_t *ext) {
+  size_t d = rank;
+  while (d > 1 && ext[d - 1] == sdims[d - 1] && ext[d - 1] == ddims[d - 1] && !soff[d - 1] && !doff[d - 1]) d--;
+  for (size_t k = 0; d > 0 && k + 1 < d; k++) /* the dims above the run: one index each */
+    if (ext[k] != 1) return false;
+  return true;
+}
+
 static void read_work(uv_work_t *req) {
   ck_job *j = req->data;
   j->t_start = uv_hrtime();
@@ -391,6 +440,18 @@ static void read_work(uv_work_t *req) {
     if (hi > f->size) {
       rc = lm_errf(&j->err, LOOM_IO, "checkpoint file %s is shorter than its manifest says", f->path);
       break;
+    }
+    bool alone = pi + 1 >= m->n_slices || m->slices[order[pi + 1]]->file != s->file ||
+                 m->slices[order[pi + 1]]->data_offset != s->data_offset;
+    if (!(wfile == s->file && lo >= wlo && hi <= whi) && alone &&
+        box_contiguous(rank, s->src_dims, s->src_off, t->dims, s->dst_off, s->extent)) {
+      uint64_t de = 0; /* straight into the shard: its bytes are one run of the file */
+      for (size_t d = 0; d < rank; d++) de = de * t->dims[d] + s->dst_off[d];
+      rc = read_direct(f, fds[s->file].fd, lo, hi, (uint8_t *)j->targets[s->target].buf->data + de * es, &j->err);
+      if (rc < 0) break;
+      total += hi - lo;
+      j->targets[s->target].filled += cnt * es;
+      continue;
     }
     if (wfile == s->file && lo >= wlo && hi <= whi) {
       blo = wlo; /* already read and checked */

@@ -27,6 +27,9 @@ static void test_crc_known_value(void **state) {
   (void)state;
   assert_int_equal(lm_st_crc32("123456789", 9), 0xCBF43926u); /* the CRC-32 check value */
   assert_int_equal(lm_st_crc32("", 0), 0);
+  /* continued over pieces (a block read partly into a shard, partly into a side buffer) */
+  assert_int_equal(lm_st_crc32_update(lm_st_crc32("1234", 4), "56789", 5), 0xCBF43926u);
+  assert_int_equal(lm_st_crc32_update(lm_st_crc32_update(0, "", 0), "123456789", 9), 0xCBF43926u);
 }
 
 static void test_block_crcs_any_split(void **state) {
