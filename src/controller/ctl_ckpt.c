@@ -64,7 +64,7 @@ typedef struct mf_array {
   int rank;
   int64_t dims[R];
   lm_sharding sh;            /* sh.devices = devs */
-  uint32_t devs[LM_SHARD_MAX_DEVICES > 4096 ? 4096 : LM_SHARD_MAX_DEVICES];
+  uint32_t *devs;            /* [sh.ndev] (malloc'd) */
   mf_slice *slices;
   size_t nslices;
 } mf_array;
@@ -89,7 +89,7 @@ typedef struct manifest {
 
 static void mf_free(manifest *m) {
   for (size_t i = 0; m->files && i < m->nfiles; i++) free(m->files[i].crc);
-  for (size_t i = 0; m->arrays && i < m->narrays; i++) free(m->arrays[i].slices);
+  for (size_t i = 0; m->arrays && i < m->narrays; i++) free(m->arrays[i].slices), free(m->arrays[i].devs);
   free(m->files);
   free(m->arrays);
   cJSON_Delete(m->root);
@@ -134,6 +134,7 @@ static int mf_parse(char *text, const char *what, manifest *m, lm_err *err) {
   free(text);
   if (!m->root) return lm_errf(err, LOOM_IO, "%s is not valid JSON (truncated or corrupt)", what);
   int rc = 0;
+  int64_t *devs = NULL;
 #define BAD(...) do { rc = lm_errf(err, LOOM_IO, __VA_ARGS__); goto out; } while (0)
   const cJSON *fmt = cJSON_GetObjectItem(m->root, "format"), *ver = cJSON_GetObjectItem(m->root, "version");
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CK_FORMAT) || !cJSON_IsNumber(ver) || ver->valuedouble != 1)
@@ -152,6 +153,11 @@ static int mf_parse(char *text, const char *what, manifest *m, lm_err *err) {
   }
   size_t i = 0;
   const cJSON *e;
+  devs = malloc(LM_SHARD_MAX_DEVICES * sizeof *devs); /* scratch: an array's device list */
+  if (!devs) {
+    rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    goto out;
+  }
   cJSON_ArrayForEach(e, files) {
     mf_file *f = &m->files[i];
     const cJSON *path = cJSON_GetObjectItem(e, "path"), *crc = cJSON_GetObjectItem(e, "crc32");
@@ -194,11 +200,16 @@ static int mf_parse(char *text, const char *what, manifest *m, lm_err *err) {
     if (int_list(cJSON_GetObjectItem(e, "shape"), a->dims, R, &a->rank) < 0)
       BAD("%s: array %s has a bad shape", what, a->name);
     lm_sharding_init(&a->sh);
-    int64_t mesh[LM_MESH_MAX_AXES], devs[4096];
+    int64_t mesh[LM_MESH_MAX_AXES];
     int nm, nd;
     if (int_list(cJSON_GetObjectItem(sh, "mesh_shape"), mesh, LM_MESH_MAX_AXES, &nm) < 0 ||
-        int_list(cJSON_GetObjectItem(sh, "devices"), devs, 4096, &nd) < 0 || nd < 1)
+        int_list(cJSON_GetObjectItem(sh, "devices"), devs, LM_SHARD_MAX_DEVICES, &nd) < 0 || nd < 1)
       BAD("%s: array %s has a bad sharding", what, a->name);
+    a->devs = malloc((size_t)nd * sizeof *a->devs);
+    if (!a->devs) {
+      rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+      goto out;
+    }
     a->sh.mesh_rank = nm;
     for (int k = 0; k < nm; k++) a->sh.mesh_shape[k] = mesh[k];
     for (int k = 0; k < nd; k++) {
@@ -262,6 +273,7 @@ static int mf_parse(char *text, const char *what, manifest *m, lm_err *err) {
   }
 #undef BAD
 out:
+  free(devs);
   if (rc < 0) mf_free(m);
   return rc;
 }
