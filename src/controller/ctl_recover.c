@@ -81,6 +81,10 @@ struct ctl_rec {
   uint64_t drain_ack_rid;    /* the DRAIN sent to the worker once its devices moved (0: not yet) */
   uint64_t drain_began_ms;
   uint32_t drain_shards;
+  /* a drain waiting for a standby that registered but has not published its data plane yet */
+  peer *dw_client;           /* NULL: none waits */
+  uint64_t dw_rid, dw_deadline_ms;
+  uint32_t dw_worker;
 };
 
 static void event(ctl *c, bool warn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -669,8 +673,11 @@ bool ctl_recover_wants(ctl *c, uint32_t ndev) {
   return r && r->phase == R_WAITING && lm_registry_worker(c->reg, r->dead)->ndevices == ndev;
 }
 
+static void drain_retry(ctl *c, bool done);
+
 void ctl_recover_capacity(ctl *c) {
   struct ctl_rec *r = c->rec;
+  if (r && r->phase == R_IDLE) drain_retry(c, false);
   if (!r || r->phase != R_WAITING) return;
   const lm_reg_worker *d = lm_registry_worker(c->reg, r->dead);
   uint32_t s = find_standby(c, d->ndevices, d->slice);
@@ -740,6 +747,7 @@ void ctl_recover_client_gone(ctl *c, peer *p) {
   struct ctl_rec *r = c->rec;
   if (!r) return;
   if (r->drain_client == p) r->drain_client = NULL;
+  if (r->dw_client == p) r->dw_client = NULL;
   for (rec_frame *fr = r->dhead; fr; fr = fr->next)
     if (fr->p == p) fr->p = NULL;
   for (size_t i = 0; i < r->nlaunches; i++)
@@ -759,6 +767,7 @@ void ctl_recover_tick(ctl *c) {
   struct ctl_rec *r = c->rec;
   if (!r) return;
   uint64_t now = ctl_now_ms(c);
+  if (r->dw_client && now >= r->dw_deadline_ms) drain_retry(c, true);
   if (r->phase == R_WAITING && now >= r->deadline_ms) {
     char msg[LM_ERR_MSG_MAX], note[LM_REG_REASON_MAX];
     const lm_reg_worker *d = lm_registry_worker(c->reg, r->dead);
@@ -851,10 +860,26 @@ void ctl_recover_drain_gone(ctl *c, uint32_t worker) {
   drain_end(c, LOOM_WORKER_LOST, "the worker disconnected before its shards were copied");
 }
 
+static void drain_start(ctl *c, peer *p, uint64_t rid, uint32_t worker, bool may_wait);
+
 void ctl_on_drain(peer *p, const lm_frame *f, const Lmw__Drain *m) {
-  ctl *c = p->ctl;
+  drain_start(p->ctl, p, f->h.request_id, m->worker, true);
+}
+
+/* A drain that waited for a standby's data plane: try it again (done: the wait is over). */
+static void drain_retry(ctl *c, bool done) {
   struct ctl_rec *r = c->rec;
-  uint64_t rid = f->h.request_id;
+  if (!r->dw_client) return;
+  const lm_reg_worker *w = lm_registry_worker(c->reg, r->dw_worker);
+  if (!done && w && find_standby(c, w->ndevices, w->slice) == UINT32_MAX) return;
+  peer *p = r->dw_client;
+  r->dw_client = NULL;
+  drain_start(c, p, r->dw_rid, r->dw_worker, false);
+}
+
+static void drain_start(ctl *c, peer *p, uint64_t rid, uint32_t worker, bool may_wait) {
+  struct ctl_rec *r = c->rec;
+  const Lmw__Drain mm = {.worker = worker}, *m = &mm;
   if (!ctl_is_admin(c, p)) {
     ctl_reply_error(p, rid, LOOM_PERMISSION, "draining a worker needs an admin (user '%s' is not in the controller's "
                     "--admins)", p->user);
@@ -883,6 +908,13 @@ void ctl_on_drain(peer *p, const lm_frame *f, const Lmw__Drain *m) {
       return;
     }
   uint32_t standby = find_standby(c, w->ndevices, w->slice);
+  if (standby == UINT32_MAX && may_wait && !r->dw_client && standby_pending(c, w->ndevices)) {
+    r->dw_client = p; /* a standby that just registered: its data plane comes in a moment */
+    r->dw_rid = rid;
+    r->dw_worker = m->worker;
+    r->dw_deadline_ms = ctl_now_ms(c) + PENDING_STANDBY_WAIT_MS;
+    return;
+  }
   if (standby == UINT32_MAX) {
     ctl_reply_error(p, rid, LOOM_NOT_FOUND,
                     "no standby of %u devices to drain %s onto: start one with `loom worker --standby` (or `loom up "
