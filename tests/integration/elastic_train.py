@@ -95,9 +95,15 @@ def main():
             if args.cont_after > 0:
                 threading.Timer(args.cont_after, os.kill, (args.kill_pid, signal.SIGCONT)).start()
         if i == args.drain_step and args.drain_worker >= 0:  # from another session, as an operator would
-            def drain():
+            def drain(step=i):
                 with loom.connect(name="drain") as admin:
-                    print(f"step {i}: drained {admin.drain(args.drain_worker)}", flush=True)
+                    for attempt in range(100):  # BUSY (a program loading, a recovery): try again, as an operator would
+                        try:
+                            print(f"step {step}: drained {admin.drain(args.drain_worker)}", flush=True)
+                            return
+                        except loom.BusyError as e:
+                            print(f"step {step}: drain busy ({e}); trying again", flush=True)
+                            time.sleep(0.1)
             drainer = threading.Thread(target=drain)
             drainer.start()
         if i == args.kill2_step and args.kill2_pid:

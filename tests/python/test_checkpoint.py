@@ -263,9 +263,9 @@ def test_drain_during_training_is_bitwise_invisible(cluster, tmp_path):
     cluster.wait_workers(2, 1)
     ref = reference(cluster, tmp_path)
     r = train(cluster, tmp_path / "drain.npz", "--drain-worker", 1, "--drain-step", 60)
-    assert "step 60: drained {'worker': 1, 'replaced_by': 2" in r.stdout, r.stdout
+    assert "step 60: drained {'worker': 1, 'replaced_by': 2" in r.stdout, r.stdout + r.stderr[-3000:]
     assert bitwise_equal(ref, tmp_path / "drain.npz")
-    assert w1.wait(timeout=20) == 0  # released: it left by itself
+    assert w1.wait(timeout=20) == 0, cluster.log("w1")[-3000:]  # released: it left by itself
     st = cluster.status()
     drained = [w for w in st["workers"] if w["id"] == 1][0]
     assert not drained["alive"] and "drained" in drained["reason"], drained
