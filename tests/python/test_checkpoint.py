@@ -301,3 +301,28 @@ def test_c_api(cluster):
     r = subprocess.run([str(BUILD_DIR / "tests" / "ckpt_probe"), cluster.addr], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "ok ckpt" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (skipped where mounting one is not allowed)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_disk_full_is_a_clear_error_and_leaves_nothing(cluster, small_disk):
+    cluster.ckdir = small_disk / "ck"
+    c = start(cluster)
+    big = c.put(np.ones((1024, 1024), np.float32), Sharding.tiled(range(8), 0))  # 4 MiB: does not fit
+    with pytest.raises(loom.LoomIOError, match="No space left on device"):
+        c.checkpoint_save("big", {"x": big})
+    assert ckfiles(cluster, "big") == [] and not (cluster.ckdir / "_" / "big" / "manifest.json").exists()
+    small = c.put(np.arange(1024, dtype=np.float32), Sharding.tiled(range(8), 0))
+    c.checkpoint_save("small", {"x": small})  # the space was given back: a smaller one fits
+    assert c.checkpoint_load("small")["x"].numpy().tobytes() == np.arange(1024, dtype=np.float32).tobytes()
+    c.close()
