@@ -357,7 +357,9 @@ typedef struct ck_worker {
 typedef struct ck_entry {
   char *name;
   uint64_t array;            /* save: the session's array; load: the new one */
-  c_array *a;                /* save: the array (valid while the session is) */
+  const c_array *a;          /* save: = &meta */
+  c_array meta;              /* save: a copy of the array's shape and sharding (the array itself may be
+                                deleted, or its session closed, while the files are written) */
   const mf_array *saved;     /* load */
   bool created;              /* load: the array exists in the session */
 } ck_entry;
@@ -415,7 +417,7 @@ int ctl_ckpt_init(ctl *c, lm_err *err) {
 }
 
 static void op_free(ck_op *o) {
-  for (size_t i = 0; i < o->nent; i++) free(o->ent[i].name);
+  for (size_t i = 0; i < o->nent; i++) free(o->ent[i].name), free(o->ent[i].meta.devs);
   free(o->ent);
   for (size_t k = 0; k < o->nws; k++) {
     ck_worker *w = &o->ws[k];
@@ -806,7 +808,18 @@ static void on_save(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
       op_failf(o, LOOM_UNSUPPORTED, "array %s has dtype %s, which safetensors cannot hold", e->name,
                lm_dtype_name(a->dtype));
     if (o->rc < 0) break;
-    o->ent[i].a = a;
+    o->ent[i].meta = *a;
+    o->ent[i].meta.devs = malloc(a->sh.ndev * sizeof *a->devs);
+    if (!o->ent[i].meta.devs) {
+      op_failf(o, LOOM_NO_MEMORY, "out of host memory");
+      break;
+    }
+    memcpy(o->ent[i].meta.devs, a->devs, a->sh.ndev * sizeof *a->devs);
+    o->ent[i].meta.sh.devices = o->ent[i].meta.devs;
+    o->ent[i].meta.held = o->ent[i].meta.bk = NULL;
+    o->ent[i].meta.msg = NULL;
+    o->ent[i].meta.pool = NULL;
+    o->ent[i].a = a = &o->ent[i].meta;
     /* each distinct region once, from the replica whose worker has the least planned so far */
     for (uint32_t k = 0; k < a->sh.ndev && o->rc == 0; k++) {
       int64_t ok[R], sk[R], oj[R], sj[R];

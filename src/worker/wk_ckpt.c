@@ -27,6 +27,7 @@
 #include "worker/wk.h"
 
 #define CK_WAIT_MS 60000           /* a write waits this long for a shard still being computed */
+#define CK_MISSING_MS 3000         /* ... and this long for one not listed at all (deleted meanwhile) */
 #define CK_CHUNK ((size_t)8 << 20) /* writes and CRCs go in pieces of this size */
 
 typedef struct ck_target {
@@ -71,7 +72,7 @@ static int tensor_bytes(uint32_t dtype, const uint64_t *dims, size_t rank, uint6
 /* The listed READY slot of (session, array, dev) with a reference, waiting while it is pending. */
 static int wait_ready(wk *w, uint64_t session, uint64_t array, uint32_t dev, wk_slot **out, lm_err *err) {
   wk_store *st = &w->store;
-  uint64_t deadline = now_ms() + CK_WAIT_MS;
+  uint64_t deadline = now_ms() + CK_WAIT_MS, missing_deadline = now_ms() + CK_MISSING_MS;
   for (;;) {
     wk_slot *s = wk_store_get(st, session, array, dev);
     pthread_mutex_lock(&st->mu);
@@ -89,7 +90,9 @@ static int wait_ready(wk *w, uint64_t session, uint64_t array, uint32_t dev, wk_
       wk_slot_release(st, s);
       return lm_errf(err, code, "array %llu on device %u: %s", (unsigned long long)array, dev, msg);
     }
-    bool last = now_ms() >= deadline || w->stopping;
+    /* a shard not listed at all is one that was deleted (or never was here): given up sooner than
+     * one still being computed */
+    bool last = now_ms() >= deadline || w->stopping || (state < 0 && now_ms() >= missing_deadline);
     if (!last) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
