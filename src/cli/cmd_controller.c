@@ -1,6 +1,8 @@
 /* `loom controller`: run the controller daemon in the foreground (logs on stderr) until
  * SIGINT/SIGTERM. `loom up` starts one of these for a local cluster. */
+#include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli/cli.h"
@@ -147,10 +149,17 @@ int cmd_controller(int argc, char **argv) {
   lm_log_init("controller");
   lm_err err;
   char ckdir[4096];
-  if (!cfg.checkpoint_dir) { /* default: under the state directory */
-    if (cli_state_dir_ensure(ckdir, sizeof ckdir - 16, &err) < 0) return cli_fail(cmd, "%s", err.msg);
-    strcat(ckdir, "/checkpoints");
-    cfg.checkpoint_dir = ckdir;
+  if (!cfg.checkpoint_dir) { /* default: under the state directory, if it can be used */
+    if (cli_state_dir_ensure(ckdir, sizeof ckdir - 16, &err) < 0) {
+      lm_warn("no checkpoint directory (checkpoints are refused; pass --checkpoint-dir DIR): %s", err.msg);
+    } else {
+      strcat(ckdir, "/checkpoints");
+      if (mkdir(ckdir, 0700) != 0 && errno != EEXIST)
+        lm_warn("no checkpoint directory (checkpoints are refused; pass --checkpoint-dir DIR): cannot create %s: %s",
+                ckdir, strerror(errno));
+      else
+        cfg.checkpoint_dir = ckdir;
+    }
   }
   if (lm_controller_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);
   return 0;
