@@ -85,7 +85,7 @@ def main():
     try:
         af = tmp / "addr"
         start("controller", "controller", "--listen", "127.0.0.1:0", "--address-file", str(af), "--checkpoint-dir",
-              str(tmp / "ck"), "--max-payload", "1G")
+              str(tmp / "ck"), "--max-payload", "1G", "--heartbeat-timeout", "20000")  # (a loaded machine)
         addr = wait_file(af)
         for i in range(2):
             start(f"w{i}", "worker", "--controller", addr, "--devices", "4", "--device-memory", mem)
