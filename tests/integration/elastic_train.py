@@ -50,6 +50,10 @@ def main():
     ap.add_argument("--kill2-step", type=int, default=-1, help="... at this step")
     ap.add_argument("--drain-worker", type=int, default=-1, help="`loom drain` this worker id (another session) ...")
     ap.add_argument("--drain-step", type=int, default=-1, help="... at this step, while launches are in flight")
+    ap.add_argument("--save-step", type=int, default=-1, help="checkpoint the parameters after this step ...")
+    ap.add_argument("--save-name", default="train", help="... under this name (Client.checkpoint_save)")
+    ap.add_argument("--resume", help="start from this checkpoint's parameters ...")
+    ap.add_argument("--resume-step", type=int, default=-1, help="... saved after this step (run the steps after it)")
     ap.add_argument("--times", help="write each step's completion time (monotonic s) as JSON here")
     ap.add_argument("--sync-every", type=int, default=1, help="wait for the loss every N steps")
     args = ap.parse_args()
@@ -78,11 +82,18 @@ def main():
     replicated = loom.jax.NamedSharding(mesh, P())
     data = loom.jax.NamedSharding(mesh, P("data"))
     params = jax.tree_util.tree_map(lambda a: loom.jax.put(a, replicated), params0)
+    first = 0
+    if args.resume:  # the parameters as saved (their saved sharding: replicated over every device)
+        got = client.checkpoint_load(args.resume, expect={f"{k}{i}": (params0[i][k].shape, np.float32)
+                                                          for i in range(len(params0)) for k in ("w", "b")})
+        params = [{k: got[f"{k}{i}"] for k in ("w", "b")} for i in range(len(params0))]
+        first = args.resume_step + 1
+        print(f"resumed from checkpoint {args.resume} after step {args.resume_step}", flush=True)
     times = []
     sig = getattr(signal, "SIG" + args.kill_signal)
     t0 = time.monotonic()
     pending = []
-    for i in range(args.steps):
+    for i in range(first, args.steps):
         b = i % nb
         xb = loom.jax.put(x_all[b * args.batch:(b + 1) * args.batch], data)
         yb = loom.jax.put(y_all[b * args.batch:(b + 1) * args.batch], data)
@@ -94,6 +105,10 @@ def main():
                   flush=True)
             if args.cont_after > 0:
                 threading.Timer(args.cont_after, os.kill, (args.kill_pid, signal.SIGCONT)).start()
+        if i == args.save_step:
+            r = client.checkpoint_save(args.save_name, {f"{k}{n}": params[n][k] for n in range(len(params))
+                                                        for k in ("w", "b")})
+            print(f"step {i}: saved checkpoint {args.save_name}: {r['files']} files, {r['bytes']} bytes", flush=True)
         if i == args.drain_step and args.drain_worker >= 0:  # from another session, as an operator would
             def drain(step=i):
                 with loom.connect(name="drain") as admin:

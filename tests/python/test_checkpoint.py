@@ -254,6 +254,20 @@ def test_checkpoints_are_per_user(tmp_path, monkeypatch):
         d.stop()
 
 
+def test_training_resumes_from_a_checkpoint_bitwise(cluster, tmp_path):
+    """The 200-step loop saves its parameters after step 99 (that changes nothing), and a new run
+    that loads them and runs steps 100-199 ends with bitwise the same parameters."""
+    cluster.controller("--checkpoint-dir", str(cluster.ckdir))
+    cluster.two_workers()
+    ref = reference(cluster, tmp_path)
+    r = train(cluster, tmp_path / "saved.npz", "--save-step", 99, "--save-name", "step99")
+    assert "step 99: saved checkpoint step99" in r.stdout, r.stdout
+    assert bitwise_equal(ref, tmp_path / "saved.npz")
+    r = train(cluster, tmp_path / "resumed.npz", "--resume", "step99", "--resume-step", 99)
+    assert "resumed from checkpoint step99 after step 99" in r.stdout, r.stdout
+    assert bitwise_equal(ref, tmp_path / "resumed.npz")
+
+
 # ---- drain ----
 
 def test_drain_during_training_is_bitwise_invisible(cluster, tmp_path):
