@@ -340,3 +340,28 @@ def test_disk_full_is_a_clear_error_and_leaves_nothing(cluster, small_disk):
     c.checkpoint_save("small", {"x": small})  # the space was given back: a smaller one fits
     assert c.checkpoint_load("small")["x"].numpy().tobytes() == np.arange(1024, dtype=np.float32).tobytes()
     c.close()
+
+
+def test_pool_sessions_use_their_own_device_numbering(cluster):
+    """A session of the shared pool (devices=N) sees its devices as 0..N-1: a checkpoint records its
+    shardings in that numbering and loads them back onto the devices of the session that loads it."""
+    c = start(cluster)
+    hog = loom.connect(cluster.addr, devices=4)  # takes 4 devices, so the next sessions get others
+    a = loom.connect(cluster.addr, devices=4)
+    assert a.device_count() == 4
+    x = np.arange(64, dtype=np.float32).reshape(16, 4)
+    a.checkpoint_save("pool", {"x": a.put(x, Sharding.tiled(range(4), 0))})
+    show = a.checkpoint_info("pool")
+    assert show["arrays"][0]["sharding"]["devices"] == [0, 1, 2, 3], show
+    sess = json.loads(run_loom("sessions", "--json", "--controller", cluster.addr, check=True).stdout)["sessions"]
+    held = {s["session"]: s["device_ids"] for s in sess}
+    assert sorted(held[hog.session] + held[a.session]) == list(range(8)), held  # a's are not 0-3
+    a.close()
+    b = loom.connect(cluster.addr, devices=4)
+    got = b.checkpoint_load("pool")["x"]
+    assert got.sharding.devices == (0, 1, 2, 3) and got.numpy().tobytes() == x.tobytes()
+    got2 = b.checkpoint_load("pool", shardings={"x": Sharding.tiled([3, 1], 1)})["x"]
+    assert got2.numpy().tobytes() == x.tobytes()
+    b.close()
+    hog.close()
+    c.close()
