@@ -768,22 +768,24 @@ static void slice_key(char *buf, size_t cap, const char *name, const c_array *a,
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-static void on_save(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
+/* Plans a save; true when it was handed to the thread pool (o may be freed by then), false when it
+ * failed at once (o->rc set). */
+static bool on_save(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
   ctl *c = o->c;
   if (m->n_entries == 0) {
     op_failf(o, LOOM_INVALID_ARGUMENT, "a checkpoint save needs at least one array");
-    return;
+    return false;
   }
   o->ent = calloc(m->n_entries, sizeof *o->ent);
   if (!o->ent) {
     op_failf(o, LOOM_NO_MEMORY, "out of host memory");
-    return;
+    return false;
   }
   o->nent = m->n_entries;
   uint64_t *load = calloc(lm_registry_worker_count(c->reg) + 1, sizeof *load); /* bytes planned per worker */
   if (!load) {
     op_failf(o, LOOM_NO_MEMORY, "out of host memory");
-    return;
+    return false;
   }
   for (size_t i = 0; o->rc == 0 && i < m->n_entries; i++) {
     const Lmw__CheckpointEntry *e = m->entries[i];
@@ -859,7 +861,7 @@ static void on_save(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
     }
   }
   free(load);
-  if (o->rc < 0) return;
+  if (o->rc < 0) return false;
   /* the requests: one file per worker */
   for (size_t k = 0; k < o->nws && o->rc == 0; k++) {
     ck_worker *w = &o->ws[k];
@@ -900,8 +902,9 @@ static void on_save(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
     }
     w->io.slices = w->slices;
   }
-  if (o->rc < 0) return;
+  if (o->rc < 0) return false;
   run_job(o, save_prep_work, save_prep_done);
+  return true;
 }
 
 /* ---- load ---- */
@@ -1106,28 +1109,34 @@ static void fmt_shape(char *buf, size_t cap, lm_dtype dt, const int64_t *dims, i
 
 static void load_plan(ck_op *o);
 
-static void on_load(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
+static bool on_load(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
   if (m->n_entries == 0) {
     op_failf(o, LOOM_INVALID_ARGUMENT, "a checkpoint load names the arrays to create (CheckpointEntry)");
-    return;
+    return false;
   }
   o->ent = calloc(m->n_entries, sizeof *o->ent);
   if (!o->ent) {
     op_failf(o, LOOM_NO_MEMORY, "out of host memory");
-    return;
+    return false;
   }
   o->nent = m->n_entries;
   for (size_t i = 0; i < m->n_entries; i++) {
     const Lmw__CheckpointEntry *e = m->entries[i];
     o->ent[i].name = strdup(e->name ? e->name : "");
     o->ent[i].array = e->array;
-    if (!o->ent[i].name) return (void)op_failf(o, LOOM_NO_MEMORY, "out of host memory");
-    if (!e->array || lm_session_get(p->session, e->array, H_ARRAY) || lm_session_was_deleted(p->session, e->array))
-      return (void)op_failf(o, LOOM_INVALID_ARGUMENT, "array id %llu is already used in this session",
-                            (unsigned long long)e->array);
+    if (!o->ent[i].name) {
+      op_failf(o, LOOM_NO_MEMORY, "out of host memory");
+      return false;
+    }
+    if (!e->array || lm_session_get(p->session, e->array, H_ARRAY) || lm_session_was_deleted(p->session, e->array)) {
+      op_failf(o, LOOM_INVALID_ARGUMENT, "array id %llu is already used in this session", (unsigned long long)e->array);
+      return false;
+    }
     for (size_t j = 0; j < i; j++)
-      if (o->ent[j].array == e->array)
-        return (void)op_failf(o, LOOM_INVALID_ARGUMENT, "array id %llu appears twice", (unsigned long long)e->array);
+      if (o->ent[j].array == e->array) {
+        op_failf(o, LOOM_INVALID_ARGUMENT, "array id %llu appears twice", (unsigned long long)e->array);
+        return false;
+      }
   }
   /* the entries' shardings and expectations are needed again once the manifest is read */
   size_t len = protobuf_c_message_get_packed_size(&m->base);
@@ -1137,8 +1146,12 @@ static void on_load(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
     o->req_copy = lmw__checkpoint__unpack(NULL, len, buf);
   }
   free(buf);
-  if (!o->req_copy) return (void)op_failf(o, LOOM_NO_MEMORY, "out of host memory");
+  if (!o->req_copy) {
+    op_failf(o, LOOM_NO_MEMORY, "out of host memory");
+    return false;
+  }
   run_job(o, manifest_read_work, load_plan);
+  return true;
 }
 
 static void load_plan(ck_op *o) {
@@ -1512,16 +1525,17 @@ void ctl_on_checkpoint(peer *p, const lm_frame *f, const Lmw__Checkpoint *m) {
     case LMW__CHECKPOINT_OP__CKPT_SAVE:
       snprintf(o->save_id, sizeof o->save_id, "%llx-%llx", (unsigned long long)unix_ms(),
                (unsigned long long)++ck->counter);
-      on_save(o, p, m);
+      if (on_save(o, p, m)) return; /* under way */
       break;
-    case LMW__CHECKPOINT_OP__CKPT_LOAD: on_load(o, p, m); break;
+    case LMW__CHECKPOINT_OP__CKPT_LOAD:
+      if (on_load(o, p, m)) return;
+      break;
     case LMW__CHECKPOINT_OP__CKPT_LIST: run_job(o, list_work, admin_done); return;
     case LMW__CHECKPOINT_OP__CKPT_SHOW: run_job(o, show_work, admin_done); return;
     case LMW__CHECKPOINT_OP__CKPT_VERIFY: run_job(o, verify_work, admin_done); return;
     case LMW__CHECKPOINT_OP__CKPT_REMOVE: run_job(o, remove_work, admin_done); return;
     default: op_failf(o, LOOM_UNSUPPORTED, "unknown checkpoint operation %d", m->op); break;
     }
-    if (o->rc == 0 || o->work) return; /* under way */
     op_fail_reply(o);
     op_done(o);
     return;

@@ -365,3 +365,47 @@ def test_pool_sessions_use_their_own_device_numbering(cluster):
     b.close()
     hog.close()
     c.close()
+
+
+def test_hostile_requests_get_clear_errors_and_the_controller_serves_on(cluster):
+    """CHECKPOINT and DRAIN frames written by hand: repeated or reused ids, bad names, unknown
+    operations, worker-only messages from a client. Each gets an ERROR; the session stays."""
+    sys.path.insert(0, str(TRAIN.parent))
+    import wire
+    c = start(cluster)
+    w = wire.Conn(cluster.addr)
+    w.handshake()
+
+    def entry(name, array):
+        return wire.field_bytes(1, name) + wire.field_varint(2, array)
+
+    def ask(type_, meta, rid):
+        w.send(wire.frame(type_, meta, request_id=rid))
+        code, msg, got = w.expect_error()
+        assert got == rid
+        return code, msg
+
+    two = wire.field_bytes(3, entry("w", 7)) + wire.field_bytes(3, entry("b", 7))
+    code, msg = ask(64, wire.field_varint(1, 2) + wire.field_bytes(2, "ck") + two, 10)
+    assert code == wire.INVALID_ARGUMENT and "appears twice" in msg, msg
+    code, msg = ask(64, wire.field_varint(1, 2) + wire.field_bytes(2, "ck") + wire.field_bytes(3, entry("w", 0)), 11)
+    assert code == wire.INVALID_ARGUMENT and "already used" in msg, msg
+    code, msg = ask(64, wire.field_varint(1, 1) + wire.field_bytes(2, "../x") + wire.field_bytes(3, entry("w", 1)), 12)
+    assert code == wire.INVALID_ARGUMENT and "not a checkpoint name" in msg, msg
+    code, msg = ask(64, wire.field_varint(1, 1) + wire.field_bytes(2, "ok") + wire.field_bytes(3, entry("w", 999)), 13)
+    assert code == -2 and "does not exist" in msg, msg  # NOT_FOUND: not this session's array
+    code, msg = ask(64, wire.field_varint(1, 99) + wire.field_bytes(2, "ok"), 14)
+    assert code == wire.UNSUPPORTED, msg
+    code, msg = ask(66, wire.field_varint(1, 1) + wire.field_bytes(2, "/etc/passwd"), 15)
+    assert "not a request the controller answers" in msg, msg
+    code, msg = ask(68, wire.field_varint(1, 4000000000), 16)
+    assert code == -2 and "no worker" in msg, msg
+    w.send(wire.frame(wire.PING, wire.field_varint(1, 5), request_id=17))
+    t, rid, _, _ = w.recv_frame()
+    assert (t, rid) == (wire.PONG, 17)
+    w.close()
+    # the other session did not notice
+    x = np.arange(8, dtype=np.float32)
+    c.checkpoint_save("still", {"x": c.put(x)})
+    assert c.checkpoint_load("still")["x"].numpy().tobytes() == x.tobytes()
+    c.close()
