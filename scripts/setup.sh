@@ -17,6 +17,7 @@ APT_PACKAGES=(
   libuv1-dev                              # control-plane event loops
   libucx-dev ucx-utils                    # data plane
   libcjson-dev                            # JSON output
+  zlib1g-dev                              # CRC-32 of checkpoint file blocks
   libssl-dev                              # OpenSSL: worker and client authentication
   libnghttp2-dev                          # HTTP/2 for the IFRT proxy's gRPC server
   libmicrohttpd-dev                       # the controller's HTTP port (/metrics, /healthz, /readyz)
@@ -46,9 +47,9 @@ APT_PACKAGES=(
 # are pinned; grpcio lets the proxy tests talk gRPC to it directly; xla-cpu-pjrt is XLA:CPU as a
 # PJRT plugin (loom interpret --backend pjrt; its header is read at build time); prometheus_client's
 # parser reads the controller's /metrics in the tests; kubernetes-validate checks deploy/k8s against
-# Kubernetes' schemas
+# Kubernetes' schemas; safetensors (its own reader) checks the checkpoint files Loom writes
 PY_PACKAGES=(numpy pytest jax==0.10.2 jaxlib==0.10.2 pathwaysutils==0.1.13 grpcio xla-cpu-pjrt==0.0.1 prometheus_client
-             kubernetes-validate pyyaml selenium)
+             kubernetes-validate pyyaml selenium safetensors==0.8.0)
 
 sudo_() { if [[ $(id -u) -eq 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
   echo "setup: need root to run: $*" >&2; return 1; fi; }

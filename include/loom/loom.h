@@ -443,6 +443,68 @@ LOOM_API loom_status loom_future_cancel(loom_future *future);
 /* Frees the future; a pending operation carries on (its outputs still become ready). NULL ok. */
 LOOM_API void loom_future_destroy(loom_future *future);
 
+/* ---- checkpoints (docs/elastic.md "Checkpoints") ----
+ *
+ * A checkpoint is a named set of arrays written to disk by the workers in parallel, as
+ * safetensors files (readable by numpy, JAX and PyTorch), with a manifest written last so a
+ * half-written checkpoint is never loadable. It can be loaded onto any devices with any sharding.
+ * Checkpoints belong to the session's user (its token's; everyone without tokens). Calls that
+ * return JSON give a malloc'd string in *out_json (free with loom_free_string; out_json may be
+ * NULL). These calls have no time limit (the client's interrupt hook stops the wait). */
+
+/* Saves arrays[i] under names[i] (1..200 printable characters, no " \ [ ]) as checkpoint `name`
+ * (1..128 characters of A-Z a-z 0-9 _ . -), replacing an older checkpoint of that name at once.
+ * Waits for each array to be computed first. Errors: LOOM_NOT_FOUND (an array was deleted),
+ * LOOM_IO naming the file or directory (disk full, unwritable), LOOM_WORKER_LOST. */
+LOOM_API loom_status loom_checkpoint_save(loom_client *client, const char *name, const char *const *names,
+                                          loom_array *const *arrays, int32_t num_arrays, char **out_json);
+
+typedef struct loom_checkpoint_load_args {
+  size_t struct_size;                 /* sizeof(loom_checkpoint_load_args) */
+  const char *name;                   /* the checkpoint */
+  int32_t num_arrays;                 /* >= 1 */
+  const char *const *names;           /* [num_arrays] the arrays to load */
+  /* [num_arrays] where each goes (any devices, any sharding that divides its shape); NULL, or a
+   * NULL entry: the sharding it was saved with */
+  const loom_sharding *const *shardings;
+  /* Optional checks, NULL for none: the dtype expected ([num_arrays], 0 = any) and the shape
+   * expected (ranks[i] < 0 or dims[i] NULL: any). A mismatch is LOOM_SHAPE_MISMATCH. */
+  const loom_dtype *dtypes;
+  const int32_t *ranks;
+  const int64_t *const *dims;
+} loom_checkpoint_load_args;
+
+LOOM_API void loom_checkpoint_load_args_initialize(loom_checkpoint_load_args *args);
+/* Creates num_arrays new arrays from the checkpoint (out_arrays[i] for names[i]); returns when
+ * their shards are in device memory. Each worker reads only the byte ranges its new shards need
+ * and checks their checksums. Errors: LOOM_NOT_FOUND (no such checkpoint or array in it),
+ * LOOM_SHAPE_MISMATCH, LOOM_IO naming a missing, truncated or corrupt file (no array is created
+ * then), LOOM_INVALID_ARGUMENT (a sharding that does not fit). */
+LOOM_API loom_status loom_checkpoint_load(loom_client *client, const loom_checkpoint_load_args *args,
+                                          loom_array **out_arrays, char **out_json);
+
+typedef enum loom_checkpoint_query_op {
+  LOOM_CHECKPOINT_LIST = 3,           /* every checkpoint of the user (name ignored) */
+  LOOM_CHECKPOINT_SHOW = 4,           /* one checkpoint's arrays, shardings and files */
+  LOOM_CHECKPOINT_VERIFY = 5,         /* reads every file of it, checks sizes, checksums, headers */
+  LOOM_CHECKPOINT_REMOVE = 6,         /* deletes it (its manifest first) */
+} loom_checkpoint_query_op;
+
+/* Lists, shows, verifies or removes checkpoints; *out_json describes the result. */
+LOOM_API loom_status loom_checkpoint_query(loom_client *client, loom_checkpoint_query_op op, const char *name,
+                                           char **out_json);
+
+/* ---- operations ---- */
+
+/* Drains worker `worker` (planned maintenance): its devices and every shard it holds move to a
+ * standby (`loom worker --standby`), launches in flight are re-issued there (bitwise the same
+ * results), then the worker leaves. Needs an admin session (the controller's --admins, or no
+ * tokens). LOOM_NOT_FOUND when there is no standby of its size. */
+LOOM_API loom_status loom_drain_worker(loom_client *client, int32_t worker, char **out_json);
+
+/* Frees a string this API returned. NULL ok. */
+LOOM_API void loom_free_string(char *s);
+
 /* ---- traces (docs/observability.md) ---- */
 
 /* Starts recording the cluster's launch trace, the one `loom trace start` starts: every launch's

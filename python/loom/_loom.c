@@ -560,6 +560,222 @@ static PyObject *Client_put(ClientObject *self, PyObject *args) {
   return wrap_array(self, out);
 }
 
+/* ---- checkpoints and drain ---- */
+
+static PyObject *json_result(loom_status st, const char *msg, char *json) {
+  if (st != LOOM_OK) {
+    loom_free_string(json);
+    return raise_status(st, msg);
+  }
+  PyObject *r = PyUnicode_FromString(json ? json : "{}");
+  loom_free_string(json);
+  return r;
+}
+
+/* Converts a sequence of str into a PyMem array of borrowed UTF-8 pointers (kept alive by keep). */
+static const char **names_from(PyObject *seq, Py_ssize_t *n, PyObject **keep) {
+  *keep = PySequence_Fast(seq, "names must be a sequence of str");
+  if (!*keep) return NULL;
+  *n = PySequence_Fast_GET_SIZE(*keep);
+  const char **v = PyMem_Calloc((size_t)(*n ? *n : 1), sizeof *v);
+  if (!v) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < *n; i++) {
+    v[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*keep, i));
+    if (!v[i]) {
+      PyMem_Free(v);
+      return NULL;
+    }
+  }
+  return v;
+}
+
+/* checkpoint_save(name, names, arrays) -> JSON text */
+static PyObject *Client_checkpoint_save(ClientObject *self, PyObject *args) {
+  CLIENT_OPEN(self);
+  const char *name;
+  PyObject *namesobj, *arrsobj;
+  if (!PyArg_ParseTuple(args, "sOO", &name, &namesobj, &arrsobj)) return NULL;
+  PyObject *keep = NULL, *fa = NULL;
+  Py_ssize_t n = 0;
+  const char **names = names_from(namesobj, &n, &keep);
+  loom_array **arrs = NULL;
+  PyObject *res = NULL;
+  if (!names) goto out;
+  fa = PySequence_Fast(arrsobj, "arrays must be a sequence of loom arrays");
+  if (!fa) goto out;
+  if (PySequence_Fast_GET_SIZE(fa) != n) {
+    PyErr_SetString(PyExc_ValueError, "names and arrays differ in length");
+    goto out;
+  }
+  arrs = PyMem_Calloc((size_t)(n ? n : 1), sizeof *arrs);
+  if (!arrs) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *o = PySequence_Fast_GET_ITEM(fa, i);
+    if (!PyObject_TypeCheck(o, &ArrayType) || !((ArrayObject *)o)->a) {
+      PyErr_Format(PyExc_TypeError, "item %zd is not a live loom array", i);
+      goto out;
+    }
+    arrs[i] = ((ArrayObject *)o)->a;
+  }
+  char msg[MSG_CAP];
+  char *json = NULL;
+  loom_status st;
+  CALL_BEGIN(self);
+  st = loom_checkpoint_save(self->c, name, names, arrs, (int32_t)n, &json);
+  if (st != LOOM_OK) grab_msg(self->c, msg);
+  CALL_END(self);
+  res = json_result(st, msg, json);
+out:
+  PyMem_Free(arrs);
+  PyMem_Free(names);
+  Py_XDECREF(fa);
+  Py_XDECREF(keep);
+  return res;
+}
+
+/* checkpoint_load(name, names, shardings, dtypes, shapes) -> ([Array], JSON text); shardings[i]
+ * None: as saved; dtypes[i] 0: any; shapes[i] None: any */
+static PyObject *Client_checkpoint_load(ClientObject *self, PyObject *args) {
+  CLIENT_OPEN(self);
+  const char *name;
+  PyObject *namesobj, *shobj, *dtobj, *shpobj;
+  if (!PyArg_ParseTuple(args, "sOOOO", &name, &namesobj, &shobj, &dtobj, &shpobj)) return NULL;
+  PyObject *keep = NULL, *fsh = NULL, *fdt = NULL, *fsp = NULL, *res = NULL;
+  Py_ssize_t n = 0;
+  const char **names = names_from(namesobj, &n, &keep);
+  loom_sharding *shs = NULL;
+  const loom_sharding **shp = NULL;
+  devbuf *dbs = NULL;
+  loom_dtype *dts = NULL;
+  int32_t *ranks = NULL;
+  int64_t *dimv = NULL;
+  const int64_t **dimp = NULL;
+  loom_array **out = NULL;
+  if (!names) goto out;
+  fsh = PySequence_Fast(shobj, "shardings must be a sequence");
+  fdt = fsh ? PySequence_Fast(dtobj, "dtypes must be a sequence") : NULL;
+  fsp = fdt ? PySequence_Fast(shpobj, "shapes must be a sequence") : NULL;
+  if (!fsp) goto out;
+  if (PySequence_Fast_GET_SIZE(fsh) != n || PySequence_Fast_GET_SIZE(fdt) != n || PySequence_Fast_GET_SIZE(fsp) != n) {
+    PyErr_SetString(PyExc_ValueError, "names, shardings, dtypes and shapes differ in length");
+    goto out;
+  }
+  size_t cnt = (size_t)(n ? n : 1);
+  shs = PyMem_Calloc(cnt, sizeof *shs);
+  shp = PyMem_Calloc(cnt, sizeof *shp);
+  dbs = PyMem_Calloc(cnt, sizeof *dbs);
+  dts = PyMem_Calloc(cnt, sizeof *dts);
+  ranks = PyMem_Calloc(cnt, sizeof *ranks);
+  dimv = PyMem_Calloc(cnt * LOOM_MAX_RANK, sizeof *dimv);
+  dimp = PyMem_Calloc(cnt, sizeof *dimp);
+  out = PyMem_Calloc(cnt, sizeof *out);
+  if (!shs || !shp || !dbs || !dts || !ranks || !dimv || !dimp || !out) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *so = PySequence_Fast_GET_ITEM(fsh, i), *d = PySequence_Fast_GET_ITEM(fdt, i);
+    PyObject *sp = PySequence_Fast_GET_ITEM(fsp, i);
+    if (so != Py_None) {
+      if (sharding_from(so, &shs[i], &dbs[i]) < 0) goto out;
+      shp[i] = &shs[i];
+    }
+    long dv = PyLong_AsLong(d);
+    if (dv == -1 && PyErr_Occurred()) goto out;
+    dts[i] = (loom_dtype)dv;
+    ranks[i] = -1;
+    if (sp != Py_None) {
+      if (dims_from(sp, dimv + (size_t)i * LOOM_MAX_RANK, &ranks[i]) < 0) goto out;
+      dimp[i] = dimv + (size_t)i * LOOM_MAX_RANK;
+    }
+  }
+  loom_checkpoint_load_args la;
+  loom_checkpoint_load_args_initialize(&la);
+  la.name = name;
+  la.num_arrays = (int32_t)n;
+  la.names = names;
+  la.shardings = shp;
+  la.dtypes = dts;
+  la.ranks = ranks;
+  la.dims = dimp;
+  char msg[MSG_CAP];
+  char *json = NULL;
+  loom_status st;
+  CALL_BEGIN(self);
+  st = loom_checkpoint_load(self->c, &la, out, &json);
+  if (st != LOOM_OK) grab_msg(self->c, msg);
+  CALL_END(self);
+  if (st != LOOM_OK) {
+    json_result(st, msg, json);
+    goto out;
+  }
+  PyObject *list = PyList_New(n);
+  if (!list) {
+    for (Py_ssize_t i = 0; i < n; i++) loom_array_release(out[i]);
+    loom_free_string(json);
+    goto out;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *a = wrap_array(self, out[i]); /* takes the handle, also on failure */
+    out[i] = NULL;
+    if (!a) {
+      for (Py_ssize_t k = i + 1; k < n; k++) loom_array_release(out[k]);
+      Py_DECREF(list);
+      loom_free_string(json);
+      goto out;
+    }
+    PyList_SET_ITEM(list, i, a);
+  }
+  res = Py_BuildValue("(Ns)", list, json ? json : "{}");
+  loom_free_string(json);
+out:
+  for (Py_ssize_t i = 0; dbs && i < n; i++) PyMem_Free(dbs[i].heap);
+  PyMem_Free(shs), PyMem_Free(shp), PyMem_Free(dbs), PyMem_Free(dts), PyMem_Free(ranks), PyMem_Free(dimv);
+  PyMem_Free(dimp), PyMem_Free(out), PyMem_Free(names);
+  Py_XDECREF(fsh);
+  Py_XDECREF(fdt);
+  Py_XDECREF(fsp);
+  Py_XDECREF(keep);
+  return res;
+}
+
+/* checkpoint_query(op, name=None) -> JSON text (op: 3 list, 4 show, 5 verify, 6 remove) */
+static PyObject *Client_checkpoint_query(ClientObject *self, PyObject *args) {
+  CLIENT_OPEN(self);
+  int op;
+  const char *name = NULL;
+  if (!PyArg_ParseTuple(args, "i|z", &op, &name)) return NULL;
+  char msg[MSG_CAP];
+  char *json = NULL;
+  loom_status st;
+  CALL_BEGIN(self);
+  st = loom_checkpoint_query(self->c, (loom_checkpoint_query_op)op, name, &json);
+  if (st != LOOM_OK) grab_msg(self->c, msg);
+  CALL_END(self);
+  return json_result(st, msg, json);
+}
+
+/* drain(worker) -> JSON text */
+static PyObject *Client_drain(ClientObject *self, PyObject *args) {
+  CLIENT_OPEN(self);
+  int worker;
+  if (!PyArg_ParseTuple(args, "i", &worker)) return NULL;
+  char msg[MSG_CAP];
+  char *json = NULL;
+  loom_status st;
+  CALL_BEGIN(self);
+  st = loom_drain_worker(self->c, worker, &json);
+  if (st != LOOM_OK) grab_msg(self->c, msg);
+  CALL_END(self);
+  return json_result(st, msg, json);
+}
+
 static void exe_free_handle(Child *ch) {
   ExecutableObject *e = (ExecutableObject *)ch;
   if (e->e) loom_executable_destroy(e->e);
@@ -623,6 +839,11 @@ static PyMethodDef Client_methods[] = {
     {"refresh_devices", (PyCFunction)Client_refresh_devices, METH_NOARGS, "Renews the device snapshot."},
     {"devices", (PyCFunction)Client_devices, METH_NOARGS, "The device snapshot: a list of dicts."},
     {"put", (PyCFunction)Client_put, METH_VARARGS, "put(buffer, dtype, dims, sharding=None) -> Array"},
+    {"checkpoint_save", (PyCFunction)Client_checkpoint_save, METH_VARARGS, "checkpoint_save(name, names, arrays) -> JSON"},
+    {"checkpoint_load", (PyCFunction)Client_checkpoint_load, METH_VARARGS,
+     "checkpoint_load(name, names, shardings, dtypes, shapes) -> ([Array], JSON)"},
+    {"checkpoint_query", (PyCFunction)Client_checkpoint_query, METH_VARARGS, "checkpoint_query(op, name=None) -> JSON"},
+    {"drain", (PyCFunction)Client_drain, METH_VARARGS, "drain(worker) -> JSON"},
     {"compile", (PyCFunction)(void (*)(void))Client_compile, METH_VARARGS | METH_KEYWORDS,
      "compile(text, devices=None, name=None) -> Executable"},
     {NULL, NULL, 0, NULL},

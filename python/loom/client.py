@@ -2,6 +2,7 @@
 Arrays (global shape, dtype and sharding; data on the workers), Executables (compiled StableHLO)
 and Futures (completion of asynchronous launches). Array data passes between numpy and libloom
 by pointer: put and fetch make no copy in Python."""
+import json
 import math
 import threading
 
@@ -535,6 +536,72 @@ class Client:
             with self._lock:
                 self._compiled[key] = exe
         return exe
+
+    # ---- checkpoints (docs/elastic.md "Checkpoints") ----
+    def checkpoint_save(self, name, arrays):
+        """Saves arrays ({name: loom.Array}) as checkpoint `name`: the workers write the shards they
+        hold as safetensors files in parallel, then the manifest is written (replacing an older
+        checkpoint of that name at once). Returns what was written (a dict: files, bytes, seconds)."""
+        names = list(arrays)
+        for k in names:
+            if not isinstance(arrays[k], Array):
+                raise TypeError(f"checkpoint_save: {k!r} is a {type(arrays[k]).__name__}, not a loom.Array "
+                                "(put it first)")
+        return json.loads(self._c.checkpoint_save(str(name), names, [arrays[k]._h for k in names]))
+
+    def checkpoint_info(self, name=None):
+        """The checkpoint's arrays (dtype, shape, saved sharding, slices) and files; with no name,
+        the list of this user's checkpoints."""
+        if name is None:
+            return json.loads(self._c.checkpoint_query(3, None))
+        return json.loads(self._c.checkpoint_query(4, str(name)))
+
+    def checkpoint_verify(self, name):
+        """Reads every file of the checkpoint and checks sizes, block checksums and headers: a dict
+        with ok and, per file, ok/error."""
+        return json.loads(self._c.checkpoint_query(5, str(name)))
+
+    def checkpoint_remove(self, name):
+        return json.loads(self._c.checkpoint_query(6, str(name)))
+
+    def checkpoint_load(self, name, names=None, *, shardings=None, devices=None, expect=None):
+        """Loads arrays of checkpoint `name` as new loom.Arrays: {name: Array}. names: which (None:
+        all). Where they go: shardings {name: sharding} (anything Client.sharding takes), else
+        devices (a list: each array tiled along dimension 0 over them when that divides it, else
+        replicated on them), else the sharding each was saved with. Any device count works: each
+        worker reads only the slices its new shards need. expect {name: (shape, dtype)} checks
+        them (LOOM_SHAPE_MISMATCH otherwise)."""
+        info = None
+        if names is None or (devices is not None and not shardings):
+            info = self.checkpoint_info(name)
+        if names is None:
+            names = [a["name"] for a in info["arrays"]]
+        names = list(names)
+        shardings = dict(shardings or {})
+        shapes = {a["name"]: tuple(a["shape"]) for a in info["arrays"]} if info else {}
+        sh = []
+        for k in names:
+            s = shardings.get(k)
+            if s is None and devices is not None:
+                devs = [getattr(d, "id", d) for d in devices]
+                shape = shapes.get(k)
+                if shape is None:
+                    raise errors.NotFoundError(f"checkpoint {name!r} has no array {k!r}")
+                s = Sharding.tiled(devs, 0) if shape and shape[0] % len(devs) == 0 else Sharding.replicated(devs)
+            s = self.sharding(s)
+            sh.append(None if s is None else s._c())
+        dts, shp = [], []
+        for k in names:
+            e = (expect or {}).get(k)
+            shp.append(None if e is None or e[0] is None else tuple(int(x) for x in e[0]))
+            dts.append(0 if e is None or e[1] is None else _dt.from_numpy(np.dtype(e[1])))
+        hs, _ = self._c.checkpoint_load(str(name), names, sh, dts, shp)
+        return {k: Array(h, self) for k, h in zip(names, hs)}
+
+    def drain(self, worker):
+        """Moves worker `worker`'s devices and shards to a standby and releases it (an admin
+        operation; docs/elastic.md "Drain"). Returns a dict: replaced_by, shards, ms."""
+        return json.loads(self._c.drain(int(worker)))
 
     def __repr__(self):
         if self.closed:

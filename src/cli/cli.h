@@ -22,5 +22,7 @@ int cmd_usage(int argc, char **argv);
 int cmd_proxy(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_checkpoint(int argc, char **argv);
+int cmd_drain(int argc, char **argv);
 
 #endif

@@ -1,9 +1,12 @@
 /* `loom controller`: run the controller daemon in the foreground (logs on stderr) until
  * SIGINT/SIGTERM. `loom up` starts one of these for a local cluster. */
+#include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli/cli.h"
+#include "cli/cluster.h"
 #include "cli/util.h"
 #include "common/log.h"
 #include "controller/controller.h"
@@ -47,6 +50,11 @@ static const char g_usage[] =
     "                              fail (default 0: they fail at once; docs/elastic.md)\n"
     "  --no-snapshots              do not snapshot puts without a replica into another worker's host\n"
     "                              memory (taken while a standby exists or --recover-wait is set)\n"
+    "  --checkpoint-dir DIR        where `loom checkpoint save` writes (a directory per user below it;\n"
+    "                              default $LOOM_STATE_DIR/checkpoints). With workers on several hosts it\n"
+    "                              must be a shared filesystem mounted at the same path on every host\n"
+    "  --admins USERS              with --tokens-file: comma-separated users who may `loom drain`\n"
+    "                              (without --tokens-file every client may)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -56,7 +64,7 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP, O_HTTPTOK };
+         O_RECWAIT, O_NOSNAP, O_HTTPTOK, O_CKPTDIR, O_ADMINS };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -77,6 +85,8 @@ int cmd_controller(int argc, char **argv) {
       {"config", required_argument, 0, O_CONFIG},
       {"recover-wait", required_argument, 0, O_RECWAIT},
       {"no-snapshots", no_argument, 0, O_NOSNAP},
+      {"checkpoint-dir", required_argument, 0, O_CKPTDIR},
+      {"admins", required_argument, 0, O_ADMINS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -107,6 +117,8 @@ int cmd_controller(int argc, char **argv) {
       cfg.recover_wait_ms = (uint32_t)v;
       break;
     case O_NOSNAP: cfg.no_snapshots = true; break;
+    case O_CKPTDIR: cfg.checkpoint_dir = optarg; break;
+    case O_ADMINS: cfg.admins = optarg; break;
     case O_MAXS:
       if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
       cfg.max_sessions_per_user = (uint32_t)v;
@@ -143,6 +155,19 @@ int cmd_controller(int argc, char **argv) {
   if (cfg.http_token_file && !cfg.http_listen) return cli_usage_error(cmd, "--http-token-file needs --http HOST:PORT");
   lm_log_init("controller");
   lm_err err;
+  char ckdir[4096];
+  if (!cfg.checkpoint_dir) { /* default: under the state directory, if it can be used */
+    if (cli_state_dir_ensure(ckdir, sizeof ckdir - 16, &err) < 0) {
+      lm_warn("no checkpoint directory (checkpoints are refused; pass --checkpoint-dir DIR): %s", err.msg);
+    } else {
+      strcat(ckdir, "/checkpoints");
+      if (mkdir(ckdir, 0700) != 0 && errno != EEXIST)
+        lm_warn("no checkpoint directory (checkpoints are refused; pass --checkpoint-dir DIR): cannot create %s: %s",
+                ckdir, strerror(errno));
+      else
+        cfg.checkpoint_dir = ckdir;
+    }
+  }
   if (lm_controller_run(&cfg, &err) < 0) return cli_fail(cmd, "%s", err.msg);
   return 0;
 }

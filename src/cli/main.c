@@ -20,6 +20,8 @@ static const command g_commands[] = {
     {"sessions", cmd_sessions, "show the sessions: user, priority class, devices, launches, device-seconds"},
     {"usage", cmd_usage, "show the pool's accounting per user (device-seconds, launches, bytes)"},
     {"token", cmd_token, "make, list and revoke client tokens (who may connect to the controller)"},
+    {"checkpoint", cmd_checkpoint, "list, show, verify and remove checkpoints (arrays saved as safetensors)"},
+    {"drain", cmd_drain, "move a worker's devices and shards to a standby, then release it"},
     {"array", cmd_array, "put a .npy file on the devices as a sharded array, get it back, delete it"},
     {"run", cmd_run, "compile a StableHLO program and run it on the cluster"},
     {"top", cmd_top, "the cluster at a glance in the terminal, refreshing (the dashboard's view)"},

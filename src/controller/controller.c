@@ -406,6 +406,7 @@ static void on_heartbeat(peer *p, const lm_frame *f, const Lmw__Heartbeat *m) {
     reply_error(p, f, LOOM_PERMISSION, "HEARTBEAT is only for registered workers");
     return;
   }
+  if (ctl_recover_draining(c, p->worker_id)) return; /* handing its shards over; it leaves after */
   size_t n = m->n_devices;
   uint32_t idx[LM_REG_MAX_DEVICES_PER_WORKER];
   uint64_t used[LM_REG_MAX_DEVICES_PER_WORKER], peak[LM_REG_MAX_DEVICES_PER_WORKER];
@@ -561,6 +562,7 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_frees_worker_lost(c, id);
   ctl_peers_worker_lost(c, id);
+  ctl_ckpt_worker_lost(c, id);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
   wl.worker_id = id;
   wl.reason = (char *)why;
@@ -664,7 +666,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, rc, "%s", err.msg);
     return;
   }
-  if (p->role == ROLE_CLIENT && (type == LM_MSG_ARRAY_CREATE || type == LM_MSG_COMPILE) &&
+  if (p->role == ROLE_CLIENT && (type == LM_MSG_ARRAY_CREATE || type == LM_MSG_COMPILE || type == LM_MSG_CHECKPOINT) &&
       ctl_pool_rewrite(p, type, m, &err) < 0) { /* a pool session's own device ids -> the cluster's */
     reply_error(p, f, err.code, "%s", err.msg);
     lm_msg_free(m);
@@ -695,8 +697,14 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     if (p->role == ROLE_WORKER && p->registered) ctl_on_run_done(c, p, (Lmw__RunDone *)m);
     else reply_error(p, f, LOOM_PERMISSION, "RUN_DONE is only for registered workers");
     break;
+  case LM_MSG_CHECKPOINT_IO_REPLY:
   case LM_MSG_ACK:
   case LM_MSG_ERROR:
+    if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_ckpt_on_reply(c, p, f)) break;
+    if (type == LM_MSG_CHECKPOINT_IO_REPLY) {
+      lm_warn("%s sent an unsolicited CHECKPOINT_IO_REPLY", lm_conn_peer_name(conn));
+      break;
+    }
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_recover_on_reply(c, p, f)) break;
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id) ctl_on_load_reply(c, p, f);
     else if (type == LM_MSG_ERROR) lm_warn("%s sent an unsolicited ERROR", lm_conn_peer_name(conn));
@@ -719,6 +727,14 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     else if (type == LM_MSG_EXECUTABLE_DESTROY) ctl_on_executable_destroy(p, f, (Lmw__ExecutableDestroy *)m);
     else if (type == LM_MSG_LAUNCH) ctl_on_launch(p, f, (Lmw__Launch *)m);
     else ctl_on_cancel_launch(p, f, (Lmw__CancelLaunch *)m);
+    break;
+  case LM_MSG_CHECKPOINT:
+    if (p->role == ROLE_CLIENT) ctl_on_checkpoint(p, f, (Lmw__Checkpoint *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "CHECKPOINT is only for clients");
+    break;
+  case LM_MSG_DRAIN:
+    if (p->role == ROLE_CLIENT) ctl_on_drain(p, f, (Lmw__Drain *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "DRAIN is only for clients");
     break;
   default:
     reply_error(p, f, LOOM_PROTOCOL, "%s is not a request the controller answers", lm_msg_name(type));
@@ -752,6 +768,8 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
       worker_lost(c, p->worker_id, why);
     } else {
       lm_info("worker %u disconnected (%s)", w->id, reason);
+      ctl_ckpt_worker_lost(c, p->worker_id);
+      ctl_recover_drain_gone(c, p->worker_id);
     }
   } else if (p->role == ROLE_CLIENT) {
     lm_debug("session %llu closed: %s", (unsigned long long)p->session->id, reason);
@@ -760,6 +778,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     ctl_programs_client_gone(c, p);
     ctl_recover_client_gone(c, p);
     ctl_trace_client_gone(c, p);
+    ctl_ckpt_client_gone(c, p);
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;
@@ -943,6 +962,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     c->have_secret = rc == 0;
   }
   if (rc == 0) rc = ctl_pool_init(c, c->cfg.pool_config, err);
+  if (rc == 0) rc = ctl_ckpt_init(c, err);
   if (rc == 0 && c->cfg.tokens_file) {
     tokens_refresh(c);
     if (c->tokens_err < 0) rc = lm_errf(err, c->tokens_err, "%s", c->tokens_msg);
@@ -955,6 +975,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
                  c->cfg.listen);
   if (rc < 0) {
     ctl_pool_free(c);
+    ctl_ckpt_free(c);
     ctl_recover_free(c);
     free(c->log);
     free(c->dev_refs);
@@ -1010,6 +1031,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   if (uv_loop_close(&c->loop) != 0) lm_warn("event loop closed with handles still open");
   if (rc == 0) lm_info("stopped");
   ctl_http_free(c);
+  ctl_ckpt_free(c);
   ctl_recover_free(c);
   ctl_launches_free(c);
   ctl_trace_free(c);

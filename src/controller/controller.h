@@ -37,6 +37,11 @@ typedef struct lm_controller_config {
   uint32_t recover_wait_ms;        /* a lost worker with no standby to replace it: its launches wait
                                       this long for a new worker (0, the default: they fail at once) */
   bool no_snapshots;               /* do not snapshot puts into other workers' host memory */
+  const char *checkpoint_dir;      /* where checkpoints go (a directory per user below it); it must
+                                      be the same shared filesystem path on every worker's host.
+                                      NULL: checkpoints are refused */
+  const char *admins;              /* with tokens_file: comma-separated users who may drain workers
+                                      (NULL: none; without tokens every client may) */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

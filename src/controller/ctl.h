@@ -11,7 +11,9 @@
  *   ctl_metrics.c   counters and the Prometheus text format
  *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
  *   ctl_recover.c   elastic recovery: standbys take over lost workers' devices, shards are
- *                   restored, launches in flight re-issued; snapshots of puts
+ *                   restored, launches in flight re-issued; snapshots of puts; drain
+ *   ctl_ckpt.c      checkpoints: named arrays saved to and loaded from safetensors files that the
+ *                   workers write and read; manifests (file work on the thread pool)
  * Everything runs on the loop thread, except what ctl_http.c says runs on its thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -237,6 +239,7 @@ struct ctl {
   struct ctl_tracer *trace;  /* launch traces (ctl_trace.c); NULL until one starts */
   struct ctl_pool *pool;     /* ctl_pool.c */
   struct ctl_rec *rec;       /* elastic recovery (ctl_recover.c) */
+  struct ctl_ckpt *ckpt;     /* checkpoints (ctl_ckpt.c) */
 };
 
 /* Dispatches a frame as if it had just arrived from p (recovery replays deferred requests). */
@@ -299,6 +302,12 @@ int ctl_check_token(ctl *c, const void *token, size_t len, lm_err *err);
 void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m);
 void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m);
 void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m);
+/* Creates array id in p's session (READY; shw NULL: the session's first device), checked as
+ * ARRAY_CREATE is; *out is owned by the session. */
+int ctl_array_new(peer *p, uint64_t id, uint32_t dtype, const uint64_t *dims, size_t rank, const Lmw__Sharding *shw,
+                  c_array **out, lm_err *err);
+/* Deletes the session's arrays ids[0..n) as ARRAY_DELETE does (unknown ids are skipped). */
+void ctl_arrays_delete(peer *p, const uint64_t *ids, size_t n);
 void ctl_array_destroy(void *obj);
 /* Fills a wire Sharding from s (rank dims); arrays inside come from the caller's storage. */
 void ctl_sharding_to_wire(const lm_sharding *s, int rank, Lmw__Sharding *w, Lmw__DimAxes *dims, Lmw__DimAxes **dptr,
@@ -393,5 +402,25 @@ void ctl_snapshot_put(ctl *c, peer *p, c_array *a);  /* after it: sends the copi
 /* ARRAY_DELETE of an array an active launch still reads: keeps its shards until that launch is
  * over (a recovery may re-issue it). True: taken, the caller sends no FREE_ARRAYS. */
 bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a);
+/* DRAIN from a client: moves a live worker's devices and shards to a standby (like a recovery,
+ * with the drained worker as the source of every shard), then releases it; the reply comes
+ * when it is over. */
+void ctl_on_drain(peer *p, const lm_frame *f, const Lmw__Drain *m);
+/* True while worker is being drained (it is marked lost but still connected and serving copies). */
+bool ctl_recover_draining(ctl *c, uint32_t worker);
+/* The drained worker's connection closed. */
+void ctl_recover_drain_gone(ctl *c, uint32_t worker);
+
+/* checkpoints (ctl_ckpt.c, docs/elastic.md "Checkpoints") */
+int ctl_ckpt_init(ctl *c, lm_err *err);   /* creates cfg.checkpoint_dir (if set) */
+void ctl_ckpt_free(ctl *c);
+void ctl_on_checkpoint(peer *p, const lm_frame *f, const Lmw__Checkpoint *m);
+/* A CHECKPOINT_IO_REPLY, ACK or ERROR from a worker: true when it answered a checkpoint's request. */
+bool ctl_ckpt_on_reply(ctl *c, peer *w, const lm_frame *f);
+void ctl_ckpt_worker_lost(ctl *c, uint32_t worker);
+void ctl_ckpt_client_gone(ctl *c, peer *p);
+/* Whether p may administer the cluster (drain): any client without --tokens-file, else the
+ * users named by --admins. */
+bool ctl_is_admin(ctl *c, const peer *p);
 
 #endif

@@ -165,31 +165,32 @@ static void placement_reply(peer *p, const lm_frame *f, const c_array *a, int ki
   free(locs), free(ptrs), free(nums), free(toks);
 }
 
-void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) {
+int ctl_array_new(peer *p, uint64_t id, uint32_t dtype, const uint64_t *dims, size_t rank, const Lmw__Sharding *shw,
+                  c_array **out, lm_err *err) {
   ctl *c = p->ctl;
-  lm_err err;
   int rc = 0;
-  if (!lm_dtype_valid((int)m->dtype)) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "unknown dtype %u", m->dtype);
-  else if (m->n_dims > LM_SHARD_MAX_RANK)
-    rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "rank %zu is more than %d", m->n_dims, LM_SHARD_MAX_RANK);
+  *out = NULL;
+  if (!lm_dtype_valid((int)dtype)) rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "unknown dtype %u", dtype);
+  else if (rank > LM_SHARD_MAX_RANK)
+    rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "rank %zu is more than %d", rank, LM_SHARD_MAX_RANK);
   c_array *a = rc == 0 ? calloc(1, sizeof *a) : NULL;
-  if (rc == 0 && !a) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && !a) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0) {
-    a->id = m->id;
-    a->dtype = (lm_dtype)m->dtype;
-    a->rank = (int)m->n_dims;
+    a->id = id;
+    a->dtype = (lm_dtype)dtype;
+    a->rank = (int)rank;
     uint64_t numel = 1, nbytes;
     for (int d = 0; rc == 0 && d < a->rank; d++) {
-      if (m->dims[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, m->dims[d], &numel))
-        rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "the shape overflows");
-      a->dims[d] = (int64_t)m->dims[d];
+      if (dims[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, dims[d], &numel))
+        rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "the shape overflows");
+      a->dims[d] = (int64_t)dims[d];
     }
     if (rc == 0 && __builtin_mul_overflow(numel, (uint64_t)lm_dtype_size(a->dtype), &nbytes))
-      rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "the array's size overflows");
+      rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "the array's size overflows");
   }
   uint32_t npool;
   const uint32_t *pool = ctl_pool_devices(p, &npool);
-  if (rc == 0) rc = sharding_from_wire(c, m->sharding, a->rank, a->dims, &a->sh, &a->devs, pool ? pool[0] : 0, &err);
+  if (rc == 0) rc = sharding_from_wire(c, shw, a->rank, a->dims, &a->sh, &a->devs, pool ? pool[0] : 0, err);
   if (rc == 0) { /* a shard larger than its device can never be put */
     int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
     lm_sharding_shard(&a->sh, a->rank, a->dims, 0, off, sd);
@@ -199,21 +200,33 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) {
       const lm_reg_device *d = lm_registry_device(c->reg, a->devs[i]);
       if (bytes > d->memory_capacity)
-        rc = lm_errf(&err, LOOM_DEVICE_OUT_OF_MEMORY,
+        rc = lm_errf(err, LOOM_DEVICE_OUT_OF_MEMORY,
                      "a shard of %llu bytes does not fit device %u, which has %llu bytes of memory",
                      (unsigned long long)bytes, a->devs[i], (unsigned long long)d->memory_capacity);
     }
   }
   for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++) lm_session_touch(p->session, lm_registry_device(c->reg, a->devs[i])->worker);
-  if (rc == 0) rc = ctl_pool_array_add(p, a, true, &err); /* the device_memory quota */
+  if (rc == 0) rc = ctl_pool_array_add(p, a, true, err); /* the device_memory quota */
   if (rc == 0) a->held = ctl_hold(c, a->devs, a->nheld = a->sh.ndev);
-  if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, &err);
+  if (rc == 0) rc = lm_session_add_id(p->session, a->id, H_ARRAY, a, ctl_array_destroy, err);
   if (rc < 0) {
     ctl_array_destroy(a);
+    return rc;
+  }
+  a->state = A_READY;
+  *out = a;
+  return 0;
+}
+
+void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) {
+  ctl *c = p->ctl;
+  lm_err err;
+  c_array *a;
+  int rc = ctl_array_new(p, m->id, m->dtype, m->dims, m->n_dims, m->sharding, &a, &err);
+  if (rc < 0) {
     ctl_reply_error(p, f->h.request_id, rc, "cannot create array %llu: %s", (unsigned long long)m->id, err.msg);
     return;
   }
-  a->state = A_READY;
   ctl_snapshot_plan(c, a);   /* which shards get a snapshot: their put tokens say so */
   placement_reply(p, f, a, LM_TOKEN_PUT);
   ctl_snapshot_put(c, p, a); /* the copies wait for the client's bytes */
@@ -254,7 +267,7 @@ void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) 
   placement_reply(p, f, a, LM_TOKEN_GET);
 }
 
-void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) {
+void ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
   ctl *c = p->ctl;
   uint32_t nw = lm_registry_worker_count(c->reg);
   /* one FREE_ARRAYS per worker for the whole request */
@@ -262,11 +275,10 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
   size_t *cnt = calloc(nw ? nw : 1, sizeof *cnt);
   if (!ids || !cnt) {
     free(ids), free(cnt);
-    ctl_reply_error(p, f->h.request_id, LOOM_NO_MEMORY, "out of host memory");
     return;
   }
-  for (size_t k = 0; k < m->n_ids; k++) {
-    c_array *a = lm_session_get(p->session, m->ids[k], H_ARRAY);
+  for (size_t k = 0; k < n_del; k++) {
+    c_array *a = lm_session_get(p->session, del_ids[k], H_ARRAY);
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
     if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight reads it: freed after it */
       lm_session_forget(p->session, a->id, H_ARRAY, NULL);
@@ -293,6 +305,10 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
   }
   free(ids);
   free(cnt);
+}
+
+void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) {
+  ctl_arrays_delete(p, m->ids, m->n_ids);
   Lmw__Ack ack = LMW__ACK__INIT;
   ctl_reply(p, f, LM_MSG_ACK, &ack.base);
 }

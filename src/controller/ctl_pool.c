@@ -1053,6 +1053,11 @@ int ctl_pool_rewrite(peer *p, unsigned type, ProtobufCMessage *m, lm_err *err) {
   } else if (type == LM_MSG_COMPILE) {
     Lmw__Compile *cm = (Lmw__Compile *)m;
     return map_in(s, cm->devices, cm->n_devices, "the device list", err);
+  } else if (type == LM_MSG_CHECKPOINT) {
+    Lmw__Checkpoint *ck = (Lmw__Checkpoint *)m;
+    for (size_t i = 0; i < ck->n_entries; i++)
+      if (ck->entries[i]->sharding)
+        LM_TRY(map_in(s, ck->entries[i]->sharding->devices, ck->entries[i]->sharding->n_devices, "the sharding", err));
   }
   return 0;
 }

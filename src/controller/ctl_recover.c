@@ -72,6 +72,19 @@ struct ctl_rec {
   uint32_t nevents;          /* total written; the ring keeps the last REC_EVENTS */
   uint64_t next_tag;
   uint32_t completed;
+  /* drain (a live worker handed over to a standby): one at a time */
+  bool draining;             /* the recovery under way is a drain */
+  uint32_t drain_worker;     /* the worker being drained, UINT32_MAX: none */
+  uint32_t drain_repl;
+  peer *drain_client;        /* who asked (NULL once gone) */
+  uint64_t drain_rid;
+  uint64_t drain_ack_rid;    /* the DRAIN sent to the worker once its devices moved (0: not yet) */
+  uint64_t drain_began_ms;
+  uint32_t drain_shards;
+  /* a drain waiting for a standby that registered but has not published its data plane yet */
+  peer *dw_client;           /* NULL: none waits */
+  uint64_t dw_rid, dw_deadline_ms;
+  uint32_t dw_worker;
 };
 
 static void event(ctl *c, bool warn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -91,6 +104,7 @@ static void event(ctl *c, bool warn, const char *fmt, ...) {
 
 int ctl_recover_init(ctl *c) {
   c->rec = calloc(1, sizeof *c->rec);
+  if (c->rec) c->rec->drain_worker = UINT32_MAX;
   return c->rec ? 0 : LOOM_NO_MEMORY;
 }
 
@@ -382,9 +396,15 @@ static void rec_reset(ctl *c) {
 /* Gives the recovery up: the held launches fail with msg, and the lost worker's reason gains
  * note (msg when NULL), so requests held meanwhile, and later ones, that name its devices say why
  * nothing took them over. */
+static void drain_end(ctl *c, int code, const char *msg);
+
 static void rec_fail_note(ctl *c, const char *msg, const char *note) {
   struct ctl_rec *r = c->rec;
   event(c, true, "giving up on worker %u: %s", r->dead, msg);
+  if (r->draining) {
+    r->draining = false;
+    drain_end(c, LOOM_WORKER_LOST, msg);
+  }
   lm_registry_note_lost(c->reg, r->dead, note ? note : msg);
   for (size_t i = 0; i < r->nlaunches; i++) {
     link_active(c, r->launches[i]);
@@ -415,9 +435,20 @@ static void rec_finish(ctl *c) {
   free(ls);
   r->completed++;
   if (c->met) lm_met_inc(&c->met->recoveries);
-  event(c, false, "worker %u replaced lost worker %u in %llu ms: %u shards restored, %zu launches re-issued%s", r->repl,
-        r->dead, (unsigned long long)(ctl_now_ms(c) - r->began_ms), r->restored, re,
-        r->lost_arrays ? ", some arrays could not be restored" : "");
+  if (r->draining) {
+    event(c, false, "worker %u took over drained worker %u in %llu ms: %u shards being copied, %zu launches re-issued",
+          r->repl, r->dead, (unsigned long long)(ctl_now_ms(c) - r->began_ms), r->restored, re);
+    Lmw__Drain dm = LMW__DRAIN__INIT;
+    dm.worker = r->dead;
+    r->drain_ack_rid = c->next_rid++;
+    r->drain_repl = r->repl;
+    if (ctl_worker_send(c, r->dead, LM_MSG_DRAIN, r->drain_ack_rid, &dm.base, NULL, 0, NULL) < 0) r->drain_ack_rid = 0;
+    r->draining = false;
+  } else {
+    event(c, false, "worker %u replaced lost worker %u in %llu ms: %u shards restored, %zu launches re-issued%s",
+          r->repl, r->dead, (unsigned long long)(ctl_now_ms(c) - r->began_ms), r->restored, re,
+          r->lost_arrays ? ", some arrays could not be restored" : "");
+  }
   rec_reset(c);
   replay_deferred(c);
   rec_process_queue(c);
@@ -453,6 +484,12 @@ static void restore_array(ctl *c, lm_session *s, c_array *a) {
     }
     if (state == A_PENDING) continue; /* its producer is re-issued and computes it */
     uint32_t dst_local = lm_registry_device(c->reg, a->devs[k])->local_index;
+    if (r->draining) { /* the drained worker still holds every shard: straight from it, with a receipt */
+      send_copy(c, s, a, k, r->dead, false, dst_local, r->repl, false, dst_local, true);
+      r->restored++;
+      r->drain_shards++;
+      continue;
+    }
     uint32_t src = UINT32_MAX, src_local = 0;
     for (uint32_t j = 0; j < a->sh.ndev && src == UINT32_MAX; j++) {
       uint32_t w = dev_worker(c, a->devs[j]);
@@ -562,20 +599,21 @@ static void rec_begin(ctl *c, uint32_t dead, const char *why, uint32_t standby) 
   if (r->nlaunches) qsort(r->launches, r->nlaunches, sizeof *r->launches, cmp_launch);
   Lmw__AbortLaunch ab = LMW__ABORT_LAUNCH__INIT;
   char reason[LM_REG_REASON_MAX + 64];
-  snprintf(reason, sizeof reason, "worker %u was lost (%s); the launch is re-issued after recovery", dead, why);
+  snprintf(reason, sizeof reason, "worker %u was %s (%s); the launch is re-issued after recovery", dead,
+           r->draining ? "drained" : "lost", why);
   ab.reason = reason;
   for (size_t i = 0; i < r->nlaunches; i++) {
     c_launch *l = r->launches[i];
     ab.seq = l->seq;
-    for (uint32_t k = 0; k < l->nworkers; k++)
-      if (l->workers[k] != dead && !l->done[k])
+    for (uint32_t k = 0; k < l->nworkers; k++) /* (a drained worker is alive: it stops them too) */
+      if ((l->workers[k] != dead || r->draining) && !l->done[k])
         ctl_worker_send(c, l->workers[k], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0, NULL);
     unlink_active(c, l);
     ctl_launch_unhash(c, l);
   }
   const lm_reg_worker *d = lm_registry_worker(c->reg, dead);
-  event(c, true, "worker %u (%s pid %u) lost: %s; %zu launches in flight held for re-issue", dead, d->host, d->pid,
-        why, r->nlaunches);
+  event(c, !r->draining, "worker %u (%s pid %u) %s: %s; %zu launches in flight held for re-issue", dead, d->host,
+        d->pid, r->draining ? "being drained" : "lost", why, r->nlaunches);
   if (standby != UINT32_MAX) {
     rec_swap(c, standby);
   } else {
@@ -635,8 +673,11 @@ bool ctl_recover_wants(ctl *c, uint32_t ndev) {
   return r && r->phase == R_WAITING && lm_registry_worker(c->reg, r->dead)->ndevices == ndev;
 }
 
+static void drain_retry(ctl *c, bool done);
+
 void ctl_recover_capacity(ctl *c) {
   struct ctl_rec *r = c->rec;
+  if (r && r->phase == R_IDLE) drain_retry(c, false);
   if (!r || r->phase != R_WAITING) return;
   const lm_reg_worker *d = lm_registry_worker(c->reg, r->dead);
   uint32_t s = find_standby(c, d->ndevices, d->slice);
@@ -645,6 +686,16 @@ void ctl_recover_capacity(ctl *c) {
 
 bool ctl_recover_on_reply(ctl *c, peer *w, const lm_frame *f) {
   struct ctl_rec *r = c->rec;
+  if (r && r->drain_ack_rid && f->h.request_id == r->drain_ack_rid && w->worker_id == r->drain_worker) {
+    if (f->h.type == LM_MSG_ERROR) {
+      lm_err err;
+      lm_msg_error_status(f, &err);
+      drain_end(c, err.code, err.msg);
+    } else {
+      drain_end(c, 0, NULL);
+    }
+    return true;
+  }
   if (!r || r->phase != R_LOADING || w->worker_id != r->repl) return false;
   for (size_t i = 0; i < r->nloads; i++) {
     if (r->loads[i].rid != f->h.request_id || !f->h.request_id) continue;
@@ -669,7 +720,8 @@ bool ctl_recover_defer(ctl *c, peer *p, const lm_frame *f) {
   if (!r || r->phase == R_IDLE || p->role != ROLE_CLIENT) return false;
   switch (f->h.type) {
   case LM_MSG_ARRAY_CREATE: case LM_MSG_ARRAY_LOCATE: case LM_MSG_ARRAY_DELETE: case LM_MSG_COMPILE:
-  case LM_MSG_EXECUTABLE_DESTROY: case LM_MSG_LAUNCH: case LM_MSG_CANCEL_LAUNCH: break;
+  case LM_MSG_EXECUTABLE_DESTROY: case LM_MSG_LAUNCH: case LM_MSG_CANCEL_LAUNCH: case LM_MSG_CHECKPOINT:
+  case LM_MSG_DRAIN: break;
   default: return false;
   }
   rec_frame *fr = calloc(1, sizeof *fr);
@@ -694,6 +746,8 @@ bool ctl_recover_defer(ctl *c, peer *p, const lm_frame *f) {
 void ctl_recover_client_gone(ctl *c, peer *p) {
   struct ctl_rec *r = c->rec;
   if (!r) return;
+  if (r->drain_client == p) r->drain_client = NULL;
+  if (r->dw_client == p) r->dw_client = NULL;
   for (rec_frame *fr = r->dhead; fr; fr = fr->next)
     if (fr->p == p) fr->p = NULL;
   for (size_t i = 0; i < r->nlaunches; i++)
@@ -713,6 +767,7 @@ void ctl_recover_tick(ctl *c) {
   struct ctl_rec *r = c->rec;
   if (!r) return;
   uint64_t now = ctl_now_ms(c);
+  if (r->dw_client && now >= r->dw_deadline_ms) drain_retry(c, true);
   if (r->phase == R_WAITING && now >= r->deadline_ms) {
     char msg[LM_ERR_MSG_MAX], note[LM_REG_REASON_MAX];
     const lm_reg_worker *d = lm_registry_worker(c->reg, r->dead);
@@ -754,3 +809,128 @@ size_t ctl_recover_events(ctl *c, const char **out, size_t max) {
 }
 
 uint32_t ctl_recover_count(ctl *c) { return c->rec ? c->rec->completed : 0; }
+
+/* ---- drain ---- */
+
+/* The drain is over: answer its client (code 0: done) and forget it. */
+static void drain_end(ctl *c, int code, const char *msg) {
+  struct ctl_rec *r = c->rec;
+  if (r->drain_worker == UINT32_MAX) return;
+  uint32_t dw = r->drain_worker;
+  if (code == 0) {
+    event(c, false, "worker %u drained onto worker %u in %llu ms (%u shards moved); it is released", dw,
+          r->drain_repl, (unsigned long long)(ctl_now_ms(c) - r->drain_began_ms), r->drain_shards);
+    Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT; /* the others forget its data plane */
+    wl.worker_id = dw;
+    wl.reason = "drained";
+    for (uint32_t i = 0; i < c->worker_peer_cap; i++)
+      if (c->worker_peer[i] && i != dw) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0, NULL);
+  } else {
+    event(c, true, "draining worker %u failed: %s", dw, msg);
+  }
+  if (r->drain_client) {
+    if (code == 0) {
+      char json[256];
+      snprintf(json, sizeof json, "{\"worker\":%u,\"replaced_by\":%u,\"shards\":%u,\"ms\":%llu}", dw, r->drain_repl,
+               r->drain_shards, (unsigned long long)(ctl_now_ms(c) - r->drain_began_ms));
+      Lmw__CheckpointReply rep = LMW__CHECKPOINT_REPLY__INIT;
+      rep.json = json;
+      lm_err err;
+      lm_conn_send(r->drain_client->conn, LM_MSG_CHECKPOINT_REPLY, r->drain_rid, &rep.base, NULL, 0, NULL, NULL, &err);
+    } else {
+      ctl_reply_error(r->drain_client, r->drain_rid, code, "draining worker %u failed: %s", dw, msg);
+    }
+  }
+  r->drain_worker = UINT32_MAX;
+  r->drain_client = NULL;
+  r->drain_ack_rid = 0;
+  r->drain_shards = 0;
+}
+
+bool ctl_recover_draining(ctl *c, uint32_t worker) {
+  return c->rec && c->rec->drain_worker != UINT32_MAX && c->rec->drain_worker == worker;
+}
+
+void ctl_recover_drain_gone(ctl *c, uint32_t worker) {
+  struct ctl_rec *r = c->rec;
+  if (!r || r->drain_worker != worker) return;
+  if (r->draining) { /* still recovering: what it was to copy now fails, as for a lost worker */
+    r->draining = false;
+  }
+  drain_end(c, LOOM_WORKER_LOST, "the worker disconnected before its shards were copied");
+}
+
+static void drain_start(ctl *c, peer *p, uint64_t rid, uint32_t worker, bool may_wait);
+
+void ctl_on_drain(peer *p, const lm_frame *f, const Lmw__Drain *m) {
+  drain_start(p->ctl, p, f->h.request_id, m->worker, true);
+}
+
+/* A drain that waited for a standby's data plane: try it again (done: the wait is over). */
+static void drain_retry(ctl *c, bool done) {
+  struct ctl_rec *r = c->rec;
+  if (!r->dw_client) return;
+  const lm_reg_worker *w = lm_registry_worker(c->reg, r->dw_worker);
+  if (!done && w && find_standby(c, w->ndevices, w->slice) == UINT32_MAX) return;
+  peer *p = r->dw_client;
+  r->dw_client = NULL;
+  drain_start(c, p, r->dw_rid, r->dw_worker, false);
+}
+
+static void drain_start(ctl *c, peer *p, uint64_t rid, uint32_t worker, bool may_wait) {
+  struct ctl_rec *r = c->rec;
+  const Lmw__Drain mm = {.worker = worker}, *m = &mm;
+  if (!ctl_is_admin(c, p)) {
+    ctl_reply_error(p, rid, LOOM_PERMISSION, "draining a worker needs an admin (user '%s' is not in the controller's "
+                    "--admins)", p->user);
+    return;
+  }
+  const lm_reg_worker *w = lm_registry_worker(c->reg, m->worker);
+  if (!w) {
+    ctl_reply_error(p, rid, LOOM_NOT_FOUND, "no worker %u", m->worker);
+    return;
+  }
+  char wn[160];
+  ctl_worker_name(c, m->worker, wn, sizeof wn);
+  if (w->standby || w->state != LM_WORKER_ALIVE || !worker_usable(c, m->worker)) {
+    ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "%s cannot be drained: it %s", wn,
+                    w->standby ? "is a standby (it holds no devices)" : w->state != LM_WORKER_ALIVE ? "is lost"
+                                                                                                   : "is not usable");
+    return;
+  }
+  if (r->phase != R_IDLE || r->drain_worker != UINT32_MAX) {
+    ctl_reply_error(p, rid, LOOM_BUSY, "a recovery or another drain is in progress; try again when it is over");
+    return;
+  }
+  for (c_program *prog = c->programs; prog; prog = prog->next)
+    if (prog->state == P_LOADING || prog->state == P_ANALYZING) {
+      ctl_reply_error(p, rid, LOOM_BUSY, "programs are being compiled or loaded; try again in a moment");
+      return;
+    }
+  uint32_t standby = find_standby(c, w->ndevices, w->slice);
+  if (standby == UINT32_MAX && may_wait && !r->dw_client && standby_pending(c, w->ndevices)) {
+    r->dw_client = p; /* a standby that just registered: its data plane comes in a moment */
+    r->dw_rid = rid;
+    r->dw_worker = m->worker;
+    r->dw_deadline_ms = ctl_now_ms(c) + PENDING_STANDBY_WAIT_MS;
+    return;
+  }
+  if (standby == UINT32_MAX) {
+    ctl_reply_error(p, rid, LOOM_NOT_FOUND,
+                    "no standby of %u devices to drain %s onto: start one with `loom worker --standby` (or `loom up "
+                    "--standby 1`)", w->ndevices, wn);
+    return;
+  }
+  char why[LM_REG_REASON_MAX];
+  snprintf(why, sizeof why, "drained (its devices moved to worker %u)", standby);
+  lm_registry_mark_lost(c->reg, m->worker, why);
+  ctl_frees_worker_lost(c, m->worker);
+  r->drain_worker = m->worker;
+  r->drain_client = p;
+  r->drain_rid = rid;
+  r->drain_began_ms = ctl_now_ms(c);
+  r->draining = true;
+  event(c, false, "draining %s onto standby worker %u (asked by session %llu)", wn, standby,
+        (unsigned long long)p->session->id);
+  rec_begin(c, m->worker, "drained", standby);
+}

@@ -43,6 +43,12 @@
  *   61 POOL_STATUS             PoolStatus             client -> ctl        none
  *   62 POOL_STATUS_REPLY       PoolStatusReply        ctl -> client        none
  *   63 SHARD_COPY              ShardCopy              ctl -> worker        none (one-way; the bytes go worker to worker)
+ *   64 CHECKPOINT              Checkpoint             client -> ctl        none
+ *   65 CHECKPOINT_REPLY        CheckpointReply        ctl -> client        none
+ *   66 CHECKPOINT_IO           CheckpointIo           ctl -> worker        none (the bytes go to and from files)
+ *   67 CHECKPOINT_IO_REPLY     CheckpointIoReply      worker -> ctl        none
+ *   68 DRAIN                   Drain                  client -> ctl        none (reply CHECKPOINT_REPLY)
+ *                                                     ctl -> worker        none (reply ACK)
  *   80 TRACE_CONTROL           TraceControl           client -> ctl        none (reply ACK, or TRACE_RESULT to a stop)
  *   81 TRACE_RESULT            TraceResult            ctl -> client        the trace's JSON
  */
@@ -98,6 +104,11 @@ static const msg_info g_msgs[] = {
     [LM_MSG_POOL_STATUS] = {"POOL_STATUS", &lmw__pool_status__descriptor},
     [LM_MSG_POOL_STATUS_REPLY] = {"POOL_STATUS_REPLY", &lmw__pool_status_reply__descriptor},
     [LM_MSG_SHARD_COPY] = {"SHARD_COPY", &lmw__shard_copy__descriptor},
+    [LM_MSG_CHECKPOINT] = {"CHECKPOINT", &lmw__checkpoint__descriptor},
+    [LM_MSG_CHECKPOINT_REPLY] = {"CHECKPOINT_REPLY", &lmw__checkpoint_reply__descriptor},
+    [LM_MSG_CHECKPOINT_IO] = {"CHECKPOINT_IO", &lmw__checkpoint_io__descriptor},
+    [LM_MSG_CHECKPOINT_IO_REPLY] = {"CHECKPOINT_IO_REPLY", &lmw__checkpoint_io_reply__descriptor},
+    [LM_MSG_DRAIN] = {"DRAIN", &lmw__drain__descriptor},
     [LM_MSG_TRACE_CONTROL] = {"TRACE_CONTROL", &lmw__trace_control__descriptor},
     [LM_MSG_TRACE_RESULT] = {"TRACE_RESULT", &lmw__trace_result__descriptor},
 };

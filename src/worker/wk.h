@@ -257,6 +257,15 @@ void wk_sc_defer_ack(wk *w, wk_dconn *dc, uint64_t rid, uint64_t session, uint64
 void wk_sc_conn_gone(wk *w, wk_dconn *dc);
 void wk_data_ack(wk_dconn *dc, uint64_t rid);
 void wk_sc_stop(wk *w);   /* cancels and joins every copy thread */
+bool wk_sc_sending(wk *w); /* a copy from this worker is still being sent (or waits for its receipt) */
+
+/* ---- checkpoint files and drain (wk_ckpt.c) ---- */
+
+/* CHECKPOINT_IO (the frame: the job decodes its own copy): writes or reads safetensors files on
+ * the thread pool, answers CHECKPOINT_IO_REPLY or ERROR with the frame's request id. */
+void wk_on_checkpoint_io(wk *w, const lm_frame *f);
+/* DRAIN: answers ACK once no shard copy from here is in flight, then stops the worker (status 0). */
+void wk_on_drain(wk *w, uint64_t rid);
 void wk_sc_free(wk *w);
 
 /* ---- the worker ---- */
@@ -317,6 +326,8 @@ struct wk {
   lm_err err;
 };
 
+/* Ends the worker's run with rc (0, or a status and its message). */
+void wk_finish(wk *w, int rc, const char *msg);
 /* Sends a one-way message to the controller (logs a failure). */
 void wk_send(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m);
 

@@ -218,6 +218,11 @@ static void *job_main(void *arg) {
                w->worker_id, (unsigned long long)j->array, j->local_index, j->peer, err.msg);
       wk_slot_finish(&w->store, j->slot, NULL, rc, msg);
     }
+    if (j->receipt && !sc->stopping) { /* a drain: the sender leaves only once the shard is here */
+      lm_err e2;
+      uint8_t one[2] = {1, 1};
+      lm_dp_send(w->dp, j->peer, j->tag | RECEIPT_BIT, one, rc == 0 ? 1 : 2, &call, &e2);
+    }
   } else {
     sc_backup *b = calloc(1, sizeof *b);
     if (b) b->data = malloc(j->nbytes ? j->nbytes : 1);
@@ -332,6 +337,16 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   j->next = w->sc->jobs;
   w->sc->jobs = j;
   pthread_mutex_unlock(&w->sc->mu);
+}
+
+bool wk_sc_sending(wk *w) {
+  wk_sc *sc = w->sc;
+  if (!sc) return false;
+  bool busy = false;
+  pthread_mutex_lock(&sc->mu);
+  for (sc_job *j = sc->jobs; j && !busy; j = j->next) busy = j->send && !atomic_load(&j->finished);
+  pthread_mutex_unlock(&sc->mu);
+  return busy;
 }
 
 void wk_sc_stop(wk *w) {

@@ -60,6 +60,8 @@ static void finish(wk *w, int rc, const char *fmt, ...) {
   close_handles(w);
 }
 
+void wk_finish(wk *w, int rc, const char *msg) { finish(w, rc, "%s", msg ? msg : ""); }
+
 void wk_send(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m) {
   lm_err err;
   if (!w->conn) return;
@@ -348,6 +350,8 @@ static void on_frame(lm_conn *c, lm_frame *f) {
     wk_sc_drop(w, ((Lmw__SessionClosed *)m)->session, 0);
     break;
   case LM_MSG_SHARD_COPY: wk_on_shard_copy(w, (Lmw__ShardCopy *)m); break;
+  case LM_MSG_CHECKPOINT_IO: wk_on_checkpoint_io(w, f); break;
+  case LM_MSG_DRAIN: wk_on_drain(w, f->h.request_id); break;
   default: lm_warn("ignoring unexpected %s from the controller", lm_msg_name(type)); break;
   }
   lm_msg_free(m);

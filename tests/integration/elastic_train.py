@@ -6,7 +6,7 @@ stopped one later. Writes the final parameters (.npz) and, with --times, each st
 time (so the recovery's cost can be measured).
 
     LOOM_CONTROLLER=HOST:PORT python elastic_train.py --steps 200 --out params.npz \
-        [--kill-pid PID --kill-step K [--kill-signal STOP --cont-after 2.0]]
+        [--kill-pid PID --kill-step K [--kill-signal STOP --cont-after 2.0]] [--drain-worker W --drain-step K]
 """
 import argparse
 import json
@@ -48,6 +48,12 @@ def main():
     ap.add_argument("--cont-after", type=float, default=0.0, help="SIGCONT the stopped process after this many s")
     ap.add_argument("--kill2-pid", type=int, default=0, help="a second process to SIGKILL ...")
     ap.add_argument("--kill2-step", type=int, default=-1, help="... at this step")
+    ap.add_argument("--drain-worker", type=int, default=-1, help="`loom drain` this worker id (another session) ...")
+    ap.add_argument("--drain-step", type=int, default=-1, help="... at this step, while launches are in flight")
+    ap.add_argument("--save-step", type=int, default=-1, help="checkpoint the parameters after this step ...")
+    ap.add_argument("--save-name", default="train", help="... under this name (Client.checkpoint_save)")
+    ap.add_argument("--resume", help="start from this checkpoint's parameters ...")
+    ap.add_argument("--resume-step", type=int, default=-1, help="... saved after this step (run the steps after it)")
     ap.add_argument("--times", help="write each step's completion time (monotonic s) as JSON here")
     ap.add_argument("--sync-every", type=int, default=1, help="wait for the loss every N steps")
     args = ap.parse_args()
@@ -76,11 +82,18 @@ def main():
     replicated = loom.jax.NamedSharding(mesh, P())
     data = loom.jax.NamedSharding(mesh, P("data"))
     params = jax.tree_util.tree_map(lambda a: loom.jax.put(a, replicated), params0)
+    first = 0
+    if args.resume:  # the parameters as saved (their saved sharding: replicated over every device)
+        got = client.checkpoint_load(args.resume, expect={f"{k}{i}": (params0[i][k].shape, np.float32)
+                                                          for i in range(len(params0)) for k in ("w", "b")})
+        params = [{k: got[f"{k}{i}"] for k in ("w", "b")} for i in range(len(params0))]
+        first = args.resume_step + 1
+        print(f"resumed from checkpoint {args.resume} after step {args.resume_step}", flush=True)
     times = []
     sig = getattr(signal, "SIG" + args.kill_signal)
     t0 = time.monotonic()
     pending = []
-    for i in range(args.steps):
+    for i in range(first, args.steps):
         b = i % nb
         xb = loom.jax.put(x_all[b * args.batch:(b + 1) * args.batch], data)
         yb = loom.jax.put(y_all[b * args.batch:(b + 1) * args.batch], data)
@@ -92,6 +105,22 @@ def main():
                   flush=True)
             if args.cont_after > 0:
                 threading.Timer(args.cont_after, os.kill, (args.kill_pid, signal.SIGCONT)).start()
+        if i == args.save_step:
+            r = client.checkpoint_save(args.save_name, {f"{k}{n}": params[n][k] for n in range(len(params))
+                                                        for k in ("w", "b")})
+            print(f"step {i}: saved checkpoint {args.save_name}: {r['files']} files, {r['bytes']} bytes", flush=True)
+        if i == args.drain_step and args.drain_worker >= 0:  # from another session, as an operator would
+            def drain(step=i):
+                with loom.connect(name="drain") as admin:
+                    for attempt in range(100):  # BUSY (a program loading, a recovery): try again, as an operator would
+                        try:
+                            print(f"step {step}: drained {admin.drain(args.drain_worker)}", flush=True)
+                            return
+                        except loom.BusyError as e:
+                            print(f"step {step}: drain busy ({e}); trying again", flush=True)
+                            time.sleep(0.1)
+            drainer = threading.Thread(target=drain)
+            drainer.start()
         if i == args.kill2_step and args.kill2_pid:
             os.kill(args.kill2_pid, signal.SIGKILL)
             print(f"step {i}: sent SIGKILL to {args.kill2_pid} at {time.monotonic() - t0:.3f} s", flush=True)
@@ -100,6 +129,8 @@ def main():
                 float(np.asarray(lv))  # waits for step j
                 times.append((j, time.monotonic() - t0))
             pending = []
+    if args.drain_step >= 0 and args.drain_worker >= 0:
+        drainer.join()
     final = jax.tree_util.tree_map(lambda a: np.asarray(a), params)
     flat = {f"{k}{i}": final[i][k] for i in range(len(final)) for k in ("w", "b")}
     np.savez(args.out, **flat)
