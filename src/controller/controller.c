@@ -561,7 +561,6 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   if (c->met) lm_met_inc(&c->met->workers_lost);
   if (id < c->worker_peer_cap) c->lost_at[id] = ctl_now_ms(c);
   ctl_frees_worker_lost(c, id);
-  ctl_peers_worker_lost(c, id);
   ctl_ckpt_worker_lost(c, id);
   Lmw__WorkerLost wl = LMW__WORKER_LOST__INIT;
   wl.worker_id = id;

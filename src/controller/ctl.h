@@ -350,7 +350,6 @@ void ctl_frees_free(ctl *c);
  * few ms or before anything else goes to that worker. */
 void ctl_peers_announce(ctl *c, uint32_t recipient, uint32_t peer);
 void ctl_peers_flush(ctl *c, uint32_t worker); /* what waits for worker goes now */
-void ctl_peers_worker_lost(ctl *c, uint32_t worker);
 void ctl_peers_stop(ctl *c);
 void ctl_peers_free(ctl *c);
 

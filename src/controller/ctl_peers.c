@@ -34,15 +34,19 @@ static bool grow(ctl *c, uint32_t worker) {
   return true;
 }
 
+static bool connected(ctl *c, uint32_t id) { return id < c->worker_peer_cap && c->worker_peer[id]; }
+
 /* A peer that can be announced: alive, its data plane published, connected. */
 static bool announceable(ctl *c, uint32_t id) {
   const lm_reg_worker *w = lm_registry_worker(c->reg, id);
-  return w && w->state == LM_WORKER_ALIVE && w->dataplane_len && id < c->worker_peer_cap && c->worker_peer[id];
+  return w && w->state == LM_WORKER_ALIVE && w->dataplane_len && connected(c, id);
 }
 
-/* Sends recipient r one PEERS with ids[0..n) (peers gone meanwhile are left out). */
+/* Sends recipient r one PEERS with ids[0..n) (peers gone meanwhile are left out). The recipient
+ * need only be connected: a worker being drained is no longer alive in the registry, yet copies
+ * its shards to the standby it must hear of. */
 static void send_peers(ctl *c, uint32_t r, const uint32_t *ids, uint32_t n) {
-  if (!announceable(c, r)) return;
+  if (!connected(c, r)) return;
   Lmw__Peer *all = calloc(n, sizeof *all);
   Lmw__Peer **ptrs = calloc(n, sizeof *ptrs);
   uint8_t (*keys)[LM_AUTH_PAIR_KEY_SIZE] = calloc(n, sizeof *keys);
@@ -123,10 +127,6 @@ void ctl_peers_announce(ctl *c, uint32_t recipient, uint32_t peer) {
 
 void ctl_peers_flush(ctl *c, uint32_t worker) {
   if (worker < c->pend_cap && c->pend[worker].n) flush(c, worker);
-}
-
-void ctl_peers_worker_lost(ctl *c, uint32_t worker) {
-  if (worker < c->pend_cap) c->pend[worker].n = 0; /* nothing more goes to it */
 }
 
 static void timer_closed(uv_handle_t *h) { (void)h; }

@@ -258,6 +258,8 @@ void wk_sc_conn_gone(wk *w, wk_dconn *dc);
 void wk_data_ack(wk_dconn *dc, uint64_t rid);
 void wk_sc_stop(wk *w);   /* cancels and joins every copy thread */
 bool wk_sc_sending(wk *w); /* a copy from this worker is still being sent (or waits for its receipt) */
+/* How many copies sent for a receipt (a drain's) failed, and the first one's error. */
+uint32_t wk_sc_receipt_failures(wk *w, char *first, size_t cap);
 
 /* ---- checkpoint files and drain (wk_ckpt.c) ---- */
 

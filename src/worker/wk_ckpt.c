@@ -646,10 +646,17 @@ static void drain_tick(uv_timer_t *t) {
   wk *w = d->w;
   if (!d->acked) {
     if (wk_sc_sending(w) && uv_now(&w->loop) - d->since < 120000) return;
-    Lmw__Ack ack = LMW__ACK__INIT;
-    wk_send(w, LM_MSG_ACK, d->rid, &ack.base);
+    char first[200];
+    uint32_t failed = wk_sc_receipt_failures(w, first, sizeof first);
+    if (failed) { /* the controller fails the drain, naming them; the shards are still here */
+      lm_warn("drain: %u shard copies failed (%s)", failed, first);
+      if (w->conn) lm_conn_send_errorf(w->conn, d->rid, LOOM_WORKER_LOST, "%u shard copies failed, e.g. %s", failed, first);
+    } else {
+      Lmw__Ack ack = LMW__ACK__INIT;
+      wk_send(w, LM_MSG_ACK, d->rid, &ack.base);
+    }
     d->acked = true;
-    lm_info("drained: this worker's shards are on their new worker; leaving");
+    lm_info(failed ? "drained with failed copies; leaving" : "drained: this worker's shards are on their new worker; leaving");
     uv_timer_start(&d->timer, drain_tick, 200, 0); /* the ACK goes out first */
     return;
   }

@@ -55,6 +55,8 @@ struct wk_sc {
   uv_async_t async;          /* copy threads -> loop: snapshots kept */
   bool async_open;
   struct sc_key *kept;       /* snapshots kept, reported by the threads (under mu) */
+  uint32_t receipt_failures; /* copies sent for a receipt (a drain's) that failed (under mu) ... */
+  char receipt_error[200];   /* ... and the first one's error */
   /* loop thread only */
   struct sc_waiter *waiters; /* puts waiting for their snapshots */
   struct sc_key *done;       /* kept snapshots no put waits for (yet) */
@@ -271,6 +273,13 @@ static void *job_main(void *arg) {
       uv_async_send(&sc->async);
     }
   }
+  if (rc < 0 && j->send && j->receipt) {
+    pthread_mutex_lock(&sc->mu);
+    if (!sc->receipt_failures++)
+      snprintf(sc->receipt_error, sizeof sc->receipt_error, "array %llu to worker %u: %.150s",
+               (unsigned long long)j->array, j->peer, err.msg);
+    pthread_mutex_unlock(&sc->mu);
+  }
   if (rc < 0 && !sc->stopping)
     lm_warn("shard copy (tag %llu, array %llu, %s worker %u) failed: %s", (unsigned long long)j->tag,
             (unsigned long long)j->array, j->send ? "to" : "from", j->peer, err.msg);
@@ -347,6 +356,16 @@ bool wk_sc_sending(wk *w) {
   for (sc_job *j = sc->jobs; j && !busy; j = j->next) busy = j->send && !atomic_load(&j->finished);
   pthread_mutex_unlock(&sc->mu);
   return busy;
+}
+
+uint32_t wk_sc_receipt_failures(wk *w, char *first, size_t cap) {
+  wk_sc *sc = w->sc;
+  if (!sc) return 0;
+  pthread_mutex_lock(&sc->mu);
+  uint32_t n = sc->receipt_failures;
+  snprintf(first, cap, "%s", sc->receipt_error);
+  pthread_mutex_unlock(&sc->mu);
+  return n;
 }
 
 void wk_sc_stop(wk *w) {
