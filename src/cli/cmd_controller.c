@@ -43,6 +43,12 @@ static const char g_usage[] =
     "                              fail (default 0: they fail at once; docs/elastic.md)\n"
     "  --no-snapshots              do not snapshot puts without a replica into another worker's host\n"
     "                              memory (taken while a standby exists or --recover-wait is set)\n"
+    "  --state DIR                 keep a journal of the durable state in DIR/journal.db (SQLite, WAL):\n"
+    "                              killed and restarted with the same DIR, the controller restores it,\n"
+    "                              workers keep their shards and clients their sessions\n"
+    "                              (docs/durability.md)\n"
+    "  --resume-wait MS            with --state: how long restored workers and sessions have to come\n"
+    "                              back after a restart (default 60000)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -52,7 +58,7 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP };
+         O_RECWAIT, O_NOSNAP, O_STATE, O_RESUMEWAIT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -72,6 +78,8 @@ int cmd_controller(int argc, char **argv) {
       {"config", required_argument, 0, O_CONFIG},
       {"recover-wait", required_argument, 0, O_RECWAIT},
       {"no-snapshots", no_argument, 0, O_NOSNAP},
+      {"state", required_argument, 0, O_STATE},
+      {"resume-wait", required_argument, 0, O_RESUMEWAIT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -101,6 +109,11 @@ int cmd_controller(int argc, char **argv) {
       cfg.recover_wait_ms = (uint32_t)v;
       break;
     case O_NOSNAP: cfg.no_snapshots = true; break;
+    case O_STATE: cfg.state_dir = optarg; break;
+    case O_RESUMEWAIT:
+      if (cli_parse_u64(cmd, "--resume-wait", optarg, 100, 86400000, &v) < 0) return 2;
+      cfg.resume_wait_ms = (uint32_t)v;
+      break;
     case O_MAXS:
       if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
       cfg.max_sessions_per_user = (uint32_t)v;

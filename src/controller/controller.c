@@ -49,9 +49,7 @@ void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n) {
 static void worker_lost(ctl *c, uint32_t id, const char *why);
 
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
-  lm_err err;
-  if (lm_conn_send(p->conn, type, f->h.request_id, m, NULL, 0, NULL, NULL, &err) < 0 && lm_conn_is_open(p->conn))
-    lm_warn("cannot reply to %s: %s", lm_conn_peer_name(p->conn), err.msg);
+  ctl_send_reply(p, f->h.request_id, type, m); /* with a journal: once what it reveals is durable */
 }
 #define reply ctl_reply
 
@@ -181,7 +179,18 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
         return;
       }
     }
-    lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
+    lm_session *s = NULL;
+    if (h->resume_session) { /* a client that lost a restarted controller continues its session */
+      if (ctl_journal_resume_session(p, h, &s, &aerr) < 0) {
+        lm_warn("refused client %s (%s): %s", lm_conn_peer_name(p->conn), h->name, aerr.msg);
+        lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+        return;
+      }
+      lm_info("session %llu (%s) resumed by %s after the controller restart", (unsigned long long)s->id, s->name,
+              lm_conn_peer_name(p->conn));
+    } else {
+      s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
+    }
     if (!s) {
       lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
       return;
@@ -191,6 +200,14 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     c->nsessions++;
     if (c->met) lm_met_inc(&c->met->sessions_opened);
     r.session_id = s->id;
+    uint8_t secret[32];
+    if (p->resumed) {
+      r.resumed = true;
+      r.resume_secret = h->resume_secret;
+    } else if (ctl_journal_session_opened(p, h, secret)) {
+      r.resume_secret.data = secret;
+      r.resume_secret.len = sizeof secret;
+    }
     lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
              s->name[0] ? s->name : "unnamed");
     int prc = ctl_pool_hello(p, f, h, &r, &aerr); /* the pool: admit now, queue, or refuse */
@@ -239,7 +256,9 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
   reply(p, f, LM_MSG_HELLO_REPLY, &r.base);
 }
 
-static int ensure_worker_slot(ctl *c, uint32_t id) {
+int ctl_worker_slot(ctl *c, uint32_t id);
+#define ensure_worker_slot ctl_worker_slot
+int ctl_worker_slot(ctl *c, uint32_t id) {
   if (id < c->worker_peer_cap) return 0;
   uint32_t cap = c->worker_peer_cap ? c->worker_peer_cap : 16;
   while (cap <= id) cap *= 2;
@@ -307,6 +326,11 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
     lm_auth_transfer_key(c->secret, p->nonce, p->challenge, key);
   } else if (lm_auth_random(key, sizeof key, &kerr) < 0) { /* sent in the reply: no secret to derive it from */
     lm_conn_close_with_error(p->conn, f->h.request_id, kerr.code, "%s", kerr.msg);
+    return;
+  }
+  if (m->resume_worker) { /* it kept its shards through a controller restart: it must be in the journal */
+    lm_auth_wipe(key, sizeof key);
+    ctl_journal_resume_worker(p, f, m);
     return;
   }
   size_t n = m->n_devices;
@@ -380,6 +404,8 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
   r.epoch = w->epoch;
   r.standby = w->standby;
+  r.durable = c->jr != NULL;
+  ctl_j_worker(c, id);
   if (!c->have_secret) { /* with a secret the worker derives the same key from the handshake */
     r.token_key.data = c->worker_key[id];
     r.token_key.len = LM_TOKEN_KEY_SIZE;
@@ -553,6 +579,7 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   wl.reason = (char *)why;
   for (uint32_t i = 0; i < c->worker_peer_cap; i++)
     if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0, NULL);
+  ctl_j_worker(c, id);
   ctl_recover_worker_lost(c, id, why); /* takes the launches it re-issues out of the active list */
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
@@ -654,6 +681,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
     return;
   }
+  if (p->role == ROLE_CLIENT && ctl_journal_defer(c, p, f)) return; /* workers are coming back after a restart */
   if (p->role == ROLE_CLIENT && ctl_pool_hold(p, f)) return; /* suspended: served when it resumes */
   if (p->role == ROLE_CLIENT && ctl_pool_queued(p) && type != LM_MSG_PING) {
     reply_error(p, f, LOOM_BUSY, "this session is waiting in the pool's queue for its devices; %s is served once it "
@@ -767,6 +795,8 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     ctl_launches_client_gone(c, p);
     ctl_programs_client_gone(c, p);
     ctl_recover_client_gone(c, p);
+    ctl_journal_client_gone(c, p);
+    ctl_journal_session_closed(c, p->session->id);
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;
@@ -847,6 +877,7 @@ static void on_health_tick(uv_timer_t *t) {
   expire_idle_sessions(c);
   ctl_pool_tick(c);
   ctl_recover_tick(c);
+  ctl_journal_tick(c);
   uint32_t lost[64];
   size_t n;
   /* Timers run before the loop reads its sockets: after a stall of the controller itself (a
@@ -894,6 +925,7 @@ static void begin_stop(ctl *c, const char *why) {
   uv_close((uv_handle_t *)&c->health, NULL);
   ctl_frees_stop(c);
   ctl_http_close(c);
+  ctl_journal_stop(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
 
@@ -953,6 +985,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     tokens_refresh(c);
     if (c->tokens_err < 0) rc = lm_errf(err, c->tokens_err, "%s", c->tokens_msg);
   }
+  if (rc == 0) rc = ctl_journal_start(c, err); /* --state: restore what the journal holds */
   if (rc == 0 && !listen_is_loopback(c->cfg.listen) && !(c->cfg.secret_file && c->cfg.tokens_file) &&
       !c->cfg.insecure)
     rc = lm_errf(err, LOOM_PERMISSION,
@@ -960,6 +993,12 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
                  "--secret-file and --tokens-file (`loom up` makes both), or --insecure to accept anyone",
                  c->cfg.listen);
   if (rc < 0) {
+    c->stopping = true; /* nothing below is a change to record */
+    if (c->jr) ctl_journal_stop(c), uv_run(&c->loop, UV_RUN_DEFAULT);
+    ctl_launches_free(c);
+    ctl_journal_free(c);
+    ctl_programs_free(c);
+    free(c->worker_peer), free(c->worker_key), free(c->lost_at);
     ctl_pool_free(c);
     ctl_recover_free(c);
     free(c->log);
@@ -1018,6 +1057,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_http_free(c);
   ctl_recover_free(c);
   ctl_launches_free(c);
+  ctl_journal_free(c); /* after the launches (its restored ones are listed), before the programs */
   ctl_trace_free(c);
   ctl_programs_free(c);
   ctl_frees_free(c);

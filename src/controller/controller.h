@@ -35,6 +35,10 @@ typedef struct lm_controller_config {
   uint32_t recover_wait_ms;        /* a lost worker with no standby to replace it: its launches wait
                                       this long for a new worker (0, the default: they fail at once) */
   bool no_snapshots;               /* do not snapshot puts into other workers' host memory */
+  const char *state_dir;           /* the journal's directory (--state, docs/durability.md): durable
+                                      state in DIR/journal.db, restored at start; NULL: none */
+  uint32_t resume_wait_ms;         /* with a journal: how long restored workers and sessions have to
+                                      come back after a restart (default 60000) */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

@@ -169,6 +169,16 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
   ctl *c = p->ctl;
   lm_err err;
   int rc = 0;
+  c_array *had = p->resumed ? lm_session_get(p->session, m->id, H_ARRAY) : NULL;
+  if (had && had->state == A_READY && !had->producer && had->dtype == (lm_dtype)m->dtype &&
+      had->rank == (int)m->n_dims) { /* re-sent after a controller restart: the same placement again */
+    bool same = true;
+    for (int d = 0; d < had->rank; d++) same = same && had->dims[d] == (int64_t)m->dims[d];
+    if (same) {
+      placement_reply(p, f, had, LM_TOKEN_PUT);
+      return;
+    }
+  }
   if (!lm_dtype_valid((int)m->dtype)) rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "unknown dtype %u", m->dtype);
   else if (m->n_dims > LM_SHARD_MAX_RANK)
     rc = lm_errf(&err, LOOM_INVALID_ARGUMENT, "rank %zu is more than %d", m->n_dims, LM_SHARD_MAX_RANK);
@@ -214,6 +224,7 @@ void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) 
     return;
   }
   a->state = A_READY;
+  ctl_j_array(c, p->session->id, a);
   ctl_snapshot_plan(c, a);   /* which shards get a snapshot: their put tokens say so */
   placement_reply(p, f, a, LM_TOKEN_PUT);
   ctl_snapshot_put(c, p, a); /* the copies wait for the client's bytes */
@@ -270,6 +281,7 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
     if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight reads it: freed after it */
       lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+      ctl_j_array_del(c, p->session->id, m->ids[k]);
       continue;
     }
     for (uint32_t i = 0; i < 2 * a->sh.ndev; i++) { /* its shards, then its snapshots */
@@ -285,6 +297,7 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
       ids[w][cnt[w]++] = a->id;
     }
     lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+    ctl_j_array_del(c, p->session->id, m->ids[k]);
   }
   for (uint32_t w = 0; w < nw; w++) {
     if (!cnt[w]) continue;
