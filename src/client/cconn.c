@@ -994,7 +994,7 @@ static void *reconnect_main(void *arg) {
     abs_time(backoff, &ts);
     if (!c->closing) pthread_cond_timedwait(&c->rx_cv, &c->mu, &ts);
     pthread_mutex_unlock(&c->mu);
-    backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+    backoff = backoff * 2 > 500 ? 500 : backoff * 2;
   }
   c->rx_err = err;
   pthread_mutex_lock(&c->mu);

@@ -18,7 +18,7 @@
 
 #define RETRY_MS 200 /* between connection attempts while the controller is not up yet */
 #define RESUME_BACKOFF_MIN_MS 50    /* reconnecting to a restarted controller: first delay ... */
-#define RESUME_BACKOFF_MAX_MS 1000  /* ... doubling up to this */
+#define RESUME_BACKOFF_MAX_MS 500   /* ... doubling up to this */
 #define RESUME_LIMIT_MS 300000      /* give up (exit) after this long without the controller */
 
 enum { RID_HELLO = 1, RID_REGISTER = 2 };
