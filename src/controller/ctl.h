@@ -420,6 +420,9 @@ void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m);
 void ctl_j_launch_end(ctl *c, const c_launch *l);
 void ctl_j_launch_del(ctl *c, uint64_t seq);
 void ctl_j_meta(ctl *c);                     /* after a new session, program or sequence number */
+void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, const char *priority,
+                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u);
+void ctl_j_usage_del(ctl *c, uint64_t session);
 /* the worker slot tables (controller.c) cover id; < 0: out of memory */
 int ctl_worker_slot(ctl *c, uint32_t id);
 

@@ -282,6 +282,25 @@ void ctl_j_launch_del(ctl *c, uint64_t seq) {
   if (on(c)) lm_journal_del(c->jr->j, LM_J_LAUNCH, seq, 0);
 }
 
+void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, const char *priority,
+                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u) {
+  if (!on(c)) return;
+  Lmj__Usage m = LMJ__USAGE__INIT;
+  m.session = session;
+  m.user = (char *)user;
+  m.name = (char *)name;
+  m.priority = (char *)priority;
+  m.opened_unix_ms = opened_unix_ms;
+  m.closed_unix_ms = closed_unix_ms;
+  m.usage = (Lmw__PoolUsage *)u;
+  m.devices_asked = asked;
+  put_msg(c, LM_J_USAGE, session, 0, &m.base);
+}
+
+void ctl_j_usage_del(ctl *c, uint64_t session) {
+  if (on(c)) lm_journal_del(c->jr->j, LM_J_USAGE, session, 0);
+}
+
 /* ---- sessions ---- */
 
 lm_session *ctl_session_find(ctl *c, uint64_t id) {
@@ -538,6 +557,7 @@ void ctl_journal_tick(ctl *c) {
     }
   }
   if (jr->rhead) flush_replies(c); /* a failing journal still lets replies through */
+  ctl_pool_journal(c);
 }
 
 /* ---- restoring ---- */
@@ -601,7 +621,14 @@ static int load_one(void *arg, int ns, uint64_t k1, uint64_t k2, const void *v, 
     if (rc == 0) rc = push((void ***)&L->exes, &L->nexes, m);
     break;
   case LM_J_LAUNCH: rc = push((void ***)&L->launches, &L->nlaunches, m); break;
-  default: protobuf_c_message_free_unpacked(m, NULL); break; /* usage: kept by the pool (not restored yet) */
+  case LM_J_USAGE: {
+    const Lmj__Usage *u = (const Lmj__Usage *)m;
+    ctl_pool_restore_usage(L->c, u->session, u->user, u->name, u->priority, u->opened_unix_ms, u->closed_unix_ms,
+                           u->devices_asked, u->usage);
+    protobuf_c_message_free_unpacked(m, NULL);
+    break;
+  }
+  default: protobuf_c_message_free_unpacked(m, NULL); break;
   }
   if (rc < 0) {
     protobuf_c_message_free_unpacked(m, NULL);
