@@ -50,6 +50,8 @@ struct ctl_jr {
   lm_journal *j;
   uv_async_t async;          /* the writer committed: send held replies */
   bool async_open;
+  uv_check_t check;          /* after each loop iteration: what it staged goes to the writer, whole */
+  bool check_open;
   j_reply *rhead, *rtail;
   j_detached *detached;
   j_frame *dhead, *dtail;
@@ -98,6 +100,11 @@ static void flush_replies(ctl *c) {
 }
 
 static void on_async(uv_async_t *a) { flush_replies(a->data); }
+
+static void on_check(uv_check_t *h) {
+  ctl *c = h->data;
+  if (c->jr && c->jr->j) lm_journal_publish(c->jr->j);
+}
 
 static void notify(void *arg) {
   struct ctl_jr *jr = arg;
@@ -453,6 +460,19 @@ void ctl_journal_resume_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   ctl_reply(p, f, LM_MSG_REGISTER_WORKER_REPLY, &r.base);
   p->cseq = m->resume_cseq; /* the worker goes on counting: gets waiting on min_cseq still match */
   ctl_j_worker(c, id);
+  /* launches it runs that the journal does not have (sent before their record was committed):
+   * nobody will ever wait for them, and one in a collective would hold its devices forever */
+  for (size_t i = 0; i < m->n_active_seqs; i++) {
+    uint64_t seq = m->active_seqs[i];
+    bool known = ctl_journal_held_launch(c, seq) != NULL;
+    for (c_launch *l = c->active; l && !known; l = l->next) known = l->seq == seq;
+    if (known) continue;
+    Lmw__AbortLaunch ab = LMW__ABORT_LAUNCH__INIT;
+    ab.seq = seq;
+    ab.reason = "the controller restarted and its journal has no record of this launch (the client sends it again)";
+    ctl_worker_send(c, id, LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0, NULL);
+    lm_info("worker %u: aborted launch %llu, which the journal does not have", id, (unsigned long long)seq);
+  }
   lm_info("worker %u resumed from %s (host %s pid %u, epoch %llu) after the controller restart: it kept its shards",
           id, lm_conn_peer_name(p->conn), w->host, w->pid, (unsigned long long)w->epoch);
 }
@@ -816,6 +836,10 @@ int ctl_journal_start(ctl *c, lm_err *err) {
   uv_async_init(&c->loop, &jr->async, on_async);
   jr->async.data = c;
   jr->async_open = true;
+  uv_check_init(&c->loop, &jr->check);
+  jr->check.data = c;
+  uv_check_start(&jr->check, on_check);
+  jr->check_open = true;
   int rc = lm_journal_open(c->cfg.state_dir, notify, jr, &jr->j, err);
   j_load L = {.c = c};
   if (rc == 0) rc = lm_journal_load(jr->j, load_one, &L, err);
@@ -843,6 +867,8 @@ void ctl_journal_stop(ctl *c) {
   if (jr->j) flush_replies(c);
   if (jr->async_open) uv_close((uv_handle_t *)&jr->async, NULL);
   jr->async_open = false;
+  if (jr->check_open) uv_close((uv_handle_t *)&jr->check, NULL);
+  jr->check_open = false;
 }
 
 void ctl_journal_free(ctl *c) {

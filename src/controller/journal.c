@@ -35,8 +35,10 @@ struct lm_journal {
   bool started;
   pthread_mutex_t mu;
   pthread_cond_t cv;           /* the writer waits for work; flush waits for commits */
-  j_op *head, *tail;           /* queued, oldest first */
-  uint64_t queued, committed;  /* operation numbers */
+  j_op *head, *tail;           /* published, oldest first (the writer takes them) */
+  uint64_t queued, committed;  /* operation numbers: published, committed */
+  j_op *shead, *stail;         /* staged by the loop thread, not published yet (no lock) */
+  uint64_t staged;             /* the last operation number handed out (loop thread) */
   bool stop;
   bool failing;
   char problem[512];
@@ -164,15 +166,23 @@ static uint64_t enqueue(lm_journal *j, int ns, uint64_t k1, uint64_t k2, bool de
   }
   op->ns = ns, op->k1 = k1, op->k2 = k2, op->del = del, op->n = n, op->next = NULL;
   if (n) memcpy(op->v, v, n);
+  op->no = ++j->staged;
+  if (j->stail) j->stail->next = op;
+  else j->shead = op;
+  j->stail = op;
+  return op->no;
+}
+
+void lm_journal_publish(lm_journal *j) {
+  if (!j->shead) return;
   pthread_mutex_lock(&j->mu);
-  op->no = ++j->queued;
-  if (j->tail) j->tail->next = op;
-  else j->head = op;
-  j->tail = op;
+  if (j->tail) j->tail->next = j->shead;
+  else j->head = j->shead;
+  j->tail = j->stail;
+  j->queued = j->stail->no;
+  j->shead = j->stail = NULL;
   pthread_cond_signal(&j->cv);
-  uint64_t no = op->no;
   pthread_mutex_unlock(&j->mu);
-  return no;
 }
 
 uint64_t lm_journal_put(lm_journal *j, int ns, uint64_t k1, uint64_t k2, const void *v, size_t n) {
@@ -181,12 +191,7 @@ uint64_t lm_journal_put(lm_journal *j, int ns, uint64_t k1, uint64_t k2, const v
 
 uint64_t lm_journal_del(lm_journal *j, int ns, uint64_t k1, uint64_t k2) { return enqueue(j, ns, k1, k2, true, NULL, 0); }
 
-uint64_t lm_journal_queued(lm_journal *j) {
-  pthread_mutex_lock(&j->mu);
-  uint64_t q = j->queued;
-  pthread_mutex_unlock(&j->mu);
-  return q;
-}
+uint64_t lm_journal_queued(lm_journal *j) { return j->staged; }
 
 uint64_t lm_journal_committed(lm_journal *j) {
   pthread_mutex_lock(&j->mu);
@@ -332,6 +337,7 @@ int lm_journal_load(lm_journal *j, int (*fn)(void *, int, uint64_t, uint64_t, co
 
 void lm_journal_close(lm_journal *j) {
   if (!j) return;
+  if (j->started) lm_journal_publish(j);
   if (j->started) {
     pthread_mutex_lock(&j->mu);
     j->stop = true;
@@ -343,6 +349,11 @@ void lm_journal_close(lm_journal *j) {
     j_op *n = j->head->next;
     free(j->head);
     j->head = n;
+  }
+  while (j->shead) {
+    j_op *n = j->shead->next;
+    free(j->shead);
+    j->shead = n;
   }
   sqlite3_finalize(j->put);
   sqlite3_finalize(j->del);

@@ -3,9 +3,10 @@
  * (namespace, k1, k2) and a value (a protobuf message of src/proto/journal.proto); SQLite does the
  * storage, the atomic commits and the recovery after a crash.
  *
- * Writes never block the loop: lm_journal_put / lm_journal_del queue an operation (a copy of the
- * value) and a writer thread commits whatever is queued in one transaction (group commit), then
- * calls the notify callback (from its thread) with the new commit count. Each queued operation
+ * Writes never block the loop: lm_journal_put / lm_journal_del stage an operation (a copy of the
+ * value); lm_journal_publish (once per loop iteration) hands what was staged to a writer thread,
+ * which commits whatever was published in one transaction (group commit: what one iteration
+ * staged is committed whole or not at all), then calls the notify callback from its thread. Each queued operation
  * gets a number; lm_journal_committed says up to which number everything is on disk, so a caller
  * can hold a reply until the state it reveals is durable. A commit that fails (disk full, I/O
  * error) is logged naming the file and retried every second; lm_journal_problem says why while it
@@ -48,12 +49,14 @@ int lm_journal_load(lm_journal *j, int (*fn)(void *arg, int ns, uint64_t k1, uin
                                              lm_err *err),
                     void *arg, lm_err *err);
 
-/* Queues writing (replacing) a record; returns the operation's number (0 when out of memory: the
- * record is then not written, which is logged). */
+/* Stages writing (replacing) a record (loop thread); returns the operation's number (0 when out
+ * of memory: the record is then not written, which is logged). */
 uint64_t lm_journal_put(lm_journal *j, int ns, uint64_t k1, uint64_t k2, const void *v, size_t n);
 /* Queues deleting a record; with k2 == UINT64_MAX every record of (ns, k1). */
 uint64_t lm_journal_del(lm_journal *j, int ns, uint64_t k1, uint64_t k2);
-/* The number of the last operation queued, and of the last one committed. */
+/* Hands what was staged to the writer, to be committed in one transaction with it (loop thread). */
+void lm_journal_publish(lm_journal *j);
+/* The number of the last operation staged (loop thread), and of the last one committed. */
 uint64_t lm_journal_queued(lm_journal *j);
 uint64_t lm_journal_committed(lm_journal *j);
 /* Why commits fail right now ("" when they do not), copied into buf. */

@@ -138,16 +138,23 @@ static void send_register(wk *w) {
   m.standby = w->cfg.standby;
   m.fenced_worker = w->cfg.fenced_worker;
   m.fenced_epoch = w->cfg.fenced_epoch;
+  uint64_t *act = NULL;
   if (w->resuming) { /* the same worker, which kept its shards (docs/durability.md) */
     m.resume_worker = w->worker_id + 1;
     m.resume_epoch = w->epoch;
     m.resume_cseq = w->cseq;
+    size_t na = 0;
+    for (wk_launch *l = w->active; l; l = l->next) na++;
+    act = calloc(na ? na : 1, sizeof *act);
+    for (wk_launch *l = w->active; act && l; l = l->next) act[m.n_active_seqs++] = l->seq;
+    m.active_seqs = act;
   }
   if (w->have_secret) {
     m.auth_proof.data = w->auth_proof;
     m.auth_proof.len = sizeof w->auth_proof;
   }
   wk_send(w, LM_MSG_REGISTER_WORKER, RID_REGISTER, &m.base);
+  free(act);
   free(specs);
   free(ptrs);
 }
