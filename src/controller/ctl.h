@@ -174,6 +174,7 @@ struct c_launch {
   ctl_trace_launch *trace;   /* its record while a trace records it (ctl_trace.c), else NULL */
   pool_sess *pool;           /* charged for it (ctl_pool.c) */
   uint64_t started_ns;       /* when it was sent to the workers (uv_hrtime) */
+  uint64_t jno;              /* the journal operation of its record (its reply waits for its commit) */
   uint64_t *r_inputs;        /* restored from the journal: its inputs until it is sent again */
   uint32_t r_nin;
   c_launch *hnext;           /* hash chain by seq */
@@ -392,6 +393,9 @@ void ctl_journal_free(ctl *c);               /* after the loop: commits what is 
 /* Sends a reply to a client; with a journal, held until every record queued so far is committed
  * (a reply never reveals state a restart would not bring back). */
 void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m);
+/* The same, held only until the journal has committed operation `after` (a launch's reply needs
+ * its start record, not its end: a restart re-runs an ended launch's record harmlessly). */
+void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after);
 /* HELLO with resume_session: takes the restored session (checking its secret and user) into p. */
 int ctl_journal_resume_session(peer *p, const Lmw__Hello *h, lm_session **out, lm_err *err);
 /* A new session: records it and fills secret (the resume secret for HELLO_REPLY); false: no journal. */

@@ -10,6 +10,7 @@
  * from memory, so none runs twice). Restored sessions wait for their client to resume them (HELLO
  * with the session id and its resume secret); one not resumed in --resume-wait is closed.
  * Replies to clients are held until the records queued before them are committed. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ struct ctl_jr {
   uv_check_t check;          /* after each loop iteration: what it staged goes to the writer, whole */
   bool check_open;
   j_reply *rhead, *rtail;
+  atomic_bool waiting;       /* replies are held: the writer wakes the loop after a commit */
   j_detached *detached;
   j_frame *dhead, *dtail;
   bool restoring;            /* recorded workers are not all back yet */
@@ -97,6 +99,7 @@ static void flush_replies(ctl *c) {
     free(r->buf);
     free(r);
   }
+  if (!jr->rhead) atomic_store(&jr->waiting, false);
 }
 
 static void on_async(uv_async_t *a) { flush_replies(a->data); }
@@ -108,13 +111,18 @@ static void on_check(uv_check_t *h) {
 
 static void notify(void *arg) {
   struct ctl_jr *jr = arg;
-  uv_async_send(&jr->async);
+  if (atomic_load(&jr->waiting)) uv_async_send(&jr->async);
 }
 
 void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m) {
+  ctl_send_reply_after(p, rid, type, m, UINT64_MAX);
+}
+
+void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after) {
   ctl *c = p->ctl;
   struct ctl_jr *jr = c->jr;
-  if (!on(c) || p->role != ROLE_CLIENT || (!jr->rhead && lm_journal_committed(jr->j) >= lm_journal_queued(jr->j))) {
+  if (on(c) && after == UINT64_MAX) after = lm_journal_queued(jr->j);
+  if (!on(c) || p->role != ROLE_CLIENT || (!jr->rhead && lm_journal_committed(jr->j) >= after)) {
     send_now(p, rid, type, m);
     return;
   }
@@ -128,24 +136,27 @@ void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage
   }
   protobuf_c_message_pack(m, buf);
   r->p = p, r->rid = rid, r->type = type, r->desc = m->descriptor, r->buf = buf, r->n = n;
-  r->after = lm_journal_queued(jr->j);
+  r->after = after;
   if (jr->rtail) jr->rtail->next = r;
   else jr->rhead = r;
   jr->rtail = r;
+  atomic_store(&jr->waiting, true);
+  if (lm_journal_committed(jr->j) >= after) uv_async_send(&jr->async); /* committed meanwhile */
 }
 
 /* ---- records ---- */
 
-static void put_msg(ctl *c, int ns, uint64_t k1, uint64_t k2, const ProtobufCMessage *m) {
+static uint64_t put_msg(ctl *c, int ns, uint64_t k1, uint64_t k2, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t small[4096], *buf = n <= sizeof small ? small : malloc(n);
   if (!buf) {
     lm_error("journal: out of host memory writing a record (namespace %d): it is not written", ns);
-    return;
+    return 0;
   }
   protobuf_c_message_pack(m, buf);
-  lm_journal_put(c->jr->j, ns, k1, k2, buf, n);
+  uint64_t no = lm_journal_put(c->jr->j, ns, k1, k2, buf, n);
   if (buf != small) free(buf);
+  return no;
 }
 
 void ctl_j_meta(ctl *c) {
@@ -269,7 +280,7 @@ void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m) {
   r.inputs = m->inputs;
   r.n_outputs = m->n_outputs;
   r.outputs = m->outputs;
-  put_msg(c, LM_J_LAUNCH, l->seq, 0, &r.base);
+  ((c_launch *)l)->jno = put_msg(c, LM_J_LAUNCH, l->seq, 0, &r.base);
   meta_check(c);
 }
 
@@ -879,7 +890,7 @@ void ctl_journal_free(ctl *c) {
     lm_journal_stats(jr->j, &commits, &ops, &ns);
     lm_journal_close(jr->j); /* commits what is queued */
     if (commits)
-      lm_debug("journal: %llu commits of %llu records, %.1f us per commit", (unsigned long long)commits,
+      lm_info("journal: %llu commits of %llu records, %.1f us per commit", (unsigned long long)commits,
                (unsigned long long)ops, (double)ns / 1e3 / (double)commits);
   }
   while (jr->rhead) {

@@ -210,10 +210,10 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
     if (l->client) {
       Lmw__LaunchReply r = LMW__LAUNCH_REPLY__INIT;
       r.seq = l->seq;
-      peer *l_client_tmp = l->client;
-      uint64_t l_rid_tmp = l->rid;
-      launch_free(c, l); /* first: its journal record goes before the reply is let out */
-      ctl_send_reply(l_client_tmp, l_rid_tmp, LM_MSG_LAUNCH_REPLY, &r.base);
+      peer *client = l->client;
+      uint64_t rid = l->rid, jno = l->jno;
+      launch_free(c, l);
+      ctl_send_reply_after(client, rid, LM_MSG_LAUNCH_REPLY, &r.base, jno); /* once its record is durable */
       return;
     }
   }

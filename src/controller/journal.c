@@ -293,6 +293,9 @@ int lm_journal_open(const char *dir, void (*notify)(void *arg), void *arg, lm_jo
   /* NORMAL: a commit is durable against a crash of the controller (SIGKILL); an OS crash may lose
    * the last commits, never corrupt the file */
   if (rc == 0) rc = exec(j, "PRAGMA synchronous=NORMAL", err);
+  /* one controller owns the file (DIR/lock says so): no shared-memory locking per transaction; a
+   * larger WAL between checkpoints (they run on the writer thread, stalling its commits) */
+  if (rc == 0) rc = exec(j, "PRAGMA locking_mode=EXCLUSIVE; PRAGMA wal_autocheckpoint=4000; PRAGMA cache_size=-16384", err);
   if (rc == 0 && fresh)
     rc = exec(j, "BEGIN;"
                  "CREATE TABLE IF NOT EXISTS info(name TEXT PRIMARY KEY, value TEXT NOT NULL);"
