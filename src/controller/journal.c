@@ -273,6 +273,12 @@ int lm_journal_open(const char *dir, void (*notify)(void *arg), void *arg, lm_jo
     rc = lm_errf(err, LOOM_IO, "journal %s is truncated (%lld bytes, not a whole number of pages): refusing to start "
                  "rather than serve state it cannot trust; move it aside to start with an empty state",
                  j->path, (long long)st.st_size);
+  if (rc == 0 && fresh) { /* it holds transfer keys: readable by the controller's user only (SQLite gives
+                             its -wal and -shm files the same mode) */
+    int fd = open(j->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) rc = lm_errf(err, LOOM_IO, "cannot create the journal %s: %s", j->path, strerror(errno));
+    else close(fd);
+  }
   if (rc == 0 && sqlite3_open_v2(j->path, &j->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                                  NULL) != SQLITE_OK)
     rc = lm_errf(err, LOOM_IO, "cannot open the journal %s: %s", j->path, j->db ? sqlite3_errmsg(j->db) : "out of memory");
