@@ -17,7 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 #include "client/cconn.h"
-#include "net/auth.h"
 
 
 #define NBUCKETS 256
@@ -766,7 +765,7 @@ void lm_cconn_close(lm_cconn *c) {
   pthread_cond_destroy(&c->sink_cv);
   pthread_cond_destroy(&c->rx_cv);
   free(c->rbuf);
-  if (c->token) lm_auth_wipe(c->token, c->token_len);
+  for (size_t i = 0; c->token && i < c->token_len; i++) ((volatile uint8_t *)c->token)[i] = 0; /* no copy of it stays */
   free(c->token);
   free(c);
 }
