@@ -656,6 +656,7 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
   free(all);
   free(ptrs);
   ctl_recover_capacity(c); /* a recovery waiting for a worker may take this one */
+  ctl_journal_progress(c); /* a restore waiting for its workers may be complete now */
 }
 
 void ctl_dispatch(peer *p, lm_frame *f);

@@ -548,6 +548,10 @@ static void restore_progress(ctl *c) {
     else ctl_launch_abandon(c, l, LOOM_WORKER_LOST, "a worker it ran on did not come back after the controller "
                             "restart (--resume-wait)");
   }
+  size_t left = 0;
+  for (size_t i = 0; i < jr->nheld; i++) left += jr->held[i] != NULL;
+  if (!left) jr->nheld = 0;
+  if (!jr->restoring) return;
   bool all = true;
   for (uint32_t i = 0; all && i < jr->nawait; i++) {
     const lm_reg_worker *w = lm_registry_worker(c->reg, i);
@@ -574,6 +578,10 @@ static void restore_progress(ctl *c) {
     free(fr->f.meta), free(fr->f.payload), free(fr);
     fr = n;
   }
+}
+
+void ctl_journal_progress(ctl *c) {
+  if (on(c) && (c->jr->restoring || c->jr->nheld)) restore_progress(c);
 }
 
 void ctl_journal_tick(ctl *c) {
