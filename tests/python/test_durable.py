@@ -248,3 +248,56 @@ def test_workers_rejoin_anew_when_the_journal_is_gone(durable, tmp_path):
         wait_for(lambda w=w: "cannot resume" in d.log(w), 30, what=f"{w} refused")
     st = d.status()
     assert sorted(w["pid"] for w in st["workers"] if w["alive"]) == sorted([w0.pid, w1.pid])
+
+
+def test_resume_needs_the_session_secret(durable, tmp_path):
+    """On the wire (docs/protocol.md "Resuming"): a session is resumed only with its secret, by one
+    connection, and only from a controller that has it in its journal."""
+    from loomtest import SOURCE_DIR
+    sys.path.insert(0, str(SOURCE_DIR / "tests" / "integration"))
+    import wire
+    d = durable
+    d.controller()
+    c = wire.Conn(d.addr)
+    f = c.handshake()
+    sid, secret = f[3][0], f[17][0]
+    assert len(secret) == 32
+    d.kill_controller()
+    c.close()
+    d.restart()
+    d.wait_serving()
+
+    def resume(sec):
+        k = wire.Conn(d.addr)
+        k.send(wire.frame(wire.HELLO, wire.hello() + wire.field_varint(16, sid) + wire.field_bytes(17, sec),
+                          request_id=1))
+        return k
+
+    k = resume(bytes(32))
+    code, msg, _ = k.expect_error()
+    assert code == wire.PERMISSION and "wrong resume secret" in msg, msg
+    k.close()
+    k = resume(secret)
+    t, rid, meta, _ = k.recv_frame()
+    assert t == wire.HELLO_REPLY, (t, meta)
+    fields = wire.parse_fields(meta)
+    assert fields[3][0] == sid and fields.get(18) == [1], fields
+    k2 = resume(secret)  # the session is taken
+    code, msg, _ = k2.expect_error()
+    assert "another connection has it" in msg, msg
+    k2.close()
+    k.close()
+    # a controller without a journal has nothing to resume
+    p = subprocess.Popen([LOOM_BIN, "controller", "--listen", "127.0.0.1:0", "--address-file",
+                          str(tmp_path / "plain.addr")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    p.name, p.logpath = "plain", tmp_path / "plain.addr"
+    d.procs.append(p)
+    plain = wait_for(lambda: (tmp_path / "plain.addr").exists() and (tmp_path / "plain.addr").read_text().strip(), 30)
+    k3 = wire.Conn(plain)
+    k3.send(wire.frame(wire.HELLO, wire.hello() + wire.field_varint(16, sid) + wire.field_bytes(17, secret),
+                       request_id=1))
+    code, msg, _ = k3.expect_error()
+    assert "keeps no journal" in msg, msg
+    f = wire.Conn(plain).handshake()
+    assert 17 not in f  # and gives no resume secret
