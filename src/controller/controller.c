@@ -561,6 +561,8 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   r.n_events = ctl_recover_events(c, events, 32);
   r.events = (char **)events;
   r.recoveries = ctl_recover_count(c);
+  char jstate[1024];
+  r.journal = (char *)ctl_journal_state(c, jstate, sizeof jstate);
   reply(p, f, LM_MSG_CLUSTER_STATUS_REPLY, &r.base);
   free(ws);
   free(ptrs);

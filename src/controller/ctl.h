@@ -407,7 +407,9 @@ void ctl_journal_resume_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
 /* While restored workers reconnect, client requests wait (true: kept, replayed later). */
 bool ctl_journal_defer(ctl *c, peer *p, const lm_frame *f);
 void ctl_journal_tick(ctl *c);
-void ctl_journal_progress(ctl *c);           /* a worker is back: the restore may go on now */
+void ctl_journal_progress(ctl *c);
+/* "DIR/journal.db (ok | restoring: ... | cannot commit: ...)" for `loom status`; "" without one. */
+const char *ctl_journal_state(ctl *c, char *buf, size_t cap);           /* a worker is back: the restore may go on now */
 void ctl_journal_client_gone(ctl *c, peer *p);
 /* The session with that id: a client's, or a restored one not resumed yet; NULL if none. */
 lm_session *ctl_session_find(ctl *c, uint64_t id);

@@ -580,6 +580,27 @@ static void restore_progress(ctl *c) {
   }
 }
 
+const char *ctl_journal_state(ctl *c, char *buf, size_t cap) {
+  if (!c->jr || !c->jr->j) return "";
+  struct ctl_jr *jr = c->jr;
+  char prob[512];
+  lm_journal_problem(jr->j, prob, sizeof prob);
+  uint32_t waiting = 0, sessions = 0;
+  for (uint32_t i = 0; i < jr->nawait; i++) waiting += jr->await_epoch[i] != 0;
+  for (j_detached *d = jr->detached; d; d = d->next) sessions++;
+  size_t n = (size_t)snprintf(buf, cap, "%s", lm_journal_path(jr->j));
+  if (prob[0]) n += (size_t)snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, " (%s)", prob);
+  else if (jr->restoring)
+    n += (size_t)snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+                          " (restoring: %u workers and %u sessions not back yet)", waiting, sessions);
+  else if (sessions)
+    n += (size_t)snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0,
+                          " (ok; %u restored sessions not resumed yet)", sessions);
+  else
+    snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, " (ok)");
+  return buf;
+}
+
 void ctl_journal_progress(ctl *c) {
   if (on(c) && (c->jr->restoring || c->jr->nheld)) restore_progress(c);
 }

@@ -108,6 +108,7 @@ def test_sigkill_controller_mid_training_is_bitwise_invisible(durable, tmp_path)
     ok, st = workers_alive(d, [w0.pid, w1.pid])
     assert ok, st
     assert sorted((w["id"], w["pid"]) for w in st["workers"]) == [(0, w0.pid), (1, w1.pid)]
+    assert st["journal"].endswith("journal.db (ok)"), st["journal"]
     log = d.log(f"controller{d.starts}")
     assert "restored 2 workers, 1 sessions" in log, log
     assert "resumed by" in log and "worker 0 resumed" in log and "worker 1 resumed" in log, log
@@ -227,6 +228,7 @@ def test_full_disk_is_logged_and_the_controller_keeps_serving(durable, tmp_path)
     train(d, tmp_path / "a.npz")
     text = d.log("controller")
     assert "cannot commit" in text and "journal.db" in text and "keeps serving" in text, text[-3000:]
+    assert "cannot commit" in d.status()["journal"]  # `loom status` shows it too
     assert p.poll() is None
     assert len([w for w in d.status()["workers"] if w["alive"]]) == 2
 
