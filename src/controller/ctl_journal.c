@@ -67,7 +67,11 @@ struct ctl_jr {
   uint32_t nawait;
   uint64_t seq_reserved, epoch_reserved;
   bool failing;              /* the last commit failed: replies go out anyway (logged) */
+  uint64_t *ended;           /* launches that ended well, whose records are deleted in a batch */
+  size_t nended, ended_cap;
 };
+
+#define ENDED_BATCH 256      /* ... once this many ended, or on the next health tick */
 
 /* Records are written while the controller serves; a stopping one keeps them for the restart. */
 static bool on(ctl *c) { return c && c->jr && c->jr->j && !c->stopping; }
@@ -284,8 +288,31 @@ void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m) {
   meta_check(c);
 }
 
+/* The records of launches that ended well go in one batch (a record left behind by a crash only
+ * makes the restarted controller send that launch again, which its workers answer from memory). */
+static void flush_ended(ctl *c) {
+  struct ctl_jr *jr = c->jr;
+  for (size_t i = 0; i < jr->nended; i++) lm_journal_del(jr->j, LM_J_LAUNCH, jr->ended[i], 0);
+  jr->nended = 0;
+}
+
 void ctl_j_launch_end(ctl *c, const c_launch *l) {
   if (!on(c)) return;
+  struct ctl_jr *jr = c->jr;
+  if (!l->failed) {
+    if (jr->nended == jr->ended_cap) {
+      size_t cap = jr->ended_cap ? jr->ended_cap * 2 : ENDED_BATCH;
+      uint64_t *e = realloc(jr->ended, cap * sizeof *e);
+      if (!e) {
+        lm_journal_del(jr->j, LM_J_LAUNCH, l->seq, 0);
+        return;
+      }
+      jr->ended = e, jr->ended_cap = cap;
+    }
+    jr->ended[jr->nended++] = l->seq;
+    if (jr->nended >= ENDED_BATCH) flush_ended(c);
+    return;
+  }
   if (l->failed) { /* its outputs failed: say so (a finished launch's pending outputs read as ready) */
     lm_session *s = ctl_session_find(c, l->session);
     for (uint32_t j = 0; s && j < l->nout; j++) {
@@ -617,6 +644,7 @@ void ctl_journal_tick(ctl *c) {
     }
   }
   if (jr->rhead) flush_replies(c); /* a failing journal still lets replies through */
+  if (jr->nended) flush_ended(c);
   ctl_pool_journal(c);
 }
 
@@ -941,6 +969,7 @@ void ctl_journal_free(ctl *c) {
   free(jr->held); /* the launches themselves are listed as active: ctl_launches_free freed them */
   free(jr->await_epoch);
   free(jr->want);
+  free(jr->ended);
   free(jr);
   c->jr = NULL;
 }
