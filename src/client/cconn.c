@@ -947,10 +947,14 @@ static void switch_over(lm_cconn *c, int fd) {
     }
   }
   free(calls);
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-  if (epoll_ctl(c->hub_epfd_cache, EPOLL_CTL_ADD, fd, &ev) != 0) shutdown(fd, SHUT_RDWR);
-  if (closing) shutdown(fd, SHUT_RDWR);
   pthread_mutex_unlock(&c->send_mu);
+  if (closing) shutdown(fd, SHUT_RDWR); /* the receiver sees the end at once */
+  /* last: once the receiver watches fd, it may finish with c (and lm_cconn_close free it) */
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+  if (epoll_ctl(c->hub_epfd_cache, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    lm_errf(&c->rx_err, LOOM_NO_MEMORY, "cannot watch the new connection to %s: %s", c->addr, strerror(errno));
+    finish_broken(c);
+  }
 }
 
 static void *reconnect_main(void *arg) {
