@@ -303,3 +303,62 @@ def test_resume_needs_the_session_secret(durable, tmp_path):
     assert "keeps no journal" in msg, msg
     f = wire.Conn(plain).handshake()
     assert 17 not in f  # and gives no resume secret
+
+
+def make_auth(tmp_path, users):
+    d = tmp_path / "auth"
+    d.mkdir(mode=0o700, exist_ok=True)
+    secret = d / "secret"
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, (os.urandom(32).hex() + "\n").encode())
+    os.close(fd)
+    tokens = d / "tokens"
+    toks = {u: run_loom("token", "create", "--user", u, "--tokens-file", str(tokens), check=True).stdout.strip()
+            for u in users}
+    return secret, tokens, toks
+
+
+def test_restart_with_authentication(durable, tmp_path, monkeypatch):
+    """With a cluster secret and client tokens: workers resume with the transfer keys they had
+    (tokens clients hold stay good), the training loop's result is bitwise unchanged, and a
+    session resumes only under a token of the same user."""
+    from loomtest import SOURCE_DIR
+    sys.path.insert(0, str(SOURCE_DIR / "tests" / "integration"))
+    import wire
+    d = durable
+    secret, tokens, toks = make_auth(tmp_path, ("alice", "bob"))
+    monkeypatch.setenv("LOOM_TOKEN", toks["alice"])
+    d.controller("--secret-file", str(secret), "--tokens-file", str(tokens))
+    w0 = d.worker("w0", "--secret-file", str(secret))
+    d.wait_workers(1, 0)
+    w1 = d.worker("w1", "--secret-file", str(secret))
+    d.wait_workers(2, 0)
+    train(d, tmp_path / "ref.npz")
+    step = random.Random().randint(5, 190)
+    t = threading.Thread(target=lambda ctl: (ctl.wait(timeout=120), d.restart()), args=(d.ctl,))
+    t.start()
+    train(d, tmp_path / "kill.npz", "--kill-pid", d.ctl.pid, "--kill-step", step)
+    t.join(timeout=30)
+    assert bitwise_equal(tmp_path / "ref.npz", tmp_path / "kill.npz")
+    assert w0.poll() is None and w1.poll() is None
+    ok, st = workers_alive(d, [w0.pid, w1.pid])
+    assert ok, st
+    # a session of alice's, resumed under bob's token: refused; under alice's: resumed
+    c = wire.Conn(d.addr)
+    f = c.handshake()
+    sid, sec = f[3][0], f[17][0]
+    d.kill_controller()
+    c.close()
+    d.restart()
+    d.wait_serving()
+
+    def resume(token):
+        k = wire.Conn(d.addr)
+        k.send(wire.frame(wire.HELLO, wire.hello(token=token) + wire.field_varint(16, sid) +
+                          wire.field_bytes(17, sec), request_id=1))
+        return k
+
+    code, msg, _ = resume(toks["bob"]).expect_error()
+    assert code == wire.PERMISSION and "belongs to user 'alice'" in msg, msg
+    t_, rid, meta, _ = resume(toks["alice"]).recv_frame()
+    assert t_ == wire.HELLO_REPLY and wire.parse_fields(meta)[3][0] == sid
