@@ -5,8 +5,9 @@ middle of the loop and started again with the same --state: the loop finishes wi
 bitwise equal to a run without the fault, no worker exits (the same processes serve before and
 after), and nothing is lost. Also: repeated kills while the journal is being written, accounting
 across a restart, a corrupt or truncated journal refused with an error naming the file, a full
-disk (a file size limit) logged without a crash, and workers of a controller that lost its journal
-rejoining anew."""
+disk (a file size limit) logged without a crash, workers of a controller that lost its journal
+rejoining anew, a session resumed only with its secret (on the wire), and all of it with a
+cluster secret and client tokens."""
 import json
 import os
 import random
