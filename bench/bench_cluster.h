@@ -28,6 +28,9 @@ typedef struct bench_cluster {
   char token[LM_TOKEN_STR_LEN + 1];
 } bench_cluster;
 
+/* Set before starting: the controller keeps its journal there (--state; bench_journal.c). */
+static const char *bench_cluster_state_dir __attribute__((unused));
+
 static inline void bench_cluster_stop(bench_cluster *bc) {
   for (int i = bc->n - 1; i >= 0; i--) kill(bc->pids[i], SIGTERM);
   for (int i = bc->n - 1; i >= 0; i--) waitpid(bc->pids[i], NULL, 0);
@@ -80,6 +83,7 @@ static inline void bench_cluster_start_auth(bench_cluster *bc, int workers, int 
     cfg.listen = "127.0.0.1:0";
     cfg.address_file = addrfile;
     if (bc->auth) cfg.secret_file = bc->secret, cfg.tokens_file = bc->tokens;
+    cfg.state_dir = bench_cluster_state_dir;
     lm_err e;
     _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
   }

@@ -22,6 +22,7 @@ APT_PACKAGES=(
   libnghttp2-dev                          # HTTP/2 for the IFRT proxy's gRPC server
   libmicrohttpd-dev                       # the controller's HTTP port (/metrics, /healthz, /readyz)
   libcurl4-openssl-dev                    # `loom trace`'s HTTP client
+  libsqlite3-dev                          # the controller's journal (--state DIR)
   libcmocka-dev                           # C unit tests
   openmpi-bin libopenmpi-dev              # the MPI peer in bench/ (all_reduce comparison)
   procps psmisc                           # pgrep/pkill/fuser used by tests

@@ -55,6 +55,12 @@ static const char g_usage[] =
     "                              must be a shared filesystem mounted at the same path on every host\n"
     "  --admins USERS              with --tokens-file: comma-separated users who may `loom drain`\n"
     "                              (without --tokens-file every client may)\n"
+    "  --state DIR                 keep a journal of the durable state in DIR/journal.db (SQLite, WAL):\n"
+    "                              killed and restarted with the same DIR, the controller restores it,\n"
+    "                              workers keep their shards and clients their sessions\n"
+    "                              (docs/durability.md)\n"
+    "  --resume-wait MS            with --state: how long restored workers and sessions have to come\n"
+    "                              back after a restart (default 60000)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -64,7 +70,7 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP, O_HTTPTOK, O_CKPTDIR, O_ADMINS };
+         O_RECWAIT, O_NOSNAP, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -87,6 +93,8 @@ int cmd_controller(int argc, char **argv) {
       {"no-snapshots", no_argument, 0, O_NOSNAP},
       {"checkpoint-dir", required_argument, 0, O_CKPTDIR},
       {"admins", required_argument, 0, O_ADMINS},
+      {"state", required_argument, 0, O_STATE},
+      {"resume-wait", required_argument, 0, O_RESUMEWAIT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -119,6 +127,11 @@ int cmd_controller(int argc, char **argv) {
     case O_NOSNAP: cfg.no_snapshots = true; break;
     case O_CKPTDIR: cfg.checkpoint_dir = optarg; break;
     case O_ADMINS: cfg.admins = optarg; break;
+    case O_STATE: cfg.state_dir = optarg; break;
+    case O_RESUMEWAIT:
+      if (cli_parse_u64(cmd, "--resume-wait", optarg, 100, 86400000, &v) < 0) return 2;
+      cfg.resume_wait_ms = (uint32_t)v;
+      break;
     case O_MAXS:
       if (cli_parse_u64(cmd, "--max-sessions-per-user", optarg, 1, 1000000, &v) < 0) return 2;
       cfg.max_sessions_per_user = (uint32_t)v;

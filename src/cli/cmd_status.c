@@ -88,6 +88,7 @@ int cmd_status(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "heartbeat_timeout_ms", s->heartbeat_timeout_ms);
     cJSON_AddStringToObject(root, "recovery", s->recovery ? s->recovery : "");
     cJSON_AddNumberToObject(root, "recoveries", s->recoveries);
+    cJSON_AddStringToObject(root, "journal", s->journal ? s->journal : "");
     cJSON *ev = cJSON_AddArrayToObject(root, "events");
     for (size_t i = 0; i < s->n_events; i++) cJSON_AddItemToArray(ev, cJSON_CreateString(s->events[i]));
     cJSON *ws = cJSON_AddArrayToObject(root, "workers");
@@ -157,6 +158,7 @@ int cmd_status(int argc, char **argv) {
     printf("slices      %zu\n", nsl);
     printf("devices     %zu (%u healthy)\n", dl->n_devices, healthy);
     printf("memory      %s (%s healthy, %s in use)\n", m1, m2, m3);
+    if (s->journal && *s->journal) printf("journal     %s\n", s->journal);
     if (s->recovery && *s->recovery) printf("recovery    %s\n", s->recovery);
     else if (s->recoveries) printf("recovery    none in progress (%u completed)\n", s->recoveries);
     if (s->n_workers) {

@@ -40,6 +40,11 @@ struct lm_call {
   uint64_t dst_cap;
   pthread_cond_t cv;
   lm_call *next;        /* hash chain */
+  /* a resumable connection (a controller with a journal) keeps each request to send it again */
+  unsigned type;
+  uint8_t *req;         /* header + metadata + payload, as sent */
+  size_t req_len;
+  uint64_t gen;         /* the connection generation it went out on (0: not sent yet) */
 };
 
 typedef struct rx_hub rx_hub;
@@ -80,6 +85,19 @@ struct lm_cconn {
   void (*on_queue)(void *arg, const Lmw__QueueUpdate *u); /* while HELLO waits in the pool's queue */
   void *on_queue_arg;
   atomic_bool peer_access;    /* the peer copies to and from our memory: see lm_cconn_set_peer_access */
+  /* resuming the session after the controller restarts (docs/durability.md) */
+  bool resumable;             /* HELLO_REPLY gave a resume secret: a broken connection reconnects */
+  bool reconnecting;          /* under mu: the reconnect thread runs; requests wait in the table */
+  bool closing;               /* under mu: lm_cconn_close was called */
+  uint64_t gen;               /* under send_mu and mu: the connection's generation (1, 2, ...) */
+  uint8_t resume_secret[32];
+  char name[64];
+  uint8_t *token;
+  size_t token_len;
+  char priority[32];
+  uint32_t launch_limit_ms, share_weight;
+  lm_frame_limits limits;
+  uint64_t reconnects;        /* how many times the session was resumed */
 };
 
 void lm_reply_free(lm_reply *r) {
@@ -91,6 +109,7 @@ void lm_reply_free(lm_reply *r) {
 
 static void call_free(lm_call *call) {
   lm_reply_free(&call->reply);
+  free(call->req);
   pthread_cond_destroy(&call->cv);
   free(call);
 }
@@ -193,13 +212,23 @@ static int rx_frame(void *arg, lm_frame *f, lm_err *err) {
   return 0;
 }
 
+static bool start_reconnect(lm_cconn *c);
+static void finish_broken(lm_cconn *c);
+
 /* The connection is gone: fail everything in flight, refuse new calls, and hand it back to
- * lm_cconn_close. Receiver thread. */
+ * lm_cconn_close (a resumable one reconnects first: start_reconnect). Receiver thread. */
 static void rx_finish(lm_cconn *c) {
   epoll_ctl(c->hub_epfd_cache, EPOLL_CTL_DEL, c->fd, NULL);
+  if (start_reconnect(c)) return;
+  finish_broken(c);
+}
+
+/* Fails everything in flight with c->rx_err (or the peer's reason) and lets lm_cconn_close go on. */
+static void finish_broken(lm_cconn *c) {
   lm_err err = c->rx_err;
   pthread_mutex_lock(&c->mu);
   c->broken = true;
+  c->reconnecting = false;
   if (c->have_peer_err) /* the controller said why: that is the real reason */
     lm_errf(&c->broken_err, c->peer_err.code, "%s", c->peer_err.msg);
   else
@@ -389,6 +418,7 @@ int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const 
   call->conn = c;
   call->dst = dst;
   call->dst_cap = dst ? dst_cap : 0;
+  call->type = type;
   pthread_mutex_lock(&c->mu);
   if (c->broken) {
     if (err) *err = c->broken_err;
@@ -398,33 +428,68 @@ int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const 
     return code;
   }
   call->rid = ++c->next_rid;
-  table_insert(c, call);
   pthread_mutex_unlock(&c->mu);
 
   uint8_t *head;
   size_t hlen;
   int rc = lm_msg_encode(type, call->rid, m, plen, &head, &hlen, err);
-  if (rc == 0) {
-    struct iovec iov[2] = {{head, hlen}, {(void *)payload, (size_t)plen}};
-    uint64_t deadline = c->send_timeout_ms >= 0 ? lm_now_ms() + (uint64_t)c->send_timeout_ms : 0;
-    pthread_mutex_lock(&c->send_mu);
-    rc = lm_sock_send_all(c->fd, iov, plen ? 2 : 1, deadline, c->intr, c->intr_arg, err);
+  if (rc < 0) {
+    call_free(call);
+    return rc;
+  }
+  if (c->resumable) { /* kept whole, to be sent again if the controller restarts meanwhile */
+    call->req = malloc(hlen + (size_t)plen);
+    if (!call->req) {
+      free(head);
+      call_free(call);
+      return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+    }
+    memcpy(call->req, head, hlen);
+    if (plen) memcpy(call->req + hlen, payload, (size_t)plen);
+    call->req_len = hlen + (size_t)plen;
+  }
+  /* listed and sent under send_mu: a reconnect (which sends the listed calls again on the new
+   * connection, under send_mu too) sees each call either before it went out or after */
+  pthread_mutex_lock(&c->send_mu);
+  pthread_mutex_lock(&c->mu);
+  if (c->broken) {
+    if (err) *err = c->broken_err;
+    rc = c->broken_err.code;
+    pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->send_mu);
     free(head);
-    if (rc < 0) { /* part of a frame may be on the wire: the stream is no longer usable */
-      /* A peer that refuses a large payload says why (an ERROR frame) and closes; the send then
-       * fails. Keep reading a moment so the caller hears the peer's reason, not just "broken pipe". */
-      shutdown(c->fd, SHUT_WR);
-      lm_err perr;
-      int prc = lm_call_wait(call, 2000, NULL, NULL, &perr);
-      if (prc < 0 && prc != LOOM_TIMEOUT) {
-        rc = prc;
-        if (err) *err = perr;
-      } else {
-        lm_err_prefix(err, "sending %s to %s", lm_msg_name(type), c->addr);
-      }
-      break_connection(c);
+    call_free(call);
+    return rc;
+  }
+  table_insert(c, call);
+  bool defer = c->reconnecting && call->req; /* the reconnect sends it */
+  int fd = c->fd;
+  if (!defer) call->gen = c->gen;
+  pthread_mutex_unlock(&c->mu);
+  if (!defer) {
+    struct iovec iov[2] = {{head, hlen}, {(void *)payload, (size_t)plen}};
+    uint64_t deadline = c->send_timeout_ms >= 0 ? lm_now_ms() + (uint64_t)c->send_timeout_ms : 0;
+    rc = lm_sock_send_all(fd, iov, plen ? 2 : 1, deadline, c->intr, c->intr_arg, err);
+  }
+  pthread_mutex_unlock(&c->send_mu);
+  free(head);
+  if (rc < 0 && call->req) { /* the stream broke: the receiver sees it, reconnects and sends the call again */
+    shutdown(fd, SHUT_RDWR);
+    rc = 0;
+  }
+  if (rc < 0) { /* part of a frame may be on the wire: the stream is no longer usable */
+    /* A peer that refuses a large payload says why (an ERROR frame) and closes; the send then
+     * fails. Keep reading a moment so the caller hears the peer's reason, not just "broken pipe". */
+    shutdown(c->fd, SHUT_WR);
+    lm_err perr;
+    int prc = lm_call_wait(call, 2000, NULL, NULL, &perr);
+    if (prc < 0 && prc != LOOM_TIMEOUT) {
+      rc = prc;
+      if (err) *err = perr;
+    } else {
+      lm_err_prefix(err, "sending %s to %s", lm_msg_name(type), c->addr);
     }
+    break_connection(c);
   }
   if (rc < 0) {
     pthread_mutex_lock(&c->mu);
@@ -649,6 +714,21 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
       c->pool.queued_ms = hr->queued_ms;
       c->session_id = hr->session_id;
       c->peer_max_payload = hr->max_payload;
+      const char *rc_env = getenv("LOOM_RECONNECT");
+      if (hr->resume_secret.len == sizeof c->resume_secret && !o.pool_devices && !(rc_env && !strcmp(rc_env, "0"))) {
+        /* a controller with a journal: this session survives its restart (docs/durability.md) */
+        memcpy(c->resume_secret, hr->resume_secret.data, sizeof c->resume_secret);
+        snprintf(c->name, sizeof c->name, "%s", o.name ? o.name : "");
+        snprintf(c->priority, sizeof c->priority, "%s", o.priority ? o.priority : "");
+        c->launch_limit_ms = o.launch_limit_ms;
+        c->share_weight = o.share_weight;
+        c->limits = lim;
+        if (o.auth_token && o.auth_token_len && (c->token = malloc(o.auth_token_len))) {
+          memcpy(c->token, o.auth_token, o.auth_token_len);
+          c->token_len = o.auth_token_len;
+        }
+        c->resumable = !(o.auth_token && o.auth_token_len) || c->token;
+      }
       snprintf(c->software, sizeof c->software, "%s", hr->software);
       save_local(&c->local, hr);
       if (hr->protocol_version != LM_PROTOCOL_VERSION)
@@ -667,7 +747,11 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
 
 void lm_cconn_close(lm_cconn *c) {
   if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  c->closing = true; /* no reconnect from now on */
+  pthread_cond_broadcast(&c->rx_cv);
   if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR); /* its receiver sees the end and lets go of it */
+  pthread_mutex_unlock(&c->mu);
   if (c->hub) {
     pthread_mutex_lock(&c->mu);
     while (!c->rx_done) pthread_cond_wait(&c->rx_cv, &c->mu);
@@ -681,6 +765,8 @@ void lm_cconn_close(lm_cconn *c) {
   pthread_cond_destroy(&c->sink_cv);
   pthread_cond_destroy(&c->rx_cv);
   free(c->rbuf);
+  for (size_t i = 0; c->token && i < c->token_len; i++) ((volatile uint8_t *)c->token)[i] = 0; /* no copy of it stays */
+  free(c->token);
   free(c);
 }
 
@@ -699,4 +785,256 @@ bool lm_cconn_ok(lm_cconn *c, lm_err *err) {
   if (!ok && err) *err = c->broken_err;
   pthread_mutex_unlock(&c->mu);
   return ok;
+}
+
+/* ---- resuming the session after the controller restarts (docs/durability.md) ---- */
+
+#define RECONNECT_DEFAULT_MS 60000
+#define RESUME_HELLO_RID 1
+
+typedef struct hello_wait {
+  int rc;
+  bool got;
+  lm_err err;
+  uint64_t max_payload;
+} hello_wait;
+
+static int hello_frame(void *arg, lm_frame *f, lm_err *err) {
+  (void)err;
+  hello_wait *hw = arg;
+  if (f->h.request_id != RESUME_HELLO_RID && f->h.type != LM_MSG_ERROR) return 0;
+  hw->got = true;
+  if (f->h.type == LM_MSG_ERROR) {
+    hw->rc = lm_msg_error_status(f, &hw->err);
+    return 1;
+  }
+  ProtobufCMessage *m;
+  hw->rc = lm_msg_decode(f, &m, &hw->err);
+  if (hw->rc == 0 && f->h.type != LM_MSG_HELLO_REPLY)
+    hw->rc = lm_errf(&hw->err, LOOM_PROTOCOL, "the controller answered HELLO with %s", lm_msg_name(f->h.type));
+  else if (hw->rc == 0 && !((Lmw__HelloReply *)m)->resumed)
+    hw->rc = lm_errf(&hw->err, LOOM_PROTOCOL, "the controller did not resume the session");
+  else if (hw->rc == 0)
+    hw->max_payload = ((Lmw__HelloReply *)m)->max_payload;
+  if (hw->rc == 0 || f->h.type == LM_MSG_HELLO_REPLY) lm_msg_free(m);
+  return 1;
+}
+
+/* HELLO with the session's id and resume secret on a new connection, answered before this
+ * returns (the receiver does not watch fd yet). */
+static int resume_hello(lm_cconn *c, int fd, lm_err *err) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  Lmw__Hello h = LMW__HELLO__INIT;
+  h.protocol_version = LM_PROTOCOL_VERSION;
+  h.role = LMW__ROLE__ROLE_CLIENT;
+  h.software = "loom " LOOM_VERSION_STRING;
+  h.host = host;
+  h.pid = (uint32_t)getpid();
+  h.name = c->name;
+  h.auth_token.data = c->token;
+  h.auth_token.len = c->token_len;
+  h.priority = c->priority;
+  h.launch_limit_ms = c->launch_limit_ms;
+  h.share_weight = c->share_weight;
+  h.resume_session = c->session_id;
+  h.resume_secret.data = c->resume_secret;
+  h.resume_secret.len = sizeof c->resume_secret;
+  uint8_t *head;
+  size_t hlen;
+  LM_TRY(lm_msg_encode(LM_MSG_HELLO, RESUME_HELLO_RID, &h.base, 0, &head, &hlen, err));
+  struct iovec iov = {head, hlen};
+  uint64_t deadline = lm_now_ms() + 5000;
+  int rc = lm_sock_send_all(fd, &iov, 1, deadline, NULL, NULL, err);
+  free(head);
+  if (rc < 0) return LOOM_CLOSED;
+  lm_frame_reader r;
+  lm_frame_reader_init(&r, &c->limits);
+  hello_wait hw = {0};
+  uint8_t buf[4096];
+  deadline = lm_now_ms() + 10000;
+  while (!hw.got && rc == 0) {
+    uint64_t now = lm_now_ms();
+    if (now >= deadline) {
+      rc = lm_errf(err, LOOM_TIMEOUT, "no answer to HELLO");
+      break;
+    }
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int pr = poll(&pfd, 1, (int)(deadline - now));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    ssize_t k = recv(fd, buf, sizeof buf, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      rc = lm_errf(err, LOOM_CLOSED, "%s closed the connection during HELLO", c->peer);
+      break;
+    }
+    if (lm_frame_reader_feed(&r, buf, (size_t)k, hello_frame, &hw, err) < 0) rc = LOOM_PROTOCOL;
+  }
+  lm_frame_reader_free(&r);
+  if (rc == 0 && hw.rc < 0) {
+    if (err) *err = hw.err;
+    rc = hw.rc;
+  }
+  if (rc == 0 && hw.max_payload) c->peer_max_payload = hw.max_payload;
+  return rc;
+}
+
+static int cmp_rid(const void *a, const void *b) {
+  uint64_t x = (*(lm_call *const *)a)->rid, y = (*(lm_call *const *)b)->rid;
+  return x < y ? -1 : x > y;
+}
+
+/* Requests that may be sent again after a restart: the controller answers a repeat of each the
+ * same way (a LAUNCH whose outputs exist is not run twice; a create of an array the session has
+ * gets its placement again). */
+static bool resendable(unsigned type) {
+  switch (type) {
+  case LM_MSG_LAUNCH: case LM_MSG_ARRAY_CREATE: case LM_MSG_ARRAY_LOCATE: case LM_MSG_ARRAY_DELETE:
+  case LM_MSG_COMPILE: case LM_MSG_EXECUTABLE_DESTROY: case LM_MSG_LIST_DEVICES: case LM_MSG_CLUSTER_STATUS:
+  case LM_MSG_PING: case LM_MSG_POOL_STATUS:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* The new connection is resumed: it replaces the old one, and every request waiting goes out on
+ * it in the order it was first made. Then the receiver watches it. */
+static void switch_over(lm_cconn *c, int fd) {
+  pthread_mutex_lock(&c->send_mu);
+  pthread_mutex_lock(&c->mu);
+  int old = c->fd;
+  c->fd = fd;
+  c->gen++;
+  lm_frame_reader_init(&c->reader, &c->limits);
+  c->reader.sink = rx_sink;
+  c->reader.sink_arg = c;
+  c->rx_rc = 0;
+  lm_err_clear(&c->rx_err);
+  size_t n = 0;
+  for (size_t b = 0; b < NBUCKETS; b++)
+    for (lm_call *call = c->buckets[b]; call; call = call->next) n++;
+  lm_call **calls = calloc(n ? n : 1, sizeof *calls);
+  size_t k = 0;
+  for (size_t b = 0; calls && b < NBUCKETS; b++)
+    for (lm_call *call = c->buckets[b]; call; call = call->next) calls[k++] = call;
+  if (calls) qsort(calls, k, sizeof *calls, cmp_rid);
+  for (size_t i = 0; i < k; i++) { /* what cannot be repeated safely fails, clearly */
+    lm_call *call = calls[i];
+    if (call->req && resendable(call->type)) continue;
+    table_find(c, call->rid, true);
+    call->status = lm_errf(&call->err, LOOM_CLOSED, "the connection to %s broke while %s was in flight; the session "
+                           "was resumed after the controller restarted, but %s is not sent again (it may or may not "
+                           "have taken effect)", c->peer, lm_msg_name(call->type), lm_msg_name(call->type));
+    complete_locked(call);
+    calls[i] = NULL;
+  }
+  c->reconnecting = false;
+  c->reconnects++;
+  bool closing = c->closing;
+  pthread_mutex_unlock(&c->mu);
+  close(old);
+  uint64_t deadline = lm_now_ms() + 30000;
+  for (size_t i = 0; i < k; i++) {
+    if (!calls[i]) continue;
+    struct iovec iov = {calls[i]->req, calls[i]->req_len};
+    calls[i]->gen = c->gen;
+    lm_err e;
+    if (lm_sock_send_all(fd, &iov, 1, deadline, NULL, NULL, &e) < 0) {
+      shutdown(fd, SHUT_RDWR); /* broke again: the receiver sees it and reconnects once more */
+      break;
+    }
+  }
+  free(calls);
+  pthread_mutex_unlock(&c->send_mu);
+  if (closing) shutdown(fd, SHUT_RDWR); /* the receiver sees the end at once */
+  /* last: once the receiver watches fd, it may finish with c (and lm_cconn_close free it) */
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+  if (epoll_ctl(c->hub_epfd_cache, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    lm_errf(&c->rx_err, LOOM_NO_MEMORY, "cannot watch the new connection to %s: %s", c->addr, strerror(errno));
+    finish_broken(c);
+  }
+}
+
+static void *reconnect_main(void *arg) {
+  lm_cconn *c = arg;
+  const char *env = getenv("LOOM_RECONNECT_TIMEOUT_MS");
+  uint64_t limit = env && *env ? strtoull(env, NULL, 10) : RECONNECT_DEFAULT_MS;
+  uint64_t t0 = lm_now_ms(), backoff = 50;
+  lm_err err = c->rx_err;
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    bool closing = c->closing;
+    pthread_mutex_unlock(&c->mu);
+    if (closing) {
+      lm_errf(&err, LOOM_CLOSED, "the connection was closed while reconnecting to %s", c->addr);
+      break;
+    }
+    int fd = -1;
+    lm_err e;
+    int rc = lm_sock_connect(c->addr, 2000, NULL, NULL, &fd, &e);
+    if (rc == 0) {
+      rc = resume_hello(c, fd, &e);
+      if (rc == 0) {
+        switch_over(c, fd);
+        return NULL;
+      }
+      close(fd);
+      if (rc == LOOM_NOT_FOUND || rc == LOOM_PERMISSION || rc == LOOM_UNSUPPORTED || rc == LOOM_VERSION_MISMATCH) {
+        lm_errf(&err, rc, "lost the connection to %s and it cannot resume session %llu: %s", c->addr,
+                (unsigned long long)c->session_id, e.msg);
+        break;
+      }
+    }
+    if (lm_now_ms() - t0 >= limit) {
+      lm_errf(&err, LOOM_CLOSED, "lost the connection to %s and could not resume the session within %llu ms "
+              "(LOOM_RECONNECT_TIMEOUT_MS): %s", c->addr, (unsigned long long)limit, e.msg);
+      break;
+    }
+    pthread_mutex_lock(&c->mu);
+    struct timespec ts;
+    abs_time(backoff, &ts);
+    if (!c->closing) pthread_cond_timedwait(&c->rx_cv, &c->mu, &ts);
+    pthread_mutex_unlock(&c->mu);
+    backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+  }
+  c->rx_err = err;
+  pthread_mutex_lock(&c->mu);
+  c->have_peer_err = false; /* the reason is ours */
+  pthread_mutex_unlock(&c->mu);
+  finish_broken(c);
+  return NULL;
+}
+
+static bool start_reconnect(lm_cconn *c) {
+  if (!c->resumable) return false;
+  pthread_mutex_lock(&c->mu);
+  bool go = !c->closing && !c->have_peer_err && c->rx_rc == LOOM_CLOSED;
+  if (go) c->reconnecting = true;
+  pthread_mutex_unlock(&c->mu);
+  if (!go) return false;
+  lm_frame_reader_free(&c->reader);
+  c->sink_call = NULL;
+  pthread_t th;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  bool ok = pthread_create(&th, NULL, reconnect_main, c) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!ok) {
+    pthread_mutex_lock(&c->mu);
+    c->reconnecting = false;
+    pthread_mutex_unlock(&c->mu);
+    return false;
+  }
+  pthread_detach(th);
+  return true;
+}
+
+uint64_t lm_cconn_reconnects(lm_cconn *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t n = c->reconnects;
+  pthread_mutex_unlock(&c->mu);
+  return n;
 }

@@ -79,6 +79,12 @@ const char *lm_cconn_address(const lm_cconn *c);
 const char *lm_cconn_server_software(const lm_cconn *c);
 /* Whether the connection still works; when not, why (into err). */
 bool lm_cconn_ok(lm_cconn *c, lm_err *err);
+/* How many times the session was resumed on a new connection after its controller restarted (a
+ * controller with a journal: its HELLO_REPLY gave a resume secret; LOOM_RECONNECT=0 turns this
+ * off). Requests in flight are sent again on the new connection, in order, when the controller
+ * answers a repeat the same way (launches are not run twice); others fail with a clear error.
+ * Reconnecting gives up after LOOM_RECONNECT_TIMEOUT_MS (default 60000). */
+uint64_t lm_cconn_reconnects(lm_cconn *c);
 const lm_cconn_local *lm_cconn_local_info(const lm_cconn *c);
 const lm_cconn_pool *lm_cconn_pool_info(const lm_cconn *c);
 /* Marks a connection whose peer reads and writes this process's memory for pending calls (local

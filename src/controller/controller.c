@@ -49,9 +49,7 @@ void ctl_release(uint32_t *held, const uint32_t *devs, uint32_t n) {
 static void worker_lost(ctl *c, uint32_t id, const char *why);
 
 void ctl_reply(peer *p, const lm_frame *f, unsigned type, const ProtobufCMessage *m) {
-  lm_err err;
-  if (lm_conn_send(p->conn, type, f->h.request_id, m, NULL, 0, NULL, NULL, &err) < 0 && lm_conn_is_open(p->conn))
-    lm_warn("cannot reply to %s: %s", lm_conn_peer_name(p->conn), err.msg);
+  ctl_send_reply(p, f->h.request_id, type, m); /* with a journal: once what it reveals is durable */
 }
 #define reply ctl_reply
 
@@ -182,7 +180,18 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
         return;
       }
     }
-    lm_session *s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
+    lm_session *s = NULL;
+    if (h->resume_session) { /* a client that lost a restarted controller continues its session */
+      if (ctl_journal_resume_session(p, h, &s, &aerr) < 0) {
+        lm_warn("refused client %s (%s): %s", lm_conn_peer_name(p->conn), h->name, aerr.msg);
+        lm_conn_close_with_error(p->conn, f->h.request_id, aerr.code, "%s", aerr.msg);
+        return;
+      }
+      lm_info("session %llu (%s) resumed by %s after the controller restart", (unsigned long long)s->id, s->name,
+              lm_conn_peer_name(p->conn));
+    } else {
+      s = lm_session_create(++c->next_session, h->name, lm_conn_peer_name(p->conn), ctl_now_ms(c));
+    }
     if (!s) {
       lm_conn_close_with_error(p->conn, f->h.request_id, LOOM_NO_MEMORY, "out of host memory creating a session");
       return;
@@ -192,6 +201,14 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     c->nsessions++;
     if (c->met) lm_met_inc(&c->met->sessions_opened);
     r.session_id = s->id;
+    uint8_t secret[32];
+    if (p->resumed) {
+      r.resumed = true;
+      r.resume_secret = h->resume_secret;
+    } else if (ctl_journal_session_opened(p, h, secret)) {
+      r.resume_secret.data = secret;
+      r.resume_secret.len = sizeof secret;
+    }
     lm_debug("session %llu opened by %s (%s)", (unsigned long long)s->id, lm_conn_peer_name(p->conn),
              s->name[0] ? s->name : "unnamed");
     int prc = ctl_pool_hello(p, f, h, &r, &aerr); /* the pool: admit now, queue, or refuse */
@@ -240,7 +257,9 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
   reply(p, f, LM_MSG_HELLO_REPLY, &r.base);
 }
 
-static int ensure_worker_slot(ctl *c, uint32_t id) {
+int ctl_worker_slot(ctl *c, uint32_t id);
+#define ensure_worker_slot ctl_worker_slot
+int ctl_worker_slot(ctl *c, uint32_t id) {
   if (id < c->worker_peer_cap) return 0;
   uint32_t cap = c->worker_peer_cap ? c->worker_peer_cap : 16;
   while (cap <= id) cap *= 2;
@@ -308,6 +327,11 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
     lm_auth_transfer_key(c->secret, p->nonce, p->challenge, key);
   } else if (lm_auth_random(key, sizeof key, &kerr) < 0) { /* sent in the reply: no secret to derive it from */
     lm_conn_close_with_error(p->conn, f->h.request_id, kerr.code, "%s", kerr.msg);
+    return;
+  }
+  if (m->resume_worker) { /* it kept its shards through a controller restart: it must be in the journal */
+    lm_auth_wipe(key, sizeof key);
+    ctl_journal_resume_worker(p, f, m);
     return;
   }
   size_t n = m->n_devices;
@@ -381,6 +405,8 @@ static void on_register_worker(peer *p, const lm_frame *f, const Lmw__RegisterWo
   r.heartbeat_interval_ms = c->cfg.heartbeat_interval_ms;
   r.epoch = w->epoch;
   r.standby = w->standby;
+  r.durable = c->jr != NULL;
+  ctl_j_worker(c, id);
   if (!c->have_secret) { /* with a secret the worker derives the same key from the handshake */
     r.token_key.data = c->worker_key[id];
     r.token_key.len = LM_TOKEN_KEY_SIZE;
@@ -548,6 +574,8 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   r.n_events = ctl_recover_events(c, events, 32);
   r.events = (char **)events;
   r.recoveries = ctl_recover_count(c);
+  char jstate[1024];
+  r.journal = (char *)ctl_journal_state(c, jstate, sizeof jstate);
   reply(p, f, LM_MSG_CLUSTER_STATUS_REPLY, &r.base);
   free(ws);
   free(ptrs);
@@ -567,6 +595,7 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   wl.reason = (char *)why;
   for (uint32_t i = 0; i < c->worker_peer_cap; i++)
     if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0, NULL);
+  ctl_j_worker(c, id);
   ctl_recover_worker_lost(c, id, why); /* takes the launches it re-issues out of the active list */
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
@@ -618,6 +647,7 @@ static void on_worker_dataplane(peer *p, const lm_frame *f, const Lmw__WorkerDat
   ctl_peers_flush(c, p->worker_id);
   free(ids);
   ctl_recover_capacity(c); /* a recovery waiting for a worker may take this one */
+  ctl_journal_progress(c); /* a restore waiting for its workers may be complete now */
 }
 
 void ctl_dispatch(peer *p, lm_frame *f);
@@ -643,6 +673,7 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     lm_conn_close_with_error(conn, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
     return;
   }
+  if (p->role == ROLE_CLIENT && ctl_journal_defer(c, p, f)) return; /* workers are coming back after a restart */
   if (p->role == ROLE_CLIENT && ctl_pool_hold(p, f)) return; /* suspended: served when it resumes */
   if (p->role == ROLE_CLIENT && ctl_pool_queued(p) && type != LM_MSG_PING) {
     reply_error(p, f, LOOM_BUSY, "this session is waiting in the pool's queue for its devices; %s is served once it "
@@ -778,6 +809,8 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     ctl_recover_client_gone(c, p);
     ctl_trace_client_gone(c, p);
     ctl_ckpt_client_gone(c, p);
+    ctl_journal_client_gone(c, p);
+    ctl_journal_session_closed(c, p->session->id);
     if (!c->stopping) { /* the workers free the session's shards */
       Lmw__SessionClosed sc = LMW__SESSION_CLOSED__INIT;
       sc.session = p->session->id;
@@ -858,6 +891,7 @@ static void on_health_tick(uv_timer_t *t) {
   expire_idle_sessions(c);
   ctl_pool_tick(c);
   ctl_recover_tick(c);
+  ctl_journal_tick(c);
   uint32_t lost[64];
   size_t n;
   /* Timers run before the loop reads its sockets: after a stall of the controller itself (a
@@ -906,6 +940,7 @@ static void begin_stop(ctl *c, const char *why) {
   ctl_frees_stop(c);
   ctl_peers_stop(c);
   ctl_http_close(c);
+  ctl_journal_stop(c);
   for (peer *p = c->peers; p; p = p->next) lm_conn_close(p->conn, 0, "controller shutting down");
 }
 
@@ -966,6 +1001,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     tokens_refresh(c);
     if (c->tokens_err < 0) rc = lm_errf(err, c->tokens_err, "%s", c->tokens_msg);
   }
+  if (rc == 0) rc = ctl_journal_start(c, err); /* --state: restore what the journal holds */
   if (rc == 0 && !listen_is_loopback(c->cfg.listen) && !(c->cfg.secret_file && c->cfg.tokens_file) &&
       !c->cfg.insecure)
     rc = lm_errf(err, LOOM_PERMISSION,
@@ -973,6 +1009,12 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
                  "--secret-file and --tokens-file (`loom up` makes both), or --insecure to accept anyone",
                  c->cfg.listen);
   if (rc < 0) {
+    c->stopping = true; /* nothing below is a change to record */
+    if (c->jr) ctl_journal_stop(c), uv_run(&c->loop, UV_RUN_DEFAULT);
+    ctl_launches_free(c);
+    ctl_journal_free(c);
+    ctl_programs_free(c);
+    free(c->worker_peer), free(c->worker_key), free(c->lost_at);
     ctl_pool_free(c);
     ctl_ckpt_free(c);
     ctl_recover_free(c);
@@ -1033,6 +1075,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_ckpt_free(c);
   ctl_recover_free(c);
   ctl_launches_free(c);
+  ctl_journal_free(c); /* after the launches (its restored ones are listed), before the programs */
   ctl_trace_free(c);
   ctl_programs_free(c);
   ctl_frees_free(c);

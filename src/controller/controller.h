@@ -42,6 +42,10 @@ typedef struct lm_controller_config {
                                       NULL: checkpoints are refused */
   const char *admins;              /* with tokens_file: comma-separated users who may drain workers
                                       (NULL: none; without tokens every client may) */
+  const char *state_dir;           /* the journal's directory (--state, docs/durability.md): durable
+                                      state in DIR/journal.db, restored at start; NULL: none */
+  uint32_t resume_wait_ms;         /* with a journal: how long restored workers and sessions have to
+                                      come back after a restart (default 60000) */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

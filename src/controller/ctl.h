@@ -14,6 +14,8 @@
  *                   restored, launches in flight re-issued; snapshots of puts; drain
  *   ctl_ckpt.c      checkpoints: named arrays saved to and loaded from safetensors files that the
  *                   workers write and read; manifests (file work on the thread pool)
+ *   ctl_journal.c   the journal (--state): durable state in SQLite (journal.c), restored at start;
+ *                   workers and sessions resume; replies held until what they reveal is durable
  * Everything runs on the loop thread, except what ctl_http.c says runs on its thread. */
 #ifndef LM_CONTROLLER_CTL_H
 #define LM_CONTROLLER_CTL_H
@@ -52,6 +54,8 @@ typedef struct peer {
   bool challenged;           /* workers: HELLO_REPLY carried our challenge */
   uint8_t nonce[LM_AUTH_NONCE_SIZE], challenge[LM_AUTH_NONCE_SIZE]; /* workers: the two halves */
   pool_sess *pool;           /* clients: the session's place in the pool (ctl_pool.c) */
+  bool resumed;              /* clients: the session was restored from the journal and resumed by this
+                                connection (requests may be re-sent: ctl_journal.c) */
   struct peer *prev, *next;  /* the controller's list of peers */
 } peer;
 
@@ -173,6 +177,9 @@ struct c_launch {
   ctl_trace_launch *trace;   /* its record while a trace records it (ctl_trace.c), else NULL */
   pool_sess *pool;           /* charged for it (ctl_pool.c) */
   uint64_t started_ns;       /* when it was sent to the workers (uv_hrtime) */
+  uint64_t jno;              /* the journal operation of its record (its reply waits for its commit) */
+  uint64_t *r_inputs;        /* restored from the journal: its inputs until it is sent again */
+  uint32_t r_nin;
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -240,6 +247,7 @@ struct ctl {
   struct ctl_pool *pool;     /* ctl_pool.c */
   struct ctl_rec *rec;       /* elastic recovery (ctl_recover.c) */
   struct ctl_ckpt *ckpt;     /* checkpoints (ctl_ckpt.c) */
+  struct ctl_jr *jr;         /* the journal (ctl_journal.c); NULL without --state */
 };
 
 /* Dispatches a frame as if it had just arrived from p (recovery replays deferred requests). */
@@ -421,5 +429,67 @@ void ctl_ckpt_client_gone(ctl *c, peer *p);
 /* Whether p may administer the cluster (drain): any client without --tokens-file, else the
  * users named by --admins. */
 bool ctl_is_admin(ctl *c, const peer *p);
+
+/* the journal (ctl_journal.c, docs/durability.md). Without --state c->jr is NULL and every hook
+ * does nothing. */
+int ctl_journal_start(ctl *c, lm_err *err);  /* opens DIR/journal.db and restores the state in it */
+void ctl_journal_stop(ctl *c);               /* the loop is stopping: closes its handle */
+void ctl_journal_free(ctl *c);               /* after the loop: commits what is queued, closes */
+/* Sends a reply to a client; with a journal, held until every record queued so far is committed
+ * (a reply never reveals state a restart would not bring back). */
+void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m);
+/* The same, held only until the journal has committed operation `after` (a launch's reply needs
+ * its start record, not its end: a restart re-runs an ended launch's record harmlessly). */
+void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after);
+/* HELLO with resume_session: takes the restored session (checking its secret and user) into p. */
+int ctl_journal_resume_session(peer *p, const Lmw__Hello *h, lm_session **out, lm_err *err);
+/* A new session: records it and fills secret (the resume secret for HELLO_REPLY); false: no journal. */
+bool ctl_journal_session_opened(peer *p, const Lmw__Hello *h, uint8_t secret[32]);
+void ctl_journal_session_closed(ctl *c, uint64_t id);
+/* REGISTER_WORKER with resume_worker: answered here (resumed, or refused). key: the transfer key
+ * the handshake derived (unused when resuming: the recorded one stays). */
+void ctl_journal_resume_worker(peer *p, const lm_frame *f, const Lmw__RegisterWorker *m);
+/* While restored workers reconnect, client requests wait (true: kept, replayed later). */
+bool ctl_journal_defer(ctl *c, peer *p, const lm_frame *f);
+void ctl_journal_tick(ctl *c);
+void ctl_journal_progress(ctl *c);
+/* "DIR/journal.db (ok | restoring: ... | cannot commit: ...)" for `loom status`; "" without one. */
+const char *ctl_journal_state(ctl *c, char *buf, size_t cap);           /* a worker is back: the restore may go on now */
+void ctl_journal_client_gone(ctl *c, peer *p);
+/* The session with that id: a client's, or a restored one not resumed yet; NULL if none. */
+lm_session *ctl_session_find(ctl *c, uint64_t id);
+/* A restored launch (not yet sent again) of that sequence number, or NULL. */
+c_launch *ctl_journal_held_launch(ctl *c, uint64_t seq);
+/* records */
+void ctl_j_worker(ctl *c, uint32_t id);
+void ctl_j_array(ctl *c, uint64_t session, const c_array *a);
+void ctl_j_array_del(ctl *c, uint64_t session, uint64_t id);
+void ctl_j_program(ctl *c, const c_program *p);
+void ctl_j_program_del(ctl *c, uint64_t id);
+void ctl_j_exe(ctl *c, uint64_t session, uint64_t id, uint64_t program);
+void ctl_j_exe_del(ctl *c, uint64_t session, uint64_t id);
+void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m);
+void ctl_j_launch_end(ctl *c, const c_launch *l);
+void ctl_j_launch_del(ctl *c, uint64_t seq);
+void ctl_j_meta(ctl *c);                     /* after a new session, program or sequence number */
+void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, const char *priority,
+                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u);
+void ctl_j_usage_del(ctl *c, uint64_t session);
+/* the worker slot tables (controller.c) cover id; < 0: out of memory */
+int ctl_worker_slot(ctl *c, uint32_t id);
+
+/* restoring (ctl_programs.c, ctl_launch.c) */
+struct Lmj__Program;
+c_program *ctl_program_restore(ctl *c, const struct Lmj__Program *jp, lm_err *err);
+int ctl_exe_restore(ctl *c, lm_session *s, uint64_t id, c_program *prog, lm_err *err);
+/* A resumed session's COMPILE of an executable it has: answered again (true). */
+bool ctl_compile_again(peer *p, const lm_frame *f, const Lmw__Compile *m);
+/* A launch the journal had in flight: made again (not sent) with its sequence number. */
+c_launch *ctl_launch_restore(ctl *c, lm_session *s, c_program *prog, uint64_t seq, const uint64_t *in, size_t nin,
+                             const uint64_t *out, size_t nout);
+/* Sends a restored launch to its workers (they answer at once if they ran it already). */
+void ctl_launch_resume(ctl *c, c_launch *l);
+/* A resumed session's LAUNCH whose outputs exist: attached to that launch or answered (true). */
+bool ctl_launch_again(peer *p, const lm_frame *f, const Lmw__Launch *m);
 
 #endif

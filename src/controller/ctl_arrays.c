@@ -221,12 +221,23 @@ int ctl_array_new(peer *p, uint64_t id, uint32_t dtype, const uint64_t *dims, si
 void ctl_on_array_create(peer *p, const lm_frame *f, const Lmw__ArrayCreate *m) {
   ctl *c = p->ctl;
   lm_err err;
+  c_array *had = p->resumed ? lm_session_get(p->session, m->id, H_ARRAY) : NULL;
+  if (had && had->state == A_READY && !had->producer && had->dtype == (lm_dtype)m->dtype &&
+      had->rank == (int)m->n_dims) { /* re-sent after a controller restart: the same placement again */
+    bool same = true;
+    for (int d = 0; d < had->rank; d++) same = same && had->dims[d] == (int64_t)m->dims[d];
+    if (same) {
+      placement_reply(p, f, had, LM_TOKEN_PUT);
+      return;
+    }
+  }
   c_array *a;
   int rc = ctl_array_new(p, m->id, m->dtype, m->dims, m->n_dims, m->sharding, &a, &err);
   if (rc < 0) {
     ctl_reply_error(p, f->h.request_id, rc, "cannot create array %llu: %s", (unsigned long long)m->id, err.msg);
     return;
   }
+  ctl_j_array(c, p->session->id, a);
   ctl_snapshot_plan(c, a);   /* which shards get a snapshot: their put tokens say so */
   placement_reply(p, f, a, LM_TOKEN_PUT);
   ctl_snapshot_put(c, p, a); /* the copies wait for the client's bytes */
@@ -282,6 +293,7 @@ void ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
     if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight reads it: freed after it */
       lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+      ctl_j_array_del(c, p->session->id, del_ids[k]);
       continue;
     }
     for (uint32_t i = 0; i < 2 * a->sh.ndev; i++) { /* its shards, then its snapshots */
@@ -297,6 +309,7 @@ void ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
       ids[w][cnt[w]++] = a->id;
     }
     lm_session_forget(p->session, a->id, H_ARRAY, NULL);
+    ctl_j_array_del(c, p->session->id, del_ids[k]);
   }
   for (uint32_t w = 0; w < nw; w++) {
     if (!cnt[w]) continue;

@@ -959,6 +959,7 @@ static void load_finish(ck_op *o) {
     c_array *a = lm_session_get(p->session, o->ent[i].array, H_ARRAY);
     if (!a) continue; /* deleted meanwhile */
     a->state = A_READY;
+    ctl_j_array(p->ctl, p->session->id, a); /* a restarted controller knows it (ctl_journal.c) */
     lmw__checkpoint_loaded__init(&ls[i]);
     ls[i].name = o->ent[i].name;
     ls[i].array = a->id;

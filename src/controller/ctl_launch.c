@@ -137,10 +137,11 @@ static void log_status(ctl *c, uint64_t seq, int status) {
 }
 
 static void set_outputs(ctl *c, c_launch *l, int state, int code, const char *msg) {
-  (void)c;
-  if (!l->client) return;
+  /* a restored launch may have no client (yet): its session is found by id */
+  lm_session *s = l->client ? l->client->session : ctl_session_find(c, l->session);
+  if (!s) return;
   for (uint32_t j = 0; j < l->nout; j++) {
-    c_array *a = lm_session_get(l->client->session, l->outputs[j], H_ARRAY);
+    c_array *a = lm_session_get(s, l->outputs[j], H_ARRAY);
     if (!a || a->producer != l->seq || a->state != A_PENDING) continue;
     a->state = state;
     if (state == A_FAILED) {
@@ -161,11 +162,13 @@ static void launch_free(ctl *c, c_launch *l) {
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
   if (l->trace) ctl_trace_launch_end(c, l, LOOM_CANCELLED);
+  if (!c->stopping) ctl_j_launch_end(c, l); /* a stopping controller keeps it for the restart */
   ctl_pool_launch_end(c, l);
   ctl_program_release(c, l->prog);
   ctl_plan_release(l->plan);
   free(l->done);
   free(l->outputs);
+  free(l->r_inputs);
   free(l);
 }
 
@@ -207,10 +210,11 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
     if (l->client) {
       Lmw__LaunchReply r = LMW__LAUNCH_REPLY__INIT;
       r.seq = l->seq;
-      lm_err err;
-      if (lm_conn_send(l->client->conn, LM_MSG_LAUNCH_REPLY, l->rid, &r.base, NULL, 0, NULL, NULL, &err) < 0 &&
-          lm_conn_is_open(l->client->conn))
-        lm_warn("cannot reply to %s: %s", lm_conn_peer_name(l->client->conn), err.msg);
+      peer *client = l->client;
+      uint64_t rid = l->rid, jno = l->jno;
+      launch_free(c, l);
+      ctl_send_reply_after(client, rid, LM_MSG_LAUNCH_REPLY, &r.base, jno); /* once its record is durable */
+      return;
     }
   }
   launch_free(c, l);
@@ -292,6 +296,7 @@ void ctl_launch_reissue(ctl *c, c_launch *l) {
     return;
   }
   uint64_t old = l->seq;
+  ctl_j_launch_del(c, old); /* recorded again under its new number when sent */
   uint64_t *ids = e->ids;
   e->ids = NULL; /* taken: log_record frees the slot's arrays when it reuses it */
   Lmw__Launch m = LMW__LAUNCH__INIT;
@@ -402,6 +407,7 @@ static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launc
   if (c->active) c->active->prev = l;
   c->active = l;
   log_record(c, l, m);
+  ctl_j_launch(c, l, m);
   ctl_trace_launch_sent(l);
   Lmw__Run run = LMW__RUN__INIT;
   run.seq = l->seq;
@@ -444,6 +450,7 @@ static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launc
 
 void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   ctl *c = p->ctl;
+  if (ctl_launch_again(p, f, m)) return; /* re-sent after a controller restart */
   uint64_t t0 = c->met || c->trace ? uv_hrtime() : 0;
   lm_session *s = p->session;
   uint64_t rid = f->h.request_id;
@@ -572,6 +579,7 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     a->held = ctl_hold(c, devs, a->nheld = info->nproc);
     ctl_pool_array_add(p, a, false, NULL);
     if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
+    else ctl_j_array(c, s->id, a); /* pending: it is ready once its launch record is gone */
   }
   free(mesh_devs);
   ctl_pool_launch_start(p, l);
@@ -579,3 +587,80 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
   launch_dispatch(c, l, s, m);
 }
 
+
+/* ---- restored launches (ctl_journal.c) ---- */
+
+c_launch *ctl_launch_restore(ctl *c, lm_session *s, c_program *prog, uint64_t seq, const uint64_t *in, size_t nin,
+                             const uint64_t *out, size_t nout) {
+  if (!prog->info || nin != prog->info->ninputs || nout != prog->info->noutputs) return NULL;
+  c_launch *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  l->outputs = calloc(nout + 1, sizeof *l->outputs);
+  l->r_inputs = calloc(nin + 1, sizeof *l->r_inputs);
+  if (!l->outputs || !l->r_inputs) {
+    free(l->outputs), free(l->r_inputs), free(l);
+    return NULL;
+  }
+  if (nout) memcpy(l->outputs, out, nout * sizeof *out);
+  if (nin) memcpy(l->r_inputs, in, nin * sizeof *in);
+  l->r_nin = (uint32_t)nin;
+  l->nout = (uint32_t)nout;
+  l->seq = seq;
+  l->session = s->id;
+  l->prog = prog;
+  prog->refs++;
+  l->t0_ns = uv_hrtime();
+  /* listed (not hashed, no plan: nothing waits on a worker for it) until it is sent again */
+  l->next = c->active;
+  if (c->active) c->active->prev = l;
+  c->active = l;
+  return l;
+}
+
+void ctl_launch_resume(ctl *c, c_launch *l) {
+  if (l->prev) l->prev->next = l->next; /* launch_dispatch lists it afresh */
+  else c->active = l->next;
+  if (l->next) l->next->prev = l->prev;
+  l->prev = l->next = NULL;
+  lm_session *s = ctl_session_find(c, l->session);
+  if (!s) {
+    l->next = c->active;
+    if (c->active) c->active->prev = l;
+    c->active = l;
+    ctl_launch_abandon(c, l, LOOM_CANCELLED, "its session is gone");
+    return;
+  }
+  Lmw__Launch m = LMW__LAUNCH__INIT;
+  m.n_inputs = l->r_nin;
+  m.inputs = l->r_inputs;
+  m.n_outputs = l->nout;
+  m.outputs = l->outputs;
+  lm_info("launch %llu of session %llu sent again after the controller restart", (unsigned long long)l->seq,
+          (unsigned long long)l->session);
+  launch_dispatch(c, l, s, &m);
+}
+
+bool ctl_launch_again(peer *p, const lm_frame *f, const Lmw__Launch *m) {
+  ctl *c = p->ctl;
+  if (!p->resumed || !m->n_outputs) return false;
+  c_array *a = lm_session_get(p->session, m->outputs[0], H_ARRAY);
+  if (!a || !a->producer) return false;
+  c_launch *l = find_launch(c, a->producer);
+  if (!l) l = ctl_journal_held_launch(c, a->producer);
+  if (l && !l->failed) { /* still running (or waiting for its workers): its reply goes to this request */
+    l->client = p;
+    l->rid = f->h.request_id;
+    return true;
+  }
+  if (a->state == A_READY) {
+    Lmw__LaunchReply r = LMW__LAUNCH_REPLY__INIT;
+    r.seq = a->producer;
+    ctl_send_reply(p, f->h.request_id, LM_MSG_LAUNCH_REPLY, &r.base);
+  } else if (a->state == A_FAILED) {
+    ctl_reply_error(p, f->h.request_id, a->code, "%s", a->msg ? a->msg : "the launch failed");
+  } else {
+    ctl_reply_error(p, f->h.request_id, LOOM_INTERNAL, "launch %llu (output array %llu) was lost in the controller "
+                    "restart", (unsigned long long)a->producer, (unsigned long long)a->id);
+  }
+  return true;
+}

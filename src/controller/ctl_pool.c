@@ -86,6 +86,9 @@ struct pool_sess {
   uint64_t suspended_ms;             /* total time suspended */
   uint64_t suspended_at;             /* loop ms when it was preempted */
   pool_usage u;
+  pool_usage written;                /* as last written to the journal (ctl_pool_journal) */
+  bool written_closed;
+  bool restored;                     /* from the journal: open at the restart, not resumed (yet) */
   pool_sess *next;                   /* arrival order */
 };
 
@@ -100,6 +103,7 @@ typedef struct ctl_pool {
   uint32_t nquotas;
   pool_sess *head, *tail;
   uint32_t nclosed;
+  struct ctl *ctl;
 } ctl_pool;
 
 static uint64_t unix_ms(void) {
@@ -441,6 +445,7 @@ int ctl_pool_init(ctl *c, const char *path, lm_err *err) {
   for (uint32_t i = 0; i < 3; i++) snprintf(P->classes[i].name, sizeof P->classes[i].name, "%s", builtin[i]);
   P->nclasses = 3;
   P->default_class = 1;
+  P->ctl = c;
   c->pool = P;
   if (!path) return 0;
   snprintf(P->path, sizeof P->path, "%s", path);
@@ -956,6 +961,17 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   }
   pool_sess *s = calloc(1, sizeof *s);
   if (!s) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  for (pool_sess **pp = &P->head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+    pool_sess *o = *pp; /* a session resumed after a restart: its accounting goes on from the journal's */
+    if (!o->restored || o->id != p->session->id || o->refs) continue;
+    s->u = o->u;
+    s->written = o->u;
+    *pp = o->next;
+    if (P->tail == o) P->tail = prev;
+    P->nclosed--;
+    sess_free(o);
+    break;
+  }
   s->p = p;
   s->id = p->session->id;
   snprintf(s->user, sizeof s->user, "%s", p->user);
@@ -1004,6 +1020,7 @@ static void sess_unref(ctl_pool *P, pool_sess *s) {
     else P->head = o->next;
     if (P->tail == o) P->tail = prev;
     P->nclosed--;
+    ctl_j_usage_del(P->ctl, o->id);
     sess_free(o);
   }
 }
@@ -1021,6 +1038,7 @@ void ctl_pool_client_gone(ctl *c, peer *p) {
   s->state = PS_CLOSED;
   s->closed_unix_ms = unix_ms();
   c->pool->nclosed++;
+  ctl_pool_journal(c); /* its final accounting */
   sess_unref(c->pool, s);
   if (!c->stopping) pool_admit(c);
 }
@@ -1329,4 +1347,57 @@ void ctl_pool_on_status(peer *p, const lm_frame *f, const Lmw__PoolStatus *m) {
   r.config = P->path;
   ctl_reply(p, f, LM_MSG_POOL_STATUS_REPLY, &r.base);
   free(ss), free(sp), free(su), free(us), free(up), free(uu), free(acc);
+}
+
+/* ---- accounting across restarts (the journal, ctl_journal.c) ---- */
+
+void ctl_pool_journal(ctl *c) {
+  ctl_pool *P = c->pool;
+  if (!P || !c->jr || c->stopping) return;
+  for (pool_sess *s = P->head; s; s = s->next) {
+    bool closed = s->state == PS_CLOSED;
+    if (!memcmp(&s->u, &s->written, sizeof s->u) && closed == s->written_closed) continue;
+    Lmw__PoolUsage w;
+    usage_to_wire(&s->u, 0, &w);
+    ctl_j_usage(c, s->id, s->user, s->name, P->classes[s->cls].name, s->opened_unix_ms,
+                closed ? s->closed_unix_ms : 0, s->asked, &w);
+    s->written = s->u;
+    s->written_closed = closed;
+  }
+}
+
+void ctl_pool_restore_usage(ctl *c, uint64_t id, const char *user, const char *name, const char *priority,
+                            uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked,
+                            const Lmw__PoolUsage *w) {
+  ctl_pool *P = c->pool;
+  pool_sess *s = P ? calloc(1, sizeof *s) : NULL;
+  if (!s) return;
+  s->id = id;
+  snprintf(s->user, sizeof s->user, "%s", user ? user : "");
+  snprintf(s->name, sizeof s->name, "%s", name ? name : "");
+  for (uint32_t k = 0; k < P->nclasses; k++)
+    if (priority && !strcmp(P->classes[k].name, priority)) s->cls = k;
+  s->asked = asked;
+  s->opened_unix_ms = opened_unix_ms;
+  s->admitted_unix_ms = opened_unix_ms;
+  s->closed_unix_ms = closed_unix_ms ? closed_unix_ms : unix_ms(); /* open at the restart: closed then,
+                                                                      unless its client resumes it */
+  s->restored = !closed_unix_ms;
+  s->state = PS_CLOSED;
+  s->held_tail = &s->held;
+  if (w) {
+    s->u.dev_s = w->device_seconds;
+    s->u.held_dev_s = w->held_device_seconds;
+    s->u.launches = w->launches;
+    s->u.failed = w->launches_failed;
+    s->u.timed_out = w->launches_timed_out;
+    s->u.bytes_in = w->bytes_in;
+    s->u.bytes_out = w->bytes_out;
+  }
+  s->written = s->u;
+  s->written_closed = !s->restored;
+  if (P->tail) P->tail->next = s;
+  else P->head = s;
+  P->tail = s;
+  P->nclosed++;
 }

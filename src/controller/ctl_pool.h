@@ -66,4 +66,14 @@ void ctl_pool_launch_start(struct peer *p, struct c_launch *l);
 /* When the launch is freed (completed, failed, or cut): device-seconds and counts. */
 void ctl_pool_launch_end(struct ctl *c, struct c_launch *l);
 
+/* ---- accounting across restarts (the journal: ctl_journal.c, docs/durability.md) ---- */
+
+/* Writes the accounting of every session whose usage changed since it was last written. */
+void ctl_pool_journal(struct ctl *c);
+/* A session's accounting read back from the journal: listed as closed (one that was open at the
+ * restart closes then, unless its client resumes it: its usage then goes on). */
+void ctl_pool_restore_usage(struct ctl *c, uint64_t id, const char *user, const char *name, const char *priority,
+                            uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked,
+                            const Lmw__PoolUsage *w);
+
 #endif

@@ -14,6 +14,7 @@
 #include "controller/ctl.h"
 #include "hlo/lex.h"
 #include "hlo/parse.h"
+#include "journal.pb-c.h"
 
 #define IDLE_MAX 16
 #define SENT_MAX 32 /* texts remembered per worker (it may have dropped some: it then says NOT_FOUND) */
@@ -167,6 +168,7 @@ static void evict_idle(ctl *c) {
     if (idle <= IDLE_MAX || !oldest) return;
     unlink_program(c, oldest);
     unload_everywhere(c, oldest);
+    ctl_j_program_del(c, oldest->id);
     program_free(oldest);
   }
 }
@@ -251,6 +253,7 @@ static void finish_compile(ctl *c, peer *client, uint64_t rid, uint64_t exe_id, 
     return;
   }
   p->refs++;
+  ctl_j_exe(c, client->session->id, exe_id, p->id);
   send_compile_reply(c, client, rid, p, cached);
 }
 
@@ -311,6 +314,7 @@ void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f) {
     p->loads[k].rid = 0;
     if (--p->loads_pending == 0) {
       p->state = P_READY;
+      ctl_j_program(c, p); /* before any executable names it */
       lm_debug("program %llu (%s) loaded on %u workers", (unsigned long long)p->id, p->name, p->nloads);
       loads_settled(c, p);
     }
@@ -344,6 +348,7 @@ void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why) {
         if (lr[i].worker == worker) {
           unlink_program(c, p);
           unload_everywhere(c, p);
+          ctl_j_program_del(c, p->id);
           program_free(p);
           break;
         }
@@ -536,6 +541,7 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   snprintf(name, sizeof name, "%s", m->name && m->name[0] ? m->name : "<program>");
   for (char *q = name; *q; q++)
     if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
+  if (ctl_compile_again(p, f, m)) return; /* re-sent after a controller restart */
   if (!m->id || lm_session_has(p->session, m->id) || lm_session_was_deleted(p->session, m->id)) {
     ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "executable id %llu is not new in this session",
                     (unsigned long long)m->id);
@@ -612,6 +618,7 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   we->exe_id = m->id;
   prog->waiters = &we->w;
   prog->id = c->next_program++;
+  ctl_j_meta(c); /* program ids are never used twice, restarts included */
   prog->state = P_ANALYZING;
   j->c = c;
   j->prog = prog;
@@ -627,6 +634,103 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
 
 void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m) {
   lm_session_forget(p->session, m->id, H_EXECUTABLE, NULL);
+  ctl_j_exe_del(p->ctl, p->session->id, m->id);
   Lmw__Ack ack = LMW__ACK__INIT;
   ctl_reply(p, f, LM_MSG_ACK, &ack.base);
+}
+
+/* ---- restoring from the journal (ctl_journal.c) ---- */
+
+/* A program recorded in the journal, analyzed again (synchronously: once, at start, before the
+ * controller serves anyone) and taken as loaded on its workers, which kept it through the restart. */
+c_program *ctl_program_restore(ctl *c, const Lmj__Program *jp, lm_err *err) {
+  c_program *prog = calloc(1, sizeof *prog);
+  if (!prog || !jp->text.len) {
+    free(prog);
+    return lm_errf(err, LOOM_IO, "an empty program record"), NULL;
+  }
+  prog->text = text_new(jp->text.len);
+  prog->name = strdup(jp->name && jp->name[0] ? jp->name : "<program>");
+  prog->asked = jp->n_asked ? malloc(jp->n_asked * sizeof *prog->asked) : NULL;
+  if (!prog->text || !prog->name || (jp->n_asked && !prog->asked)) {
+    program_free(prog);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory"), NULL;
+  }
+  memcpy(prog->text, jp->text.data, jp->text.len);
+  prog->len = jp->text.len;
+  prog->id = jp->id;
+  prog->nasked = jp->n_asked;
+  if (jp->n_asked) memcpy(prog->asked, jp->asked, jp->n_asked * sizeof *prog->asked);
+  prog->default_devices = jp->default_devices;
+  prog->asked_prefix = jp->asked_prefix;
+  prog->fingerprint = fingerprint(prog->text, prog->len, prog->asked, prog->nasked);
+  analyze_job j = {0};
+  j.prog = prog;
+  j.req.data = &j;
+  analyze_work(&j.req);
+  if (j.rc < 0) {
+    lm_spmd_info_free(j.info);
+    program_free(prog);
+    *err = j.err;
+    return NULL;
+  }
+  prog->info = j.info;
+  uint32_t n = j.info->nproc;
+  if ((prog->nasked && !prog->asked_prefix && prog->nasked != n) || (prog->asked_prefix && n > prog->nasked) ||
+      (!prog->nasked && n > lm_registry_device_count(c->reg))) {
+    program_free(prog);
+    return lm_errf(err, LOOM_IO, "its %u processes do not fit the recorded devices", n), NULL;
+  }
+  prog->devices = calloc(n, sizeof *prog->devices);
+  prog->proc_pos = calloc(n, sizeof *prog->proc_pos);
+  prog->loads = calloc(n, sizeof *prog->loads);
+  if (!prog->devices || !prog->proc_pos || !prog->loads) {
+    program_free(prog);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory"), NULL;
+  }
+  prog->ndev = n;
+  for (uint32_t i = 0; i < n; i++) prog->devices[i] = prog->nasked ? prog->asked[i] : i;
+  for (uint32_t pos = 0; pos < n; pos++) prog->proc_pos[j.info->mesh_procs[pos]] = pos;
+  for (uint32_t i = 0; i < n; i++)
+    if (prog->devices[i] >= lm_registry_device_count(c->reg)) {
+      program_free(prog);
+      return lm_errf(err, LOOM_IO, "it names device %u, which the journal does not have", prog->devices[i]), NULL;
+    }
+  prog->held = ctl_hold(c, prog->devices, n);
+  if (ctl_plan_build(c, prog, err) < 0) {
+    program_free(prog);
+    return NULL;
+  }
+  for (uint32_t k = 0; k < prog->plan->nworkers; k++) { /* loaded there before the restart */
+    prog->loads[k].worker = prog->plan->workers[k];
+    sent_add(c, prog->loads[k].worker, prog->digest);
+  }
+  prog->nloads = prog->plan->nworkers;
+  prog->state = P_READY;
+  prog->idle_since = ctl_now_ms(c);
+  prog->next = c->programs;
+  c->programs = prog;
+  if (prog->id >= c->next_program) c->next_program = prog->id + 1;
+  return prog;
+}
+
+int ctl_exe_restore(ctl *c, lm_session *s, uint64_t id, c_program *prog, lm_err *err) {
+  c_exe *e = calloc(1, sizeof *e);
+  if (!e) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  e->ctl = c;
+  e->prog = prog;
+  if (lm_session_add_id(s, id, H_EXECUTABLE, e, exe_destroy, err) < 0) {
+    free(e);
+    return -1;
+  }
+  prog->refs++;
+  return 0;
+}
+
+bool ctl_compile_again(peer *p, const lm_frame *f, const Lmw__Compile *m) {
+  if (!p->resumed) return false;
+  c_exe *e = lm_session_get(p->session, m->id, H_EXECUTABLE);
+  if (!e) return false;
+  send_compile_reply(p->ctl, p, f->h.request_id, e->prog, true);
+  return true;
 }

@@ -530,6 +530,8 @@ static void rec_swap(ctl *c, uint32_t repl) {
   }
   r->repl = repl;
   r->phase = R_LOADING;
+  ctl_j_worker(c, r->dead); /* the device map changed */
+  ctl_j_worker(c, repl);
   const lm_reg_worker *w = lm_registry_worker(c->reg, repl), *d = lm_registry_worker(c->reg, r->dead);
   event(c, false, "worker %u (%s pid %u, slice %s) takes over devices %u-%u of lost worker %u (%s)", repl, w->host,
         w->pid, w->slice, d->device_ids[0], d->device_ids[d->ndevices - 1], r->dead, r->why);

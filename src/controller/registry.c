@@ -305,3 +305,87 @@ const char *lm_registry_device_reason(const lm_registry *r, uint32_t id) {
   const lm_reg_worker *w = &r->workers[r->devices[id].worker];
   return w->state == LM_WORKER_ALIVE ? w->problem : w->reason;
 }
+
+/* ---- restoring from the controller's journal (ctl_journal.c) ---- */
+
+int lm_registry_restore_worker(lm_registry *r, uint32_t id, const lm_worker_spec *s, const uint32_t *device_ids,
+                               uint64_t epoch, uint32_t replaced_by, const char *reason, lm_err *err) {
+  if (id != r->nworkers)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u recorded out of order (expected %u)", id, r->nworkers);
+  if (!lm_msg_name_ok(s->host, LM_REG_NAME_MAX) || !lm_msg_name_ok(s->slice, LM_REG_NAME_MAX) || !s->ndevices ||
+      s->ndevices > LM_REG_MAX_DEVICES_PER_WORKER || r->nworkers >= LM_REG_MAX_WORKERS)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u's record is invalid", id);
+  uint32_t maxdev = r->ndevices;
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    if (device_ids[i] != LM_REG_NO_DEVICE && device_ids[i] >= LM_REG_MAX_DEVICES)
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u's record names device %u", id, device_ids[i]);
+    if (device_ids[i] != LM_REG_NO_DEVICE && device_ids[i] + 1 > maxdev) maxdev = device_ids[i] + 1;
+  }
+  if (grow((void **)&r->workers, &r->cap_workers, r->nworkers + 1, sizeof *r->workers) < 0 ||
+      grow((void **)&r->devices, &r->cap_devices, maxdev, sizeof *r->devices) < 0)
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  lm_reg_worker w = {0};
+  w.id = id;
+  w.host = strdup(s->host);
+  w.slice = strdup(s->slice);
+  w.device_ids = malloc(s->ndevices * sizeof *w.device_ids);
+  w.data_address = strdup(s->data_address ? s->data_address : "");
+  w.capacities = malloc(s->ndevices * sizeof *w.capacities);
+  if (!w.host || !w.slice || !w.device_ids || !w.data_address || !w.capacities) {
+    free(w.host), free(w.slice), free(w.device_ids), free(w.data_address), free(w.capacities);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  memcpy(w.device_ids, device_ids, s->ndevices * sizeof *w.device_ids);
+  memcpy(w.capacities, s->capacities, s->ndevices * sizeof *w.capacities);
+  w.pid = s->pid;
+  w.ndevices = s->ndevices;
+  w.state = LM_WORKER_LOST;
+  snprintf(w.reason, sizeof w.reason, "%s", reason && *reason ? reason : "lost");
+  w.epoch = epoch;
+  w.standby = s->standby;
+  w.replaced_by = replaced_by;
+  if (epoch > r->next_epoch) r->next_epoch = epoch;
+  for (uint32_t d = r->ndevices; d < maxdev; d++) { /* filled by the worker that holds it */
+    memset(&r->devices[d], 0, sizeof r->devices[d]);
+    r->devices[d].id = d;
+    r->devices[d].worker = id;
+    strcpy(r->devices[d].kind, "cpu");
+  }
+  if (maxdev > r->ndevices) r->ndevices = maxdev;
+  if (!s->standby && !replaced_by)
+    for (uint32_t i = 0; i < s->ndevices; i++) {
+      lm_reg_device *d = &r->devices[device_ids[i]];
+      d->worker = id;
+      d->local_index = i;
+      d->memory_capacity = s->capacities[i];
+    }
+  r->workers[r->nworkers++] = w;
+  return 0;
+}
+
+int lm_registry_revive(lm_registry *r, uint32_t id, uint32_t pid, const char *data_address, uint64_t now_ms,
+                       lm_err *err) {
+  if (id >= r->nworkers) return lm_errf(err, LOOM_NOT_FOUND, "no worker %u", id);
+  lm_reg_worker *w = &r->workers[id];
+  if (w->state != LM_WORKER_LOST) return lm_errf(err, LOOM_INVALID_ARGUMENT, "worker %u is connected already", id);
+  if (data_address && *data_address && !lm_msg_name_ok(data_address, LM_REG_NAME_MAX))
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "the data port address must be 1-%d printable characters",
+                   LM_REG_NAME_MAX);
+  char *da = strdup(data_address ? data_address : "");
+  if (!da) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  free(w->data_address);
+  w->data_address = da;
+  free(w->dataplane);
+  w->dataplane = NULL, w->dataplane_len = 0;
+  w->pid = pid;
+  w->state = LM_WORKER_ALIVE;
+  w->reason[0] = 0;
+  w->problem[0] = 0;
+  w->registered_ms = w->last_heartbeat_ms = now_ms;
+  return 0;
+}
+
+uint64_t lm_registry_epoch_floor(lm_registry *r, uint64_t floor) {
+  if (floor > r->next_epoch) r->next_epoch = floor;
+  return r->next_epoch;
+}

@@ -137,6 +137,18 @@ size_t lm_registry_expire(lm_registry *r, uint64_t now_ms, uint64_t timeout_ms, 
  * dead records who replaced it. LOOM_INVALID_ARGUMENT naming the reason when they do not fit. */
 int lm_registry_swap(lm_registry *r, uint32_t dead, uint32_t standby, lm_err *err);
 
+/* Restoring from the controller's journal (docs/durability.md): a worker recorded with id (ids
+ * come in order, from 0), its virtual device ids as recorded (the device table grows to cover
+ * them; its devices point at it unless it is a standby or was replaced), its epoch, lost with
+ * reason until it reconnects. */
+int lm_registry_restore_worker(lm_registry *r, uint32_t id, const lm_worker_spec *spec, const uint32_t *device_ids,
+                               uint64_t epoch, uint32_t replaced_by, const char *reason, lm_err *err);
+/* A restored (lost) worker reconnected as itself: alive again at now_ms, same id, devices, epoch. */
+int lm_registry_revive(lm_registry *r, uint32_t id, uint32_t pid, const char *data_address, uint64_t now_ms,
+                       lm_err *err);
+/* New epochs are above floor from now on; returns the last epoch handed out (or floor). */
+uint64_t lm_registry_epoch_floor(lm_registry *r, uint64_t floor);
+
 uint32_t lm_registry_worker_count(const lm_registry *r);
 uint32_t lm_registry_device_count(const lm_registry *r);
 const lm_reg_worker *lm_registry_worker(const lm_registry *r, uint32_t id);  /* NULL when out of range */

@@ -301,6 +301,12 @@ struct wk {
   wk_sc *sc;                   /* shard copies in flight and snapshots (wk_shardcopy.c) */
   uint64_t epoch;              /* this registration's epoch (RegisterWorkerReply) */
   bool fenced;                 /* the controller declared this worker lost: stop, then rejoin */
+  bool durable;                /* the controller keeps a journal: losing it, keep the shards and resume */
+  bool resuming;               /* lost such a controller: reconnecting to register as the same worker */
+  uint64_t resume_since_ms;    /* when the controller was lost */
+  uint32_t resume_backoff_ms;  /* the next retry's delay (doubles up to RESUME_BACKOFF_MAX_MS) */
+  struct wk_done_ring *ring;   /* launches finished recently, by seq: a RUN sent again is answered
+                                  from here, never run twice (wk_exec.c) */
   char fenced_msg[LM_ERR_MSG_MAX];
   wk_program *programs;
   wk_text *texts;              /* program texts by digest (wk_texts.c) */

@@ -646,6 +646,39 @@ static void send_run_done(wk *w, uint64_t seq, int code, const char *msg) {
   send_run_done_timed(w, seq, code, msg, NULL);
 }
 
+/* Launches finished recently, by sequence number: a controller that restarted sends the RUNs it
+ * had in flight again (same numbers), and each is answered from here instead of running twice. */
+#define WK_RING 4096
+struct wk_done_ring {
+  uint64_t seq[WK_RING];
+  int code[WK_RING];
+  char *msg[WK_RING];          /* failures only */
+};
+
+static void ring_add(wk *w, uint64_t seq, int code, const char *msg) {
+  if (!w->ring && !(w->ring = calloc(1, sizeof *w->ring))) return;
+  size_t i = seq % WK_RING;
+  free(w->ring->msg[i]);
+  w->ring->seq[i] = seq;
+  w->ring->code[i] = code;
+  w->ring->msg[i] = code < 0 && msg ? strdup(msg) : NULL;
+}
+
+static bool ring_find(wk *w, uint64_t seq, int *code, const char **msg) {
+  size_t i = seq % WK_RING;
+  if (!w->ring || w->ring->seq[i] != seq) return false;
+  *code = w->ring->code[i];
+  *msg = w->ring->msg[i] ? w->ring->msg[i] : "";
+  return true;
+}
+
+static void ring_free(wk *w) {
+  if (!w->ring) return;
+  for (size_t i = 0; i < WK_RING; i++) free(w->ring->msg[i]);
+  free(w->ring);
+  w->ring = NULL;
+}
+
 static void on_async(uv_async_t *a) {
   wk *w = a->data;
   pthread_mutex_lock(&w->done_mu);
@@ -666,6 +699,7 @@ static void on_async(uv_async_t *a) {
     else w->active = rev->next;
     if (rev->next) rev->next->prev = rev->prev;
     send_run_done_timed(w, rev->seq, rev->code, rev->msg, rev);
+    ring_add(w, rev->seq, rev->code, rev->msg);
     launch_free(rev);
     rev = n;
   }
@@ -687,11 +721,21 @@ static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
       wk_slot_release(&w->store, s);
     }
   }
+  ring_add(w, m->seq, code, msg);
   send_run_done(w, m->seq, code, msg);
 }
 
 void wk_on_run(wk *w, const Lmw__Run *m) {
   char msg[512];
+  int done_code;
+  const char *done_msg;
+  if (m->seq && ring_find(w, m->seq, &done_code, &done_msg)) { /* sent again after a controller restart */
+    lm_info("launch %llu was sent again: it ran already, answering with its outcome", (unsigned long long)m->seq);
+    send_run_done(w, m->seq, done_code, done_msg);
+    return;
+  }
+  for (wk_launch *l = w->active; l; l = l->next)
+    if (l->seq == m->seq) return; /* running: its RUN_DONE goes out when it ends */
   for (size_t i = 0; i < m->n_free_ids; i++) /* deletes that waited for this RUN */
     wk_store_drop_array(&w->store, m->session, m->free_ids[i], w->cfg.devices);
   wk_program *p = find_program(w, m->program);
@@ -927,6 +971,7 @@ int wk_exec_start(wk *w, lm_err *err) {
 }
 
 void wk_exec_stop(wk *w) {
+  ring_free(w);
   for (wk_launch *l = w->active; l; l = l->next) cancel_launch(w, l, "the worker is stopping");
   lm_dp_shutdown(w->dp); /* and none waits for a stopped peer to release its buffers */
   for (uint32_t i = 0; w->devs && i < w->cfg.devices; i++) {

@@ -17,6 +17,9 @@
 #include "worker/wk.h"
 
 #define RETRY_MS 200 /* between connection attempts while the controller is not up yet */
+#define RESUME_BACKOFF_MIN_MS 50    /* reconnecting to a restarted controller: first delay ... */
+#define RESUME_BACKOFF_MAX_MS 500   /* ... doubling up to this */
+#define RESUME_LIMIT_MS 300000      /* give up (exit) after this long without the controller */
 
 enum { RID_HELLO = 1, RID_REGISTER = 2 };
 
@@ -64,9 +67,11 @@ void wk_finish(wk *w, int rc, const char *msg) { finish(w, rc, "%s", msg ? msg :
 
 void wk_send(wk *w, unsigned type, uint64_t rid, const ProtobufCMessage *m) {
   lm_err err;
-  if (!w->conn) return;
-  if (lm_conn_send(w->conn, type, rid, m, NULL, 0, NULL, NULL, &err) < 0)
+  if (!w->conn) return; /* between connections: a RUN sent again is answered then (wk_exec.c) */
+  if (lm_conn_send(w->conn, type, rid, m, NULL, 0, NULL, NULL, &err) < 0) {
+    if (w->durable && !lm_conn_is_open(w->conn)) return; /* on_close reconnects */
     finish(w, err.code, "cannot send %s to the controller: %s", lm_msg_name(type), err.msg);
+  }
 }
 
 static void on_heartbeat_tick(uv_timer_t *t) {
@@ -151,11 +156,23 @@ static void send_register(wk *w) {
   m.standby = w->cfg.standby;
   m.fenced_worker = w->cfg.fenced_worker;
   m.fenced_epoch = w->cfg.fenced_epoch;
+  uint64_t *act = NULL;
+  if (w->resuming) { /* the same worker, which kept its shards (docs/durability.md) */
+    m.resume_worker = w->worker_id + 1;
+    m.resume_epoch = w->epoch;
+    m.resume_cseq = w->cseq;
+    size_t na = 0;
+    for (wk_launch *l = w->active; l; l = l->next) na++;
+    act = calloc(na ? na : 1, sizeof *act);
+    for (wk_launch *l = w->active; act && l; l = l->next) act[m.n_active_seqs++] = l->seq;
+    m.active_seqs = act;
+  }
   if (w->have_secret) {
     m.auth_proof.data = w->auth_proof;
     m.auth_proof.len = sizeof w->auth_proof;
   }
   wk_send(w, LM_MSG_REGISTER_WORKER, RID_REGISTER, &m.base);
+  free(act);
   free(specs);
   free(ptrs);
 }
@@ -224,7 +241,39 @@ static void on_peers(wk *w, const Lmw__Peers *m) {
   }
 }
 
+static void on_heartbeat_tick(uv_timer_t *t);
+
+/* The restarted controller took this worker back as itself: same id, epoch and devices. */
+static void on_resumed(wk *w, const Lmw__RegisterWorkerReply *r) {
+  if (!r->resumed || r->worker_id != w->worker_id || r->epoch != w->epoch) {
+    finish(w, LOOM_PROTOCOL, "the controller answered the resume of worker %u epoch %llu with worker %u epoch %llu",
+           w->worker_id, (unsigned long long)w->epoch, r->worker_id, (unsigned long long)r->epoch);
+    return;
+  }
+  if (!w->have_secret && r->token_key.len == LM_TOKEN_KEY_SIZE) memcpy(w->token_key, r->token_key.data, LM_TOKEN_KEY_SIZE);
+  w->registered = true;
+  w->resuming = false;
+  w->durable = r->durable;
+  lm_conn_set_established(w->conn);
+  lm_info("resumed as worker %u (epoch %llu) with %s after %llu ms: shards kept", w->worker_id,
+          (unsigned long long)w->epoch, w->cfg.controller, (unsigned long long)(uv_now(&w->loop) - w->resume_since_ms));
+  const void *blob; /* the same data-plane endpoint: its address again, so the others learn it */
+  size_t len;
+  if (w->dp) {
+    lm_dp_address(w->dp, &blob, &len);
+    Lmw__WorkerDataplane m = LMW__WORKER_DATAPLANE__INIT;
+    m.address.data = (uint8_t *)blob;
+    m.address.len = len;
+    wk_send(w, LM_MSG_WORKER_DATAPLANE, 0, &m.base);
+  }
+  uv_timer_start(&w->timer, on_heartbeat_tick, w->heartbeat_ms, w->heartbeat_ms);
+}
+
 static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
+  if (w->resuming) {
+    on_resumed(w, r);
+    return;
+  }
   if (r->n_device_ids != w->cfg.devices && !(r->standby && r->n_device_ids == 0)) {
     finish(w, LOOM_PROTOCOL, "the controller assigned %zu ids to %u devices", r->n_device_ids, w->cfg.devices);
     return;
@@ -244,6 +293,7 @@ static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
   w->registered = true;
   w->worker_id = r->worker_id;
   w->epoch = r->epoch;
+  w->durable = r->durable;
   w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
   if (w->heartbeat_ms < 10) w->heartbeat_ms = 10;
   lm_conn_set_established(w->conn);
@@ -279,7 +329,8 @@ static void on_hello_reply(wk *w, const Lmw__HelloReply *r) {
       return;
     }
     lm_auth_worker_proof(w->secret, w->nonce, r->auth_challenge.data, w->auth_proof);
-    lm_auth_transfer_key(w->secret, w->nonce, r->auth_challenge.data, w->token_key);
+    if (!w->resuming) /* resuming, the controller keeps the recorded key: tokens out there stay good */
+      lm_auth_transfer_key(w->secret, w->nonce, r->auth_challenge.data, w->token_key);
   }
   send_register(w);
 }
@@ -305,7 +356,12 @@ static void on_frame(lm_conn *c, lm_frame *f) {
       uv_timer_stop(&w->timer);
       uv_timer_start(&w->timer, on_fenced, 50, 0);
     } else if (w->registered) finish(w, err.code, "lost the controller %s: %s", w->cfg.controller, err.msg);
-    else finish(w, err.code, "the controller refused this worker: %s", err.msg);
+    else if (w->resuming && err.code == LOOM_WORKER_LOST) { /* the controller cannot take us back: rejoin anew */
+      w->fenced = true;
+      snprintf(w->fenced_msg, sizeof w->fenced_msg, "%.900s", err.msg);
+      uv_timer_stop(&w->timer);
+      uv_timer_start(&w->timer, on_fenced, 50, 0);
+    } else finish(w, err.code, "the controller refused this worker: %s", err.msg);
     return;
   }
   if (f->h.payload_len && f->h.type != LM_MSG_LOAD_PROGRAM) {
@@ -387,6 +443,30 @@ static void on_close(lm_conn *c, int code, const char *reason) {
   wk *w = lm_conn_user(c);
   w->conn = NULL;
   if (w->done || w->stopping || w->fenced) return;
+  if (w->registered && w->durable) { /* a controller with a journal comes back: keep everything */
+    w->registered = false;
+    w->resuming = true;
+    w->resume_since_ms = uv_now(&w->loop);
+    w->resume_backoff_ms = RESUME_BACKOFF_MIN_MS;
+    uv_timer_stop(&w->timer);
+    lm_warn("lost the controller %s (%s): keeping %u devices' shards and reconnecting to resume as worker %u", 
+            w->cfg.controller, reason, w->cfg.devices, w->worker_id);
+    uv_timer_start(&w->timer, on_retry, w->resume_backoff_ms, 0);
+    return;
+  }
+  if (w->resuming) {
+    uint64_t gone = uv_now(&w->loop) - w->resume_since_ms;
+    if (gone < RESUME_LIMIT_MS) {
+      lm_debug("%s; retrying in %u ms", reason, w->resume_backoff_ms);
+      uv_timer_start(&w->timer, on_retry, w->resume_backoff_ms, 0);
+      w->resume_backoff_ms = w->resume_backoff_ms * 2 > RESUME_BACKOFF_MAX_MS ? RESUME_BACKOFF_MAX_MS
+                                                                             : w->resume_backoff_ms * 2;
+      return;
+    }
+    finish(w, LOOM_CLOSED, "lost the controller %s and it did not come back within %d s: %s", w->cfg.controller,
+           RESUME_LIMIT_MS / 1000, reason);
+    return;
+  }
   if (w->registered) {
     finish(w, LOOM_CLOSED, "lost the controller %s: %s", w->cfg.controller, reason);
     return;
