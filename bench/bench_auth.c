@@ -10,17 +10,6 @@
 #include "bench_client.h"
 #include "bench_cluster.h"
 
-static const char *k_tiny8 =
-    "module @tiny attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
-    "  sdy.mesh @mesh = <[\"d\"=8]>\n"
-    "  func.func public @main(%arg0: tensor<8xi32>) -> tensor<8xi32> {\n"
-    "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"d\"}]>] out_shardings=[<@mesh, [{\"d\"}]>] "
-    "manual_axes={\"d\"} (%a: tensor<1xi32>) {\n"
-    "      %c = stablehlo.constant dense<1> : tensor<1xi32>\n"
-    "      %1 = stablehlo.add %a, %c : tensor<1xi32>\n"
-    "      sdy.return %1 : tensor<1xi32>\n"
-    "    } : (tensor<8xi32>) -> tensor<8xi32>\n"
-    "    return %0 : tensor<8xi32>\n  }\n}\n";
 
 static void check(loom_client *c, loom_status st, const char *what) {
   if (st == LOOM_OK) return;
@@ -60,7 +49,7 @@ static figures measure(const bench_cluster *bc, int n) {
 
   loom_client *c = bench_connect(bc);
   loom_executable *e;
-  check(c, loom_compile(c, k_tiny8, strlen(k_tiny8), NULL, &e), "compile");
+  check(c, loom_compile(c, bench_tiny8, strlen(bench_tiny8), NULL, &e), "compile");
   int32_t v[8] = {0};
   loom_array_spec spec = {.struct_size = sizeof spec};
   loom_sharding sh;

@@ -14,17 +14,6 @@
 #include "bench_client.h"
 #include "bench_cluster.h"
 
-static const char *k_tiny8 =
-    "module @tiny attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
-    "  sdy.mesh @mesh = <[\"d\"=8]>\n"
-    "  func.func public @main(%arg0: tensor<8xi32>) -> tensor<8xi32> {\n"
-    "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"d\"}]>] out_shardings=[<@mesh, [{\"d\"}]>] "
-    "manual_axes={\"d\"} (%a: tensor<1xi32>) {\n"
-    "      %c = stablehlo.constant dense<1> : tensor<1xi32>\n"
-    "      %1 = stablehlo.add %a, %c : tensor<1xi32>\n"
-    "      sdy.return %1 : tensor<1xi32>\n"
-    "    } : (tensor<8xi32>) -> tensor<8xi32>\n"
-    "    return %0 : tensor<8xi32>\n  }\n}\n";
 
 typedef struct result {
   double p50_us, p99_us, rate;
@@ -48,27 +37,15 @@ static result measure(int n, const char *state) {
   bench_cluster_start(&bc, 2, 4, 0);
   loom_client *c = connect_to(&bc);
   loom_executable *e;
-  bench_check(c, loom_compile(c, k_tiny8, strlen(k_tiny8), NULL, &e), "compile");
+  bench_check(c, loom_compile(c, bench_tiny8, strlen(bench_tiny8), NULL, &e), "compile");
   int32_t zeros[8] = {0};
   loom_array *x = bench_put_input(c, e, zeros, sizeof zeros);
-  double *lat = malloc((size_t)n * sizeof *lat);
-  for (int i = -100; i < n; i++) {
-    double dt = bench_step(c, e, &x);
-    if (i >= 0) lat[i] = dt * 1e6;
-  }
   result r = {0};
-  bench_percentiles(lat, n, &r.p50_us, &r.p99_us);
-  double best = 1e30;
-  for (int rep = 0; rep < 3; rep++) {
-    double dt = bench_chain(c, e, &x, n);
-    if (dt < best) best = dt;
-  }
-  r.rate = n / best;
+  bench_latency_rate(c, e, &x, n, 100, &r.p50_us, &r.p99_us, &r.rate);
   loom_array_release(x);
   loom_executable_destroy(e);
   loom_disconnect(c);
   bench_cluster_stop(&bc);
-  free(lat);
   return r;
 }
 
@@ -151,7 +128,7 @@ int main(int argc, char **argv) {
   loop_state s = {0};
   pthread_mutex_init(&s.mu, NULL);
   s.c = connect_to(&bc);
-  bench_check(s.c, loom_compile(s.c, k_tiny8, strlen(k_tiny8), NULL, &s.e), "compile");
+  bench_check(s.c, loom_compile(s.c, bench_tiny8, strlen(bench_tiny8), NULL, &s.e), "compile");
   int32_t zeros[8] = {0};
   s.x = bench_put_input(s.c, s.e, zeros, sizeof zeros);
   pthread_t th;

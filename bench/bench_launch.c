@@ -7,17 +7,6 @@
 #include "bench_client.h"
 #include "bench_cluster.h"
 
-static const char *k_tiny8 =
-    "module @tiny attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
-    "  sdy.mesh @mesh = <[\"d\"=8]>\n"
-    "  func.func public @main(%arg0: tensor<8xi32>) -> tensor<8xi32> {\n"
-    "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"d\"}]>] out_shardings=[<@mesh, [{\"d\"}]>] "
-    "manual_axes={\"d\"} (%a: tensor<1xi32>) {\n"
-    "      %c = stablehlo.constant dense<1> : tensor<1xi32>\n"
-    "      %1 = stablehlo.add %a, %c : tensor<1xi32>\n"
-    "      sdy.return %1 : tensor<1xi32>\n"
-    "    } : (tensor<8xi32>) -> tensor<8xi32>\n"
-    "    return %0 : tensor<8xi32>\n  }\n}\n";
 
 static const char *k_tiny1 =
     "module @tiny1 {\n"
@@ -41,26 +30,13 @@ static result measure(loom_client *c, const char *text, int n) {
   check(c, loom_compile(c, text, strlen(text), NULL, &e), "compile");
   int32_t zeros[8] = {0};
   loom_array *x = bench_put_input(c, e, zeros, sizeof zeros);
-  double *lat = malloc((size_t)n * sizeof *lat);
-  /* latency: launch, wait, one at a time */
-  for (int i = -50; i < n; i++) {
-    double dt = bench_step(c, e, &x);
-    if (i >= 0) lat[i] = dt * 1e6;
-  }
   result r = {0};
-  bench_percentiles(lat, n, &r.p50_us, &r.p99_us);
-  /* throughput: n chained launches issued without waiting, then one wait */
-  double best = 1e30;
-  for (int rep = 0; rep < 3; rep++) {
-    double dt = bench_chain(c, e, &x, n);
-    if (dt < best) best = dt;
-  }
-  r.rate = n / best;
+  /* latency: launch, wait, one at a time; throughput: n chained launches, then one wait */
+  bench_latency_rate(c, e, &x, n, 50, &r.p50_us, &r.p99_us, &r.rate);
   int32_t v[8];
   check(c, loom_array_get(x, v, sizeof v), "get");
   loom_array_release(x);
   loom_executable_destroy(e);
-  free(lat);
   return r;
 }
 
@@ -100,7 +76,7 @@ int main(int argc, char **argv) {
   bench_cluster bc;
   bench_cluster_start(&bc, 2, 4, 0);
   loom_client *c = bench_connect(&bc);
-  result r8 = measure(c, k_tiny8, n);
+  result r8 = measure(c, bench_tiny8, n);
   result r1 = measure(c, k_tiny1, n);
   loom_disconnect(c);
   bench_cluster_stop(&bc);

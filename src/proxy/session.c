@@ -896,6 +896,27 @@ static Tensorflow__StatusProto *status_proto(px_session *s, int code, const char
   return p;
 }
 
+/* The parts of LoadedExecutableMetadata every executable shares, and the reply: layouts as error
+ * statuses (the client then uses the default dense row-major layouts), the donated inputs (none
+ * unless the caller fills them), no compiled memory statistics. */
+static int metadata_reply(px_session *s, Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse *o, Resp *r) {
+  o->parameter_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
+  o->parameter_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
+  o->output_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
+  o->output_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
+  o->donated_input_indices_oneof_case =
+      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
+  if (!o->donated_input_indices)
+    o->donated_input_indices = NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__DonatedInputIndices,
+                                   XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES__INIT);
+  o->compiled_memory_stats_oneof_case =
+      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__COMPILED_MEMORY_STATS_ONEOF_COMPILED_MEMORY_STATS_ERROR;
+  o->compiled_memory_stats_error = status_proto(s, PX_UNIMPLEMENTED, "not available from Loom");
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
+  r->loaded_executable_metadata_response = o;
+  return 0;
+}
+
 /* A profile executable's metadata: no inputs; with xprofTraceOptions one (1,) output in device
  * memory with the default layout. */
 static int profile_metadata(px_session *s, const pexec *e, Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse *o,
@@ -915,20 +936,7 @@ static int profile_metadata(px_session *s, const pexec *e, Xla__Ifrt__Proxy__Loa
     mk->memory_kind_lists[0] = ml;
   }
   o->output_memory_kinds = mk;
-  o->parameter_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
-  o->parameter_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
-  o->output_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
-  o->output_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
-  o->donated_input_indices_oneof_case =
-      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
-  o->donated_input_indices = NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__DonatedInputIndices,
-                                 XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES__INIT);
-  o->compiled_memory_stats_oneof_case =
-      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__COMPILED_MEMORY_STATS_ONEOF_COMPILED_MEMORY_STATS_ERROR;
-  o->compiled_memory_stats_error = status_proto(s, PX_UNIMPLEMENTED, "not available from Loom");
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
-  r->loaded_executable_metadata_response = o;
-  return 0;
+  return metadata_reply(s, o, r);
 }
 
 static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMetadataRequest *q, Resp *r) {
@@ -970,13 +978,6 @@ static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMe
   mk->memory_kind_lists = ARR(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList *, 1);
   mk->memory_kind_lists[0] = ml;
   o->output_memory_kinds = mk;
-  /* Layouts: an error status makes the client use the default (dense row-major) layouts. */
-  o->parameter_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__PARAMETER_LAYOUTS_PARAMETER_LAYOUTS_ERROR;
-  o->parameter_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
-  o->output_layouts_case = XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_LAYOUTS_OUTPUT_LAYOUTS_ERROR;
-  o->output_layouts_error = status_proto(s, PX_UNIMPLEMENTED, "Loom uses the default layouts");
-  o->donated_input_indices_oneof_case =
-      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES_ONEOF_DONATED_INPUT_INDICES;
   o->donated_input_indices = NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__DonatedInputIndices,
                                  XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__DONATED_INPUT_INDICES__INIT);
   if (e->num_donated) {
@@ -985,12 +986,7 @@ static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMe
       if (e->donated[i])
         o->donated_input_indices->donated_input_indices[o->donated_input_indices->n_donated_input_indices++] = (uint32_t)i;
   }
-  o->compiled_memory_stats_oneof_case =
-      XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__COMPILED_MEMORY_STATS_ONEOF_COMPILED_MEMORY_STATS_ERROR;
-  o->compiled_memory_stats_error = status_proto(s, PX_UNIMPLEMENTED, "not available from Loom");
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_METADATA_RESPONSE;
-  r->loaded_executable_metadata_response = o;
-  return 0;
+  return metadata_reply(s, o, r);
 }
 
 /* The launch has taken its inputs: the donated ones (those the client did not mark
