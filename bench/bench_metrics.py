@@ -8,7 +8,7 @@ chains (tests/integration/programs/add_one_8.mlir): issue = client time per laun
 without waiting; chain = wall time per launch until the last of N completed; rtt = one launch
 then wait, p50/p99. Medians over the rounds, microseconds per launch.
 
-    python3 bench/bench_metrics.py [N] [--rounds R]     (default N=2000 launches, R=5 rounds)
+    python3 bench/bench_metrics.py [N] [--rounds R]     (default N=2000 launches, R=6 rounds)
 """
 import argparse
 import json
@@ -93,7 +93,7 @@ def scraper(clusters, stop):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("n", nargs="?", type=int, default=2000, help="launches per measurement (default 2000)")
-    ap.add_argument("--rounds", type=int, default=5, help="measurements of each configuration (default 5)")
+    ap.add_argument("--rounds", type=int, default=6, help="measurements of each configuration (default 6)")
     a = ap.parse_args()
     for f in (LOOM, DISPATCH):
         if not f.exists():
@@ -107,8 +107,8 @@ def main():
         t = threading.Thread(target=scraper, args=(clusters, stop), daemon=True)
         t.start()
         rows = {c.name: [] for c in clusters}
-        for _ in range(a.rounds):
-            for c in clusters:
+        for rnd in range(a.rounds):
+            for c in clusters[rnd % 3:] + clusters[:rnd % 3]:  # each goes first in turn (order effects)
                 r = subprocess.run([str(DISPATCH), str(PROGRAM), str(a.n)], capture_output=True, text=True,
                                    env={**os.environ, "LOOM_CONTROLLER": c.addr}, check=True)
                 rows[c.name].append(json.loads(r.stdout))
