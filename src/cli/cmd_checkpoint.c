@@ -259,14 +259,17 @@ int cmd_drain(int argc, char **argv) {
   }
   loom_disconnect(c);
   cJSON *j = cJSON_Parse(out);
-  if (json && j) {
+  int rc = 0;
+  if (!j) {
+    rc = cli_fail(cmd, "the controller's answer is not JSON");
+  } else if (json) {
     cli_print_json(j);
     j = NULL;
-  } else if (j) {
+  } else {
     printf("worker %.0f drained onto worker %.0f: %.0f shards moved in %.0f ms; it has been released\n",
            num(j, "worker"), num(j, "replaced_by"), num(j, "shards"), num(j, "ms"));
   }
   cJSON_Delete(j);
   loom_free_string(out);
-  return 0;
+  return rc;
 }

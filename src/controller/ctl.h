@@ -315,7 +315,7 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m);
 int ctl_array_new(peer *p, uint64_t id, uint32_t dtype, const uint64_t *dims, size_t rank, const Lmw__Sharding *shw,
                   c_array **out, lm_err *err);
 /* Deletes the session's arrays ids[0..n) as ARRAY_DELETE does (unknown ids are skipped). */
-void ctl_arrays_delete(peer *p, const uint64_t *ids, size_t n);
+int ctl_arrays_delete(peer *p, const uint64_t *ids, size_t n); /* LOOM_NO_MEMORY: none deleted */
 void ctl_array_destroy(void *obj);
 /* Fills a wire Sharding from s (rank dims); arrays inside come from the caller's storage. */
 void ctl_sharding_to_wire(const lm_sharding *s, int rank, Lmw__Sharding *w, Lmw__DimAxes *dims, Lmw__DimAxes **dptr,

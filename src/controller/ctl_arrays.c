@@ -278,7 +278,7 @@ void ctl_on_array_locate(peer *p, const lm_frame *f, const Lmw__ArrayLocate *m) 
   placement_reply(p, f, a, LM_TOKEN_GET);
 }
 
-void ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
+int ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
   ctl *c = p->ctl;
   uint32_t nw = lm_registry_worker_count(c->reg);
   /* one FREE_ARRAYS per worker for the whole request */
@@ -286,7 +286,7 @@ void ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
   size_t *cnt = calloc(nw ? nw : 1, sizeof *cnt);
   if (!ids || !cnt) {
     free(ids), free(cnt);
-    return;
+    return LOOM_NO_MEMORY;
   }
   for (size_t k = 0; k < n_del; k++) {
     c_array *a = lm_session_get(p->session, del_ids[k], H_ARRAY);
@@ -318,10 +318,14 @@ void ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
   }
   free(ids);
   free(cnt);
+  return 0;
 }
 
 void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) {
-  ctl_arrays_delete(p, m->ids, m->n_ids);
+  if (ctl_arrays_delete(p, m->ids, m->n_ids) < 0) {
+    ctl_reply_error(p, f->h.request_id, LOOM_NO_MEMORY, "out of host memory deleting %zu arrays", m->n_ids);
+    return;
+  }
   Lmw__Ack ack = LMW__ACK__INIT;
   ctl_reply(p, f, LM_MSG_ACK, &ack.base);
 }

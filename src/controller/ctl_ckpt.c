@@ -463,9 +463,7 @@ static void op_reply_json(ck_op *o, const char *json) {
   if (!o->client) return;
   Lmw__CheckpointReply r = LMW__CHECKPOINT_REPLY__INIT;
   r.json = (char *)json;
-  lm_err err;
-  if (lm_conn_send(o->client->conn, LM_MSG_CHECKPOINT_REPLY, o->rid, &r.base, NULL, 0, NULL, NULL, &err) < 0)
-    lm_warn("cannot answer a checkpoint request: %s", err.msg);
+  ctl_send_reply(o->client, o->rid, LM_MSG_CHECKPOINT_REPLY, &r.base); /* after what it reveals is journaled */
 }
 
 static void op_fail_reply(ck_op *o) {
@@ -991,9 +989,7 @@ static void load_finish(ck_op *o) {
     r.json = json;
     r.n_loaded = o->nent;
     r.loaded = lp;
-    lm_err err;
-    if (lm_conn_send(p->conn, LM_MSG_CHECKPOINT_REPLY, o->rid, &r.base, NULL, 0, NULL, NULL, &err) < 0)
-      lm_warn("cannot answer a checkpoint load: %s", err.msg);
+    ctl_send_reply(p, o->rid, LM_MSG_CHECKPOINT_REPLY, &r.base); /* held until the new arrays are journaled */
   } else {
     ctl_reply_error(p, o->rid, LOOM_NO_MEMORY, "out of host memory");
   }

@@ -400,12 +400,6 @@ static enum MHD_Result respond_401(struct MHD_Connection *conn, const char *why)
   return rc;
 }
 
-static bool same_secret(const char *a, size_t alen, const char *b, size_t blen) {
-  unsigned char d = alen != blen;
-  for (size_t i = 0; i < alen && i < blen; i++) d |= (unsigned char)(a[i] ^ b[i]);
-  return d == 0;
-}
-
 /* The dashboard's cookie: "EXPIRY.MAC", MAC = hex HMAC-SHA256(cookie_key, "loom-dashboard " EXPIRY)
  * with EXPIRY in Unix seconds. A browser that signed in with a token gets one with the page, so
  * the page's own requests (fetch /api/status) need no credentials of their own. */
@@ -442,7 +436,7 @@ static bool authorized(ctl_http *h, struct MHD_Connection *conn, bool dash, cons
   bool ok = false;
   *why = n == 0 ? "this controller requires authentication" : "the token is not accepted";
   if (n < 0) *why = "the Authorization header must be 'Bearer TOKEN' or Basic with the token as password";
-  if (n > 0 && h->scrape_len) ok = same_secret(tok, (size_t)n, h->scrape_token, h->scrape_len);
+  if (n > 0 && h->scrape_len) ok = (size_t)n == h->scrape_len && lm_auth_equal(tok, h->scrape_token, (size_t)n);
   if (n > 0 && !ok && h->client_tokens && (size_t)n <= LM_TOKEN_STR_LEN) {
     http_job j;
     memset(&j, 0, sizeof j);

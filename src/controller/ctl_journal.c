@@ -66,7 +66,6 @@ struct ctl_jr {
   uint8_t *want;             /* [worker id] 1: it was alive at the crash (restoring waits for it) */
   uint32_t nawait;
   uint64_t seq_reserved, epoch_reserved;
-  bool failing;              /* the last commit failed: replies go out anyway (logged) */
   uint64_t *ended;           /* launches that ended well, whose records are deleted in a batch */
   size_t nended, ended_cap;
 };
@@ -192,7 +191,10 @@ void ctl_j_worker(ctl *c, uint32_t id) {
   if (!w) return;
   Lmj__Worker m = LMJ__WORKER__INIT;
   char *kinds[LM_REG_MAX_DEVICES_PER_WORKER];
-  for (uint32_t i = 0; i < w->ndevices; i++) kinds[i] = "cpu";
+  for (uint32_t i = 0; i < w->ndevices; i++) { /* a standby's devices have no virtual id yet */
+    const lm_reg_device *d = w->device_ids[i] != LM_REG_NO_DEVICE ? lm_registry_device(c->reg, w->device_ids[i]) : NULL;
+    kinds[i] = d ? (char *)d->kind : "cpu";
+  }
   m.id = id;
   m.host = w->host;
   m.pid = w->pid;

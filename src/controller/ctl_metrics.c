@@ -104,6 +104,18 @@ static void device_labels(lm_met_buf *b, const lm_met_snapshot *s, const lm_met_
   lm_met_printf(b, "}");
 }
 
+
+/* One per-op collective counter family (calls, or operand bytes) of every worker. */
+static void coll_family(lm_met_buf *b, const lm_met_snapshot *s, const char *name, const char *help, bool bytes) {
+  static const char *const ops[LM_REG_COLL_OPS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                    "all_to_all", "collective_permute", "collective_broadcast"};
+  family(b, name, "counter", help);
+  for (uint32_t i = 0; i < s->nworkers; i++)
+    for (int k = 0; k < LM_REG_COLL_OPS; k++)
+      lm_met_printf(b, "%s{worker=\"%u\",op=\"%s\"} %llu\n", name, s->workers[i].id, ops[k],
+                    (unsigned long long)(bytes ? s->workers[i].collectives.bytes[k] : s->workers[i].collectives.calls[k]));
+}
+
 void lm_met_render(lm_met_buf *b, const lm_met_counters *m, const lm_met_snapshot *s, uint64_t age_ms) {
   family(b, "loom_build_info", "gauge", "Loom's version, as a label; always 1.");
   lm_met_printf(b, "loom_build_info{version=\"%s\"} 1\n", LOOM_VERSION_STRING);
@@ -207,20 +219,10 @@ void lm_met_render(lm_met_buf *b, const lm_met_counters *m, const lm_met_snapsho
                   (unsigned long long)t->stream_put_bytes, id, (unsigned long long)t->stream_get_bytes);
   }
 
-  static const char *const ops[LM_REG_COLL_OPS] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                    "all_to_all", "collective_permute", "collective_broadcast"};
-  family(b, "loom_worker_collective_calls_total", "counter",
-         "Collective calls the worker's devices made in launches, by op (one per device and operand).");
-  for (uint32_t i = 0; i < s->nworkers; i++)
-    for (int k = 0; k < LM_REG_COLL_OPS; k++)
-      lm_met_printf(b, "loom_worker_collective_calls_total{worker=\"%u\",op=\"%s\"} %llu\n", s->workers[i].id, ops[k],
-                    (unsigned long long)s->workers[i].collectives.calls[k]);
-  family(b, "loom_worker_collective_bytes_total", "counter",
-         "Operand bytes the worker's devices put into collective calls, by op (docs/observability.md).");
-  for (uint32_t i = 0; i < s->nworkers; i++)
-    for (int k = 0; k < LM_REG_COLL_OPS; k++)
-      lm_met_printf(b, "loom_worker_collective_bytes_total{worker=\"%u\",op=\"%s\"} %llu\n", s->workers[i].id, ops[k],
-                    (unsigned long long)s->workers[i].collectives.bytes[k]);
+  coll_family(b, s, "loom_worker_collective_calls_total",
+              "Collective calls the worker's devices made in launches, by op (one per device and operand).", false);
+  coll_family(b, s, "loom_worker_collective_bytes_total",
+              "Operand bytes the worker's devices put into collective calls, by op (docs/observability.md).", true);
   family(b, "loom_worker_collective_seconds_total", "counter",
          "Time the worker's devices spent inside collective calls, summed over devices.");
   for (uint32_t i = 0; i < s->nworkers; i++)

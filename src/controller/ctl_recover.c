@@ -837,8 +837,7 @@ static void drain_end(ctl *c, int code, const char *msg) {
                r->drain_shards, (unsigned long long)(ctl_now_ms(c) - r->drain_began_ms));
       Lmw__CheckpointReply rep = LMW__CHECKPOINT_REPLY__INIT;
       rep.json = json;
-      lm_err err;
-      lm_conn_send(r->drain_client->conn, LM_MSG_CHECKPOINT_REPLY, r->drain_rid, &rep.base, NULL, 0, NULL, NULL, &err);
+      ctl_send_reply(r->drain_client, r->drain_rid, LM_MSG_CHECKPOINT_REPLY, &rep.base);
     } else {
       ctl_reply_error(r->drain_client, r->drain_rid, code, "draining worker %u failed: %s", dw, msg);
     }

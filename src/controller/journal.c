@@ -36,7 +36,7 @@ struct lm_journal {
   pthread_mutex_t mu;
   pthread_cond_t cv;           /* the writer waits for work; flush waits for commits */
   j_op *head, *tail;           /* published, oldest first (the writer takes them) */
-  uint64_t queued, committed;  /* operation numbers: published, committed */
+  uint64_t committed;          /* the last operation number committed */
   j_op *shead, *stail;         /* staged by the loop thread, not published yet (no lock) */
   uint64_t staged;             /* the last operation number handed out (loop thread) */
   bool stop;
@@ -179,7 +179,6 @@ void lm_journal_publish(lm_journal *j) {
   if (j->tail) j->tail->next = j->shead;
   else j->head = j->shead;
   j->tail = j->stail;
-  j->queued = j->stail->no;
   j->shead = j->stail = NULL;
   pthread_cond_signal(&j->cv);
   pthread_mutex_unlock(&j->mu);

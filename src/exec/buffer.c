@@ -228,12 +228,10 @@ void lm_buffer_release(lm_buffer *b) {
   free(b->elems);
   if (b->base) {
     lm_buffer_release(b->base);
-  } else if (b->ext_release) {
+  } else if (b->ext_release || b->data) {
     if (b->dev) atomic_fetch_sub(&b->dev->used, b->nbytes);
-    b->ext_release(b->ext_ctx);
-  } else if (b->data) {
-    if (b->dev) atomic_fetch_sub(&b->dev->used, b->nbytes);
-    free_data(b->dev, b->data, b->nbytes);
+    if (b->ext_release) b->ext_release(b->ext_ctx); /* memory lent by a PJRT plugin */
+    else free_data(b->dev, b->data, b->nbytes);
   }
   free(b);
 }

@@ -145,7 +145,11 @@ static const char *pjrt_cut(load_job *j, const lm_module *mod, const char *obsta
   lm_cut *plan = NULL;
   const char *why = NULL;
   lm_err err;
-  if (lm_cut_plan(mod, j->info->nproc > 1, &plan, &why, &err) < 0) return "out of host memory cutting it";
+  if (lm_cut_plan(mod, j->info->nproc > 1, &plan, &why, &err) < 0) {
+    lm_warn("program %llu (%s): cannot plan cutting it at its collectives: %.600s", (unsigned long long)j->id, j->name,
+            err.msg);
+    return obstacle;
+  }
   if (!plan) return why;
   uint32_t ncoll = plan->ncollectives;
   lm_pjrt_cut *c = NULL;
