@@ -497,19 +497,25 @@ static void drain_input(px_stream *st) {
   }
 }
 
+/* The stream lets go of its session: the client half-closed (end = 1) or the stream died. */
+static void drop_session(px_stream *st, int end) {
+  if (!st->session) return;
+  px_session_close(st->session, end);
+  px_session_release(st->session);
+  st->session = NULL;
+}
+
 /* The request's last byte arrived. */
 static void on_request_end(px_stream *st) {
   st->request_ended = true;
   if (st->in_len) {
     px_stream_finish(st, PX_INVALID_ARGUMENT, "the request ended inside a gRPC message");
-    if (st->session) px_session_close(st->session, 0);
-    st->session = NULL;
+    drop_session(st, 0);
     return;
   }
   switch (st->kind) {
   case K_SESSION:
-    if (st->session) px_session_close(st->session, 1);
-    st->session = NULL;
+    drop_session(st, 1);
     break;
   case K_STORE:
     if (!st->out_done) {
@@ -699,8 +705,7 @@ static void unlink_stream(px_conn *c, px_stream *st) {
   pthread_mutex_lock(&c->mu);
   st->closed = true;
   pthread_mutex_unlock(&c->mu);
-  if (st->session) px_session_close(st->session, 0); /* the client went away mid-session */
-  st->session = NULL;
+  drop_session(st, 0); /* the client went away mid-session */
   stream_unref(st);
 }
 

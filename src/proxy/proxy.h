@@ -81,7 +81,10 @@ px_session *px_session_start(px_stream *st, const px_options *opts, uint64_t ses
 /* Queues one request message (copied). */
 void px_session_request(px_session *s, const uint8_t *msg, size_t len);
 /* The client half-closed (end = 1: answer what is queued, then finish OK) or the stream died
- * (end = 0: stop at once). The session frees itself when its worker is done. */
+ * (end = 0: stop at once). The session frees what it holds when its worker is done. */
 void px_session_close(px_session *s, int end);
+/* Drops the stream's reference to the session (after which it is not used); the struct is freed
+ * when both the stream and the session's worker have let go. */
+void px_session_release(px_session *s);
 
 #endif

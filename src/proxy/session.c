@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,7 @@ struct px_session {
   pthread_cond_t cv;
   qitem *head, *tail;
   int closing;                 /* 0 open, 1 the client half-closed, 2 the stream died */
+  atomic_int refs;             /* the stream's and the worker thread's: the struct lives until both let go */
   loom_client *client;
   pmap arrays, execs, futures;
   uint64_t next_handle;
@@ -2358,8 +2360,13 @@ static void session_free(px_session *s) {
   for (size_t i = 0; i < s->ntrash; i++) parray_free(s->trash[i]);
   free(s->trash);
   loom_disconnect(s->client);
+  s->client = NULL;
   px_hb_drop_session(s->id);
-  for (qitem *it = s->head; it;) {
+}
+
+static void session_unref(px_session *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  for (qitem *it = s->head; it;) { /* requests queued after the worker stopped */
     qitem *n = it->next;
     free(it);
     it = n;
@@ -2368,6 +2375,8 @@ static void session_free(px_session *s) {
   pthread_cond_destroy(&s->cv);
   free(s);
 }
+
+void px_session_release(px_session *s) { session_unref(s); }
 
 static void *session_main(void *arg) {
   px_session *s = arg;
@@ -2410,6 +2419,7 @@ static void *session_main(void *arg) {
          how == 1 ? "ended" : "lost its client");
   px_stream_release(s->st);
   session_free(s);
+  session_unref(s);
   return NULL;
 }
 
@@ -2420,6 +2430,7 @@ px_session *px_session_start(px_stream *st, const px_options *opts, uint64_t id,
   s->opts = opts;
   s->id = id;
   s->next_handle = SERVER_HANDLE_BASE;
+  atomic_init(&s->refs, 2); /* the stream's (px_session_release) and session_main's */
   if (md) {
     Xla__Ifrt__Proxy__GrpcIfrtSessionMetadata *m = xla__ifrt__proxy__grpc_ifrt_session_metadata__unpack(NULL, md_len, md);
     if (m && m->version) s->protocol = m->version->protocol_version;
