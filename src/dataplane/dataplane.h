@@ -36,6 +36,8 @@ typedef struct lm_dp_config {
   int32_t require_keys;     /* 1: every peer must be added with a pair key, and a message is
                                accepted only with a valid MAC from a keyed peer (workers under a
                                controller); 0 (default): keys are optional (tests, benchmarks) */
+  int32_t idle_close_ms;    /* connections to UCX's TCP port that send nothing for this long are
+                               shut down (UCX accepts them itself; see reap.c); 0 = 5000, < 0 never */
 } lm_dp_config;
 
 void lm_dp_config_init(lm_dp_config *c);

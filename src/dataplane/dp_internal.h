@@ -178,6 +178,13 @@ typedef struct dp_scratch {
 
 #define DP_SCRATCH_SLOTS 4
 
+#define DP_REAP_PORTS 8
+/* The socket inodes of the process before UCX's worker was created (reap.c). */
+typedef struct {
+  unsigned long *ino;
+  size_t n, cap;
+} dp_reap_before;
+
 struct lm_dp {
   lm_dp_config cfg;
   int64_t timeout_ns, spin_ns, liveness_ns;
@@ -225,7 +232,23 @@ struct lm_dp {
   dp_group_entry *groups;
   dp_map meets;
   dp_scratch scratch[DP_SCRATCH_SLOTS];
+  /* closing idle connections to UCX's TCP port (reap.c) */
+  int reap_idle_ms;
+  uint16_t reap_ports[DP_REAP_PORTS];
+  int n_reap_ports;
+  bool has_reap, reap_stop;
+  pthread_t reap_thread;
+  pthread_mutex_t reap_mu;
+  pthread_cond_t reap_cv;
+  uint64_t reap_closed;
 };
+
+/* Notes the process's sockets (before ucp_worker_create); dp_reap_start then finds the listening
+ * sockets UCX opened and, if any, starts the thread that closes connections to them that never
+ * sent a byte within dp->reap_idle_ms. dp_reap_stop joins it (a no-op if none). */
+void dp_reap_before_take(dp_reap_before *b);
+int dp_reap_start(lm_dp *dp, dp_reap_before *before);
+void dp_reap_stop(lm_dp *dp);
 
 int64_t dp_now_ns(void);
 /* Deadline of a call: now + its timeout (or the endpoint's). */

@@ -269,7 +269,13 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   memset(&wp, 0, sizeof wp);
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* every call is made holding dp->mu */
+  dp_reap_before before = {0};
+  dp->reap_idle_ms = c->idle_close_ms ? c->idle_close_ms : 5000;
+  if (dp->reap_idle_ms > 0) dp_reap_before_take(&before);
   st = ucp_worker_create(dp->ctx, &wp, &dp->w);
+  if (st == UCS_OK && dp->reap_idle_ms > 0 && dp_reap_start(dp, &before) < 0)
+    lm_log(LM_LOG_WARN, "data plane: cannot start the thread that closes idle connections to UCX's port");
+  free(before.ino);
   if (st != UCS_OK) {
     lm_errf(err, LOOM_INTERNAL, "data plane: ucp_worker_create: %s", ucs_status_string(st));
     goto fail;
@@ -1409,6 +1415,7 @@ void dp_scratch_put(lm_dp *dp, void *p) {
 
 void lm_dp_destroy(lm_dp *dp) {
   if (!dp) return;
+  dp_reap_stop(dp);
   if (dp->has_bg) {
     pthread_mutex_lock(&dp->mu);
     dp->stop = true;

@@ -438,9 +438,9 @@ def test_a_worker_whose_data_plane_cannot_start_is_unhealthy(procs, tmp_path):
 def test_a_thousand_idle_connections_lock_nobody_out(acluster):
     """1,000 idle TCP connections to the controller's port and to each of a worker's ports (its
     data port and UCX's): a real client still runs a distributed program meanwhile and after, and
-    the controller's and the data port close the idle ones (handshake timeouts: 2 s and 5 s,
-    accepted as the listen backlog lets them in). UCX's own port keeps its connections (UCX
-    gives Loom no hook to close them); they cost descriptors, not service."""
+    every port closes the idle ones: the controller's and the data port by their handshake
+    timeouts (2 s and 5 s, accepted as the listen backlog lets them in), UCX's port by the data
+    plane's watcher (connections that never sent a byte for 5 s are shut down: src/dataplane/reap.c)."""
     import resource
     import socket
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -483,6 +483,13 @@ def test_a_thousand_idle_connections_lock_nobody_out(acluster):
         t0 = time.monotonic()
         wait_for(lambda: all(closed(s) for s in data), 90, what="the worker's data port closing 1,000 idle connections")
         print(f"data port: 1,000 idle connections closed after {time.monotonic() - t0:.1f} s more")
+        ucx = [t for t in targets[1:] if t[1] != int(m.group(1))]
+        assert ucx, f"no UCX port among the worker's listening ports {wports}"
+        for t in ucx:
+            t0 = time.monotonic()
+            wait_for(lambda: all(closed(s) for s in socks[t]), 60,
+                     what=f"the worker closing 1,000 idle connections to UCX's port {t[1]}")
+            print(f"UCX port {t[1]}: 1,000 idle connections closed after {time.monotonic() - t0:.1f} s more")
         r, _ = loom_run(acluster.addr, EXAMPLES / "distributed_sum.mlir", "--devices", "0-7")
         assert r.returncode == 0 and r.stdout == "[8 8 8 8 8 8 8 8]\n", r.stderr
     finally:
