@@ -31,7 +31,7 @@
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
     "               [--proxy-port PORT] [--http HOST:PORT] [--backend interp|pjrt] [--standby N]\n"
-    "               [--recover-wait MS]\n"
+    "               [--recover-wait MS] [--state DIR]\n"
     "\n"
     "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
     "slices; waits until every device has registered and prints the controller's address. An IFRT\n"
@@ -48,6 +48,11 @@ static const char g_usage[] =
     "                            worker: docs/elastic.md), in the last slice (default 0)\n"
     "  --recover-wait MS         a lost worker with no standby: its launches wait this long for a new\n"
     "                            worker (the controller's --recover-wait; default 0: they fail)\n"
+    "  --state DIR               the controller keeps a journal in DIR (its --state: docs/durability.md);\n"
+    "                            when the controller dies it is started again on the same address and\n"
+    "                            restores from the journal, while workers, clients and the proxy wait\n"
+    "                            (at most 5 restarts a minute). Without it, a dead controller stops\n"
+    "                            the cluster\n"
     "  --device-memory BYTES     memory capacity of each device, e.g. 2G or 512MiB (default 2GiB)\n"
     "  --detach                  start the cluster in the background and return\n"
     "  --listen HOST:PORT        the controller's address (default 127.0.0.1:0, any free port)\n"
@@ -77,6 +82,7 @@ typedef struct child {
   bool reported;         /* its exit has been reported */
   bool stopping;         /* we asked it to stop */
   bool killed;           /* we had to SIGKILL it */
+  bool append;           /* a restart: its log goes on after the last run's */
   int status;            /* waitpid status once it exited */
 } child;
 
@@ -87,6 +93,8 @@ typedef struct sup {
   uint32_t workers, dpw, slices;
   uint32_t nstandby;     /* the last nstandby of the workers are standbys */
   const char *recover_wait; /* the controller's --recover-wait, or NULL */
+  const char *state;     /* the controller's --state (its journal), or NULL */
+  uint64_t restarts[5];  /* when the controller was last restarted (ms), oldest first */
   uint64_t mem, timeout_ms;
   const char *listen;
   const char *http;      /* the controller's --http; NULL: none */
@@ -169,7 +177,7 @@ static int stop_pending(void *arg) {
 
 /* Starts argv (argv[0] is ignored: the binary is s->self) with its output in c->log. */
 static int spawn(sup *s, child *c, char **argv, lm_err *err) {
-  int logfd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int logfd = open(c->log, O_WRONLY | O_CREAT | (c->append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0600);
   int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (logfd < 0 || nullfd < 0) {
     int e = errno;
@@ -263,6 +271,64 @@ static bool port_free(uint32_t port) {
 }
 
 /* Starts the controller and the workers and waits until every device has registered. */
+/* Writes the cluster's record (LM_STATE_FILE) that `loom down`, `loom status` and clients read. */
+static int update_state_file(sup *s, lm_err *err) {
+  char state[16384], pids[8192] = ""; /* up to 256 workers */
+  size_t off = 0;
+  for (size_t i = 1; i < 1 + (size_t)s->workers; i++) {
+    int k = snprintf(pids + off, sizeof pids - off, "%s%d:%llu", i > 1 ? "," : "", (int)s->kids[i].pid,
+                     (unsigned long long)s->kids[i].start);
+    if (k > 0 && (size_t)k < sizeof pids - off) off += (size_t)k;
+  }
+  snprintf(state, sizeof state,
+           "address=%s\nsupervisor_pid=%ld\nsupervisor_start=%llu\ncontroller_pid=%d\ncontroller_start=%llu\n"
+           "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\nproxy=%s\nhttp=%s\n",
+           s->addr, (long)getpid(), (unsigned long long)lm_proc_start_time(getpid()), (int)s->kids[0].pid,
+           (unsigned long long)s->kids[0].start, pids, (s->workers - s->nstandby) * s->dpw, s->dir, (long long)time(NULL),
+           s->proxy_addr, s->http_addr);
+  return cli_write_file(s->dir, LM_STATE_FILE, state, err);
+}
+
+/* Starts the controller listening on `listen`, its HTTP port on `http` ("" for none). */
+static int spawn_controller(sup *s, char *listen, char *http, lm_err *err) {
+  char addrfile[4200], httpfile[4200];
+  snprintf(addrfile, sizeof addrfile, "%s/controller.addr", s->dir);
+  snprintf(httpfile, sizeof httpfile, "%s/http.addr", s->dir);
+  char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
+                   "--tokens-file", s->tokens, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  int na = 10;
+  if (http[0]) cargv[na++] = "--http", cargv[na++] = http, cargv[na++] = "--http-address-file", cargv[na++] = httpfile;
+  if (s->recover_wait) cargv[na++] = "--recover-wait", cargv[na++] = (char *)s->recover_wait;
+  if (s->state) cargv[na++] = "--state", cargv[na++] = (char *)s->state;
+  return spawn(s, &s->kids[0], cargv, err);
+}
+
+/* --state: the controller died; start it again on the address it had (workers and clients
+ * reconnect there) unless it died 5 times within a minute. Returns 0 if restarted. */
+static int restart_controller(sup *s) {
+  uint64_t now = lm_now_ms();
+  if (s->restarts[0] && now - s->restarts[0] < 60000) {
+    say(s, "the controller died 5 times within a minute; not restarting it again");
+    return -1;
+  }
+  memmove(s->restarts, s->restarts + 1, sizeof s->restarts - sizeof s->restarts[0]);
+  s->restarts[4] = now;
+  char listen[LM_ADDR_MAX], http[LM_ADDR_MAX];
+  snprintf(listen, sizeof listen, "%s", s->addr);
+  snprintf(http, sizeof http, "%s", s->http_addr);
+  child *c = &s->kids[0];
+  c->append = true;
+  lm_err err;
+  if (spawn_controller(s, listen, http, &err) < 0) {
+    say(s, "restarting the controller: %s", err.msg);
+    return -1;
+  }
+  c->reported = false;
+  if (update_state_file(s, &err) < 0) say(s, "%s", err.msg);
+  say(s, "restarted the controller (pid %d) on %s from its journal in %s", (int)c->pid, s->addr, s->state);
+  return 0;
+}
+
 static int startup(sup *s, lm_err *err) {
   uint64_t deadline = lm_now_ms() + s->timeout_ms;
   char addrfile[4200], listen[LM_ADDR_MAX], num[3][32];
@@ -275,12 +341,7 @@ static int startup(sup *s, lm_err *err) {
   snprintf(httpfile, sizeof httpfile, "%s/http.addr", s->dir);
   snprintf(http, sizeof http, "%s", s->http ? s->http : "");
   cli_remove_file(s->dir, "http.addr");
-  char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
-                   "--tokens-file", s->tokens, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-  int na = 10;
-  if (s->http) cargv[na++] = "--http", cargv[na++] = http, cargv[na++] = "--http-address-file", cargv[na++] = httpfile;
-  if (s->recover_wait) cargv[na++] = "--recover-wait", cargv[na++] = (char *)s->recover_wait;
-  LM_TRY(spawn(s, ctl, cargv, err));
+  LM_TRY(spawn_controller(s, listen, http, err));
   for (;;) { /* the controller writes its address once it listens */
     FILE *f = fopen(addrfile, "r");
     if (f) {
@@ -482,21 +543,9 @@ static int supervise(sup *s) {
   char text[8192];
   int rc = startup(s, &err);
   if (rc == 0) {
-    char state[16384], mem[32], pids[8192] = ""; /* up to 256 workers */
-    size_t off = 0;
-    for (size_t i = 1; i < 1 + (size_t)s->workers; i++) {
-      int k = snprintf(pids + off, sizeof pids - off, "%s%d:%llu", i > 1 ? "," : "", (int)s->kids[i].pid,
-                       (unsigned long long)s->kids[i].start);
-      if (k > 0 && (size_t)k < sizeof pids - off) off += (size_t)k;
-    }
-    snprintf(state, sizeof state,
-             "address=%s\nsupervisor_pid=%ld\nsupervisor_start=%llu\ncontroller_pid=%d\ncontroller_start=%llu\n"
-             "workers=%s\ndevices=%u\nlogs=%s\nstarted=%lld\nproxy=%s\nhttp=%s\n",
-             s->addr, (long)getpid(), (unsigned long long)lm_proc_start_time(getpid()), (int)s->kids[0].pid,
-             (unsigned long long)s->kids[0].start, pids, (s->workers - s->nstandby) * s->dpw, s->dir, (long long)time(NULL),
-             s->proxy_addr, s->http_addr);
+    char mem[32];
     cli_remove_file(s->dir, CLI_STOP_FILE);
-    rc = cli_write_file(s->dir, LM_STATE_FILE, state, &err);
+    rc = update_state_file(s, &err);
     cli_format_size(s->mem, mem, sizeof mem);
     char standby_note[64] = "";
     if (s->nstandby)
@@ -557,6 +606,10 @@ static int supervise(sup *s) {
       cli_last_line(c->log, last, sizeof last);
       c->reported = true;
       if (i == 0) {
+        if (s->state) {
+          say(s, "the controller %s%s%s (log: %s)", how, last[0] ? ": " : "", last, c->log);
+          if (restart_controller(s) == 0) continue;
+        }
         say(s, "the controller %s%s%s; stopping the cluster (log: %s)", how, last[0] ? ": " : "", last, c->log);
         exit_code = 1;
       } else if (s->proxy_port && i == s->nkids - 1) {
@@ -590,8 +643,9 @@ int cmd_up(int argc, char **argv) {
   sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
            .listen = "127.0.0.1:0", .http = "127.0.0.1:0", .notify_fd = -1};
   enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT, O_HTTP,
-         O_STANDBY, O_RECWAIT };
+         O_STANDBY, O_RECWAIT, O_STATE };
   const char *popts[64];
+  static char state_abs[4096];
   s.pjrt_options = popts;
   static const struct option opts[] = {
       {"workers", required_argument, 0, O_WORKERS},
@@ -608,6 +662,7 @@ int cmd_up(int argc, char **argv) {
       {"pjrt-option", required_argument, 0, O_POPT},
       {"standby", required_argument, 0, O_STANDBY},
       {"recover-wait", required_argument, 0, O_RECWAIT},
+      {"state", required_argument, 0, O_STATE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -655,6 +710,10 @@ int cmd_up(int argc, char **argv) {
       popts[s.npjrt_options++] = optarg;
       break;
     case O_DETACH: s.detach = true; break;
+    case O_STATE:
+      if (cli_absolute_path(cmd, "--state", optarg, state_abs, sizeof state_abs) < 0) return 2;
+      s.state = state_abs;
+      break;
     case O_LISTEN: s.listen = optarg; break;
     case O_HTTP: s.http = strcmp(optarg, "none") ? optarg : NULL; break;
     case O_TIMEOUT:

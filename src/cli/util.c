@@ -109,6 +109,17 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min,
   return 0;
 }
 
+int cli_absolute_path(const char *cmd, const char *opt, const char *path, char *out, size_t cap) {
+  char cwd[4096];
+  int n;
+  if (!path || !*path) return cli_usage_error(cmd, "%s wants a path", opt), -1;
+  if (path[0] == '/') n = snprintf(out, cap, "%s", path);
+  else if (getcwd(cwd, sizeof cwd)) n = snprintf(out, cap, "%s/%s", cwd, path);
+  else return cli_usage_error(cmd, "%s %s: cannot find the current directory: %s", opt, path, strerror(errno)), -1;
+  if (n < 0 || (size_t)n >= cap) return cli_usage_error(cmd, "%s: the path is too long", opt), -1;
+  return 0;
+}
+
 int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out) {
   static const struct { const char *suf; uint64_t mul; } sufs[] = {
       {"", 1}, {"b", 1},

@@ -64,6 +64,9 @@ struct lm_err;
 int cli_open_session(const char *addr, int64_t timeout_ms, const char *name, struct lm_cconn **out, struct lm_err *err);
 
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* path made absolute against the current directory (a detached supervisor changes directory);
+ * a usage error (returns -1) when empty or too long. */
+int cli_absolute_path(const char *cmd, const char *opt, const char *path, char *out, size_t cap);
 /* Parses a byte count: a number with an optional suffix K, M, G, T (powers of 1024; KiB/MiB/GiB/
  * TiB and KB/MB/GB/TB too, the latter powers of 1000). Must be > 0. */
 int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);

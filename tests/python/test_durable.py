@@ -363,3 +363,33 @@ def test_restart_with_authentication(durable, tmp_path, monkeypatch):
     assert code == wire.PERMISSION and "belongs to user 'alice'" in msg, msg
     t_, rid, meta, _ = resume(toks["alice"]).recv_frame()
     assert t_ == wire.HELLO_REPLY and wire.parse_fields(meta)[3][0] == sid
+
+
+def test_loom_up_restarts_its_controller_from_the_journal(tmp_path, monkeypatch):
+    """`loom up --state DIR`: the supervisor starts a controller that SIGKILL took again, on the same
+    address and journal; the training loop that was running finishes bitwise equal to one without
+    the fault, and `loom down` still stops everything cleanly."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOM_CONTROLLER", "LOOM_PROXY_PORT")}
+    env["LOOM_STATE_DIR"] = str(tmp_path / "up-state")
+    monkeypatch.setenv("LOOM_STATE_DIR", env["LOOM_STATE_DIR"])  # the training client finds its token there
+    r = run_loom("up", "--detach", "--proxy-port", "0", "--state", str(tmp_path / "journal"), env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        cluster = dict(line.split("=", 1) for line in (tmp_path / "up-state" / "cluster").read_text().split())
+        addr, pid = cluster["address"], int(cluster["controller_pid"])
+        d = type("Up", (), {"addr": addr})()
+        train(d, tmp_path / "ref.npz")
+        step = random.Random().randint(5, 190)
+        r = train(d, tmp_path / "kill.npz", "--kill-pid", pid, "--kill-step", step)
+        assert f"step {step}: sent SIGKILL" in r.stdout
+        assert bitwise_equal(tmp_path / "ref.npz", tmp_path / "kill.npz")
+        log = (tmp_path / "up-state" / "up.log").read_text()
+        assert "restarted the controller" in log and "from its journal" in log, log
+        again = dict(line.split("=", 1) for line in (tmp_path / "up-state" / "cluster").read_text().split())
+        assert again["address"] == addr and int(again["controller_pid"]) != pid, again
+        st = json.loads(run_loom("status", "--json", env=env, timeout=30, check=True).stdout)
+        assert st["journal"].endswith("journal.db (ok)"), st["journal"]
+        assert sum(w["alive"] for w in st["workers"]) == 2, st
+    finally:
+        dn = run_loom("down", env=env, timeout=60)
+    assert dn.returncode == 0, dn.stdout + dn.stderr
