@@ -396,6 +396,20 @@ static int rx_register(lm_cconn *c, lm_err *err) {
 
 /* ---- calls ---- */
 
+/* Requests that may be sent again after a restart: the controller answers a repeat of each the
+ * same way (a LAUNCH whose outputs exist is not run twice; a create of an array the session has
+ * gets its placement again). */
+static bool resendable(unsigned type) {
+  switch (type) {
+  case LM_MSG_LAUNCH: case LM_MSG_ARRAY_CREATE: case LM_MSG_ARRAY_LOCATE: case LM_MSG_ARRAY_DELETE:
+  case LM_MSG_COMPILE: case LM_MSG_EXECUTABLE_DESTROY: case LM_MSG_LIST_DEVICES: case LM_MSG_CLUSTER_STATUS:
+  case LM_MSG_PING: case LM_MSG_POOL_STATUS:
+    return true;
+  default:
+    return false;
+  }
+}
+
 /* Stops the stream. With a peer that copies into our memory only our sending side is closed:
  * the receiver ends when the peer closed its end, i.e. when none of its copies runs any more. */
 static void break_connection(lm_cconn *c) { shutdown(c->fd, atomic_load(&c->peer_access) ? SHUT_WR : SHUT_RDWR); }
@@ -437,7 +451,7 @@ int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const 
     call_free(call);
     return rc;
   }
-  if (c->resumable) { /* kept whole, to be sent again if the controller restarts meanwhile */
+  if (c->resumable && resendable(type)) { /* kept whole, to be sent again if the controller restarts meanwhile */
     call->req = malloc(hlen + (size_t)plen);
     if (!call->req) {
       free(head);
@@ -462,7 +476,7 @@ int lm_cconn_start(lm_cconn *c, unsigned type, const ProtobufCMessage *m, const 
     return rc;
   }
   table_insert(c, call);
-  bool defer = c->reconnecting && call->req; /* the reconnect sends it */
+  bool defer = c->reconnecting; /* the reconnect sends it, or fails it if it is not resendable */
   int fd = c->fd;
   if (!defer) call->gen = c->gen;
   pthread_mutex_unlock(&c->mu);
@@ -885,19 +899,6 @@ static int cmp_rid(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Requests that may be sent again after a restart: the controller answers a repeat of each the
- * same way (a LAUNCH whose outputs exist is not run twice; a create of an array the session has
- * gets its placement again). */
-static bool resendable(unsigned type) {
-  switch (type) {
-  case LM_MSG_LAUNCH: case LM_MSG_ARRAY_CREATE: case LM_MSG_ARRAY_LOCATE: case LM_MSG_ARRAY_DELETE:
-  case LM_MSG_COMPILE: case LM_MSG_EXECUTABLE_DESTROY: case LM_MSG_LIST_DEVICES: case LM_MSG_CLUSTER_STATUS:
-  case LM_MSG_PING: case LM_MSG_POOL_STATUS:
-    return true;
-  default:
-    return false;
-  }
-}
 
 /* The new connection is resumed: it replaces the old one, and every request waiting goes out on
  * it in the order it was first made. Then the receiver watches it. */
