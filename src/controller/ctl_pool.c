@@ -43,7 +43,7 @@ typedef struct pool_quota {
 
 enum { PS_QUEUED = 0, PS_RUNNING, PS_SHARED, PS_CLOSED,
        PS_SUSPENDING, /* preempted: its requests are held, its launches in flight finish */
-       PS_SUSPENDED };  /* its devices lent to a higher class; its arrays stay in place */
+       PS_SUSPENDED };  /* its devices lent to a higher class; its shards in host memory (STASH) */
 static const char *const g_state_names[] = {"queued", "running", "shared", "closed", "suspending", "suspended"};
 /* The session holds devices as its own (its numbering applies), running or not. */
 #define HAS_DEVS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_SUSPENDED)
@@ -85,6 +85,11 @@ struct pool_sess {
   bool replaying;                    /* its held frames are being served: do not hold them again */
   uint64_t suspended_ms;             /* total time suspended */
   uint64_t suspended_at;             /* loop ms when it was preempted */
+  /* STASH (wk_stash.c): suspending, its shards go to host memory before its devices are lent */
+  bool stash_sent;                   /* this suspension's STASH went out */
+  uint32_t stash_wait;               /* workers yet to answer it */
+  uint64_t stash_rid, stash_nrid;    /* the request ids of the last STASH sent: [rid, rid + n) */
+  uint64_t stash_sent_ms;
   pool_usage u;
   pool_usage written;                /* as last written to the journal (ctl_pool_journal) */
   bool written_closed;
@@ -698,6 +703,46 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
 }
 
 static void resume(ctl *c, pool_sess *s);
+static void pool_admit(ctl *c);
+
+#define POOL_STASH_WAIT_MS 30000 /* workers that do not answer a STASH by then are not waited for */
+
+/* Sends STASH (restore: back onto the devices) to every worker holding state of s's session. */
+static void send_stash(ctl *c, pool_sess *s, bool restore) {
+  s->stash_wait = 0;
+  s->stash_rid = c->next_rid;
+  s->stash_nrid = 0;
+  s->stash_sent_ms = ctl_now_ms(c);
+  if (!s->p || !s->p->session) return;
+  Lmw__Stash m = LMW__STASH__INIT;
+  m.session = s->id;
+  m.restore = restore;
+  uint32_t nw = lm_registry_worker_count(c->reg);
+  for (uint32_t w = 0; w < nw; w++) {
+    if (!lm_session_touched(s->p->session, w)) continue;
+    uint64_t rid = c->next_rid++;
+    s->stash_nrid++;
+    const lm_reg_worker *rw = lm_registry_worker(c->reg, w);
+    bool connected = rw && rw->state == LM_WORKER_ALIVE && w < c->worker_peer_cap && c->worker_peer[w];
+    if (connected && ctl_worker_send(c, w, LM_MSG_STASH, rid, &m.base, NULL, 0, NULL) == 0) s->stash_wait++;
+  }
+}
+
+bool ctl_pool_on_reply(ctl *c, peer *w, const lm_frame *f) {
+  if (!c->pool) return false;
+  uint64_t rid = f->h.request_id;
+  for (pool_sess *s = c->pool->head; s; s = s->next) {
+    if (!s->stash_nrid || rid < s->stash_rid || rid >= s->stash_rid + s->stash_nrid) continue;
+    if (f->h.type == LM_MSG_ERROR) {
+      lm_err e;
+      lm_msg_error_status(f, &e);
+      lm_warn("session %llu: worker %u: %s", (unsigned long long)s->id, w->worker_id, e.msg);
+    }
+    if (s->stash_wait && s->state == PS_SUSPENDING && --s->stash_wait == 0) pool_admit(c);
+    return true;
+  }
+  return false;
+}
 
 static void pool_admit_once(ctl *c, bool *again);
 
@@ -709,13 +754,23 @@ static void pool_admit(ctl *c) {
 static void pool_admit_once(ctl *c, bool *again) {
   ctl_pool *P = c->pool;
   *again = false;
-  /* suspensions complete once the session's launches in flight are done */
-  for (pool_sess *s = P->head; s; s = s->next)
-    if (s->state == PS_SUSPENDING && !s->active) {
-      s->state = PS_SUSPENDED;
-      lm_info("session %llu (user %s) suspended: devices lent to a higher class", (unsigned long long)s->id,
-              user_label(s->user));
+  /* suspensions complete once the session's launches in flight are done and its shards are in
+   * host memory (or the workers did not answer in time) */
+  for (pool_sess *s = P->head; s; s = s->next) {
+    if (s->state != PS_SUSPENDING || s->active) continue;
+    if (!s->stash_sent) {
+      s->stash_sent = true;
+      send_stash(c, s, false);
     }
+    bool late = ctl_now_ms(c) - s->stash_sent_ms > POOL_STASH_WAIT_MS;
+    if (s->stash_wait && !late) continue;
+    if (s->stash_wait)
+      lm_warn("session %llu: %u workers did not answer STASH within %d ms; suspending it anyway",
+              (unsigned long long)s->id, s->stash_wait, POOL_STASH_WAIT_MS);
+    s->state = PS_SUSPENDED;
+    lm_info("session %llu (user %s) suspended: devices lent to a higher class, its shards in host memory",
+            (unsigned long long)s->id, user_label(s->user));
+  }
   uint32_t n = lm_registry_device_count(c->reg), total;
   uint32_t *fl = malloc((n ? n : 1) * sizeof *fl);
   if (!fl) return;
@@ -816,6 +871,8 @@ static void pool_admit_once(ctl *c, bool *again) {
 static void resume(ctl *c, pool_sess *s) {
   uint64_t now = ctl_now_ms(c);
   s->state = PS_RUNNING;
+  s->stash_sent = false;
+  send_stash(c, s, true); /* before the held requests: each worker moves the shards back first */
   s->suspended_ms += now - s->suspended_at;
   s->admitted_loop_ms = now; /* held_device_seconds count again from here */
   held_frame *h = s->held;

@@ -40,6 +40,8 @@ bool ctl_pool_queued(const struct peer *p);
 void ctl_pool_client_gone(struct ctl *c, struct peer *p);
 /* Every health tick: admission, queue progress to waiting clients, the launch watchdog. */
 void ctl_pool_tick(struct ctl *c);
+/* A worker's ACK/ERROR to a STASH the pool sent (true), or not the pool's (false). */
+bool ctl_pool_on_reply(struct ctl *c, struct peer *w, const lm_frame *f);
 void ctl_pool_on_status(struct peer *p, const lm_frame *f, const Lmw__PoolStatus *m);
 
 /* ---- a pool session's own device numbering ---- */

@@ -42,6 +42,8 @@ typedef struct wk_slot {
   lm_buffer *buf;              /* READY: the shard (one reference) */
   int code;                    /* FAILED: the status and ... */
   char *msg;                   /* ... its message (malloc'd) */
+  lm_device *stashed;          /* READY and moved to host memory by a STASH (wk_stash.c): the
+                                  device to charge it to again; NULL otherwise */
   struct wk_slot *next;        /* hash chain */
 } wk_slot;
 
@@ -69,6 +71,9 @@ void wk_slot_finish(wk_store *st, wk_slot *s, lm_buffer *buf, int code, const ch
 void wk_store_drop_array(wk_store *st, uint64_t session, uint64_t array, uint32_t ndev);
 /* Unlists every slot of the session and remembers it as closed. */
 void wk_store_close_session(wk_store *st, uint64_t session);
+/* The READY slots of a session, each with a reference the caller releases (wk_slot_release), in
+ * *out (malloc'd; NULL when none). Returns their count, or -1 when out of memory. */
+long wk_store_session_slots(wk_store *st, uint64_t session, wk_slot ***out);
 bool wk_store_session_closed(wk_store *st, uint64_t session);
 
 /* ---- programs and launches (wk_exec.c) ---- */
@@ -268,6 +273,8 @@ uint32_t wk_sc_receipt_failures(wk *w, char *first, size_t cap);
 void wk_on_checkpoint_io(wk *w, const lm_frame *f);
 /* DRAIN: answers ACK once no shard copy from here is in flight, then stops the worker (status 0). */
 void wk_on_drain(wk *w, uint64_t rid);
+/* STASH (wk_stash.c): a suspended pool session's shards out of device memory, or back. */
+void wk_on_stash(wk *w, uint64_t rid, const Lmw__Stash *m);
 void wk_sc_free(wk *w);
 
 /* ---- the worker ---- */

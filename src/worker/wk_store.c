@@ -120,6 +120,34 @@ void wk_slot_finish(wk_store *st, wk_slot *s, lm_buffer *buf, int code, const ch
   free(m);
 }
 
+long wk_store_session_slots(wk_store *st, uint64_t session, wk_slot ***out) {
+  *out = NULL;
+  size_t n = 0, cap = 0;
+  wk_slot **v = NULL;
+  pthread_mutex_lock(&st->mu);
+  for (size_t b = 0; b < st->nbuckets; b++)
+    for (wk_slot *x = st->buckets[b]; x; x = x->next) {
+      if (x->session != session || x->state != WK_SLOT_READY) continue;
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 64;
+        wk_slot **p = realloc(v, nc * sizeof *p);
+        if (!p) {
+          for (size_t i = 0; i < n; i++) v[i]->refs--; /* listed: none of these is the last reference */
+          pthread_mutex_unlock(&st->mu);
+          free(v);
+          return -1;
+        }
+        v = p;
+        cap = nc;
+      }
+      x->refs++;
+      v[n++] = x;
+    }
+  pthread_mutex_unlock(&st->mu);
+  *out = v;
+  return (long)n;
+}
+
 void wk_store_drop_array(wk_store *st, uint64_t session, uint64_t array, uint32_t ndev) {
   wk_slot *gone[64];
   for (uint32_t d0 = 0; d0 < ndev; d0 += 64) {

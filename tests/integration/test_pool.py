@@ -335,6 +335,48 @@ def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
     print(f"preempted after a {waited * 1000:.0f} ms wait; chain of {count} launches bitwise equal")
 
 
+def test_a_suspended_session_gives_back_its_device_memory(procs, tmp_path):
+    """Preempted, a batch session's shards move to host memory (STASH), so the prod session that
+    took its devices can use their memory too: with 64 MiB devices, batch's 40 MiB per device and
+    prod's 40 MiB per device fit only because batch's left. Resumed, batch's array is bitwise what
+    it put, back on its devices, and its launches run."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(4, memory="64MiB")
+    c.wait_devices(4)
+    sh = loom.Sharding.named(np.arange(4), ("d",), ("d",))
+    x = np.random.default_rng(7).standard_normal((4, 10 << 20 >> 2), dtype=np.float32)  # 10 MiB rows
+    x = np.repeat(x, 4, axis=1)  # 40 MiB per device
+    b = loom.connect(c.addr, devices=4, priority="batch", name="victim", progress=False, timeout=120)
+    xb = b.put(x, sharding=sh)
+    xb.block_until_ready(timeout=60)
+
+    def in_use():
+        return sum(d["memory_used"] for d in json.loads(run_loom("devices", "--json", "--controller", c.addr,
+                                                                  check=True).stdout)["devices"])
+
+    wait_for(lambda: in_use() >= 160 << 20, 10, what="batch's shards counted")
+    p = loom.connect(c.addr, devices=4, priority="prod", name="urgent", progress=False, timeout=120)
+    s = {v["session"]: v for v in pool_json(c.addr)["sessions"]}
+    assert s[b.session]["state"] == "suspended", s
+    xp = p.put(-x, sharding=sh)  # refused as out of device memory if batch's shards were still there
+    xp.block_until_ready(timeout=60)
+    (out,), fut = p.compile(ADD_ONE_4).launch(np.arange(8, dtype=np.int32))
+    fut.result(timeout=30)
+    assert np.array_equal(xp.numpy(), -x)
+    assert "moved to host memory" in procs.log(c.workers[0])
+    p.close()
+    wait_for(lambda: {v["session"]: v for v in pool_json(c.addr)["sessions"]}[b.session]["state"] == "running", 30,
+             what="the batch session resumed")
+    assert xb.numpy().tobytes() == x.tobytes()
+    (out,), fut = b.compile(ADD_ONE_4).launch(np.arange(8, dtype=np.int32))
+    fut.result(timeout=30)
+    assert np.array_equal(out.numpy(), np.arange(1, 9, dtype=np.int32))
+    wait_for(lambda: "moved back on their devices" in procs.log(c.workers[0]), 10, what="the shards moved back")
+    wait_for(lambda: in_use() >= 160 << 20, 10, what="batch's shards charged to their devices again")
+    b.close()
+
+
 def spin_program(nd, k):
     return (PROGRAMS / "spin_4.mlir").read_text().replace("dense<1000000>", f"dense<{k}>") if nd == 4 else None
 
