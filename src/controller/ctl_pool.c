@@ -36,9 +36,9 @@ typedef struct pool_class {
 
 typedef struct pool_quota {
   char user[LM_TOKEN_USER_MAX + 1];
-  bool has_devices, has_memory, has_sessions, has_launches;
+  bool has_devices, has_memory, has_sessions, has_launches, has_session_memory;
   uint32_t devices, sessions, launches;
-  uint64_t memory;
+  uint64_t memory, session_memory;
 } pool_quota;
 
 enum { PS_QUEUED = 0, PS_RUNNING, PS_SHARED, PS_CLOSED,
@@ -412,6 +412,9 @@ static int parse_config(ctl_pool *P, const char *path, char *text, lm_err *err) 
       } else if (!strcmp(key, "device_memory")) {
         ok = value_size(&v, &x) == 0;
         q->memory = x, q->has_memory = true;
+      } else if (!strcmp(key, "session_device_memory")) {
+        ok = value_size(&v, &x) == 0;
+        q->session_memory = x, q->has_session_memory = true;
       } else {
         known = false;
       }
@@ -478,7 +481,8 @@ int ctl_pool_init(ctl *c, const char *path, lm_err *err) {
     class_list(P, cl, sizeof cl);
     lm_info("pool configuration %s: classes %s (default %s), %u user quotas%s", path, cl,
             P->classes[P->default_class].name, P->nquotas,
-            P->dflt.has_devices || P->dflt.has_memory || P->dflt.has_sessions || P->dflt.has_launches
+            P->dflt.has_devices || P->dflt.has_memory || P->dflt.has_sessions || P->dflt.has_launches ||
+                    P->dflt.has_session_memory
                 ? " and a default quota"
                 : "");
   }
@@ -518,8 +522,29 @@ void ctl_pool_free(ctl *c) {
 
 /* ---- quotas ---- */
 
-enum { Q_DEVICES, Q_MEMORY, Q_SESSIONS, Q_LAUNCHES };
-static const char *const g_quota_names[] = {"devices", "device_memory", "sessions", "queued_launches"};
+enum { Q_DEVICES, Q_MEMORY, Q_SESSIONS, Q_LAUNCHES, Q_SESSION_MEMORY };
+static const char *const g_quota_names[] = {"devices", "device_memory", "sessions", "queued_launches",
+                                            "session_device_memory"};
+
+static bool quota_has(const pool_quota *q, int kind) {
+  switch (kind) {
+  case Q_DEVICES: return q->has_devices;
+  case Q_MEMORY: return q->has_memory;
+  case Q_SESSIONS: return q->has_sessions;
+  case Q_LAUNCHES: return q->has_launches;
+  default: return q->has_session_memory;
+  }
+}
+
+static uint64_t quota_value(const pool_quota *q, int kind) {
+  switch (kind) {
+  case Q_DEVICES: return q->devices;
+  case Q_MEMORY: return q->memory;
+  case Q_SESSIONS: return q->sessions;
+  case Q_LAUNCHES: return q->launches;
+  default: return q->session_memory;
+  }
+}
 
 /* The user's limit of that kind (0: none) and the section it comes from. */
 static uint64_t quota_of(const ctl_pool *P, const char *user, int kind, const char **from) {
@@ -529,11 +554,9 @@ static uint64_t quota_of(const ctl_pool *P, const char *user, int kind, const ch
   for (int k = 0; k < 2; k++) {
     const pool_quota *q = qs[k];
     if (!q) continue;
-    bool has = kind == Q_DEVICES ? q->has_devices : kind == Q_MEMORY ? q->has_memory
-             : kind == Q_SESSIONS ? q->has_sessions : q->has_launches;
-    if (!has) continue;
+    if (!quota_has(q, kind)) continue;
     *from = k == 0 ? "user" : "default";
-    return kind == Q_DEVICES ? q->devices : kind == Q_MEMORY ? q->memory : kind == Q_SESSIONS ? q->sessions : q->launches;
+    return quota_value(q, kind);
   }
   *from = NULL;
   return 0;
@@ -545,7 +568,7 @@ static const char *user_label(const char *user) { return user[0] ? user : "(anon
 static void quota_name(const ctl_pool *P, const char *user, int kind, uint64_t limit, const char *from, char *buf,
                        size_t cap) {
   char lim[48];
-  if (kind == Q_MEMORY) fmt_bytes(limit, lim, sizeof lim);
+  if (kind == Q_MEMORY || kind == Q_SESSION_MEMORY) fmt_bytes(limit, lim, sizeof lim);
   else snprintf(lim, sizeof lim, "%llu", (unsigned long long)limit);
   snprintf(buf, cap, "quota %s = %s of user %.64s ([quota.%.64s] in %.200s)", g_quota_names[kind], lim, user_label(user),
            !strcmp(from, "user") ? user : "default", P->path);
@@ -1168,7 +1191,16 @@ static uint64_t array_bytes(const c_array *a) {
 
 static int check_memory(const ctl_pool *P, const pool_sess *s, uint64_t more, const char *what, lm_err *err) {
   const char *from;
-  uint64_t q = quota_of(P, s->user, Q_MEMORY, &from);
+  uint64_t q = quota_of(P, s->user, Q_SESSION_MEMORY, &from); /* each session's own share */
+  if (q && (more > q || s->memory > q - more)) {
+    char qn[512], have[32], want[32];
+    quota_name(P, s->user, Q_SESSION_MEMORY, q, from, qn, sizeof qn);
+    fmt_bytes(s->memory, have, sizeof have);
+    fmt_bytes(more, want, sizeof want);
+    return lm_errf(err, LOOM_DEVICE_OUT_OF_MEMORY, "%s needs %s of device memory; session %llu holds %s already: %s",
+                   what, want, (unsigned long long)s->id, have, qn);
+  }
+  q = quota_of(P, s->user, Q_MEMORY, &from);
   if (!q) return 0;
   user_now un = user_totals(P, s->user);
   if (more <= q && un.memory <= q - more) return 0;

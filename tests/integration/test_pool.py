@@ -187,6 +187,28 @@ def test_quota_refusals_name_the_quota(procs, tmp_path, monkeypatch):
         cl.close()
 
 
+def test_time_sharing_sessions_split_device_memory(procs, tmp_path):
+    """`session_device_memory` gives each session its own share of device memory: two sessions
+    time-sharing the same devices each hold up to 1 KiB, whatever the other holds."""
+    c = start(procs, tmp_path, config='[quota.default]\nsession_device_memory = "1KiB"\n')
+    a = loom.connect(c.addr, devices=4, weight=1, progress=False)
+    b = loom.connect(c.addr, devices=4, weight=2, progress=False)
+    try:
+        sa = {x["session"]: x for x in pool_json(c.addr)["sessions"]}
+        assert sa[a.session]["device_ids"] == sa[b.session]["device_ids"]  # the same devices
+        xa = a.put(np.arange(192, dtype=np.int32))  # 768 bytes
+        with pytest.raises(loom.errors.DeviceOutOfMemoryError,
+                           match=rf"session {a.session} holds 768 B already: quota session_device_memory = 1.0 KiB"):
+            a.put(np.zeros(128, np.int32))
+        xb = b.put(np.arange(192, dtype=np.int32))  # b has a share of its own
+        assert np.array_equal(xa.numpy(), xb.numpy())
+        xa.delete()
+        a.put(np.zeros(128, np.int32)).block_until_ready(timeout=30)  # freed: fits again
+    finally:
+        a.close()
+        b.close()
+
+
 def test_bad_config_is_refused_with_the_line(procs, tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[pool]\nclasses = ["a", "b"]\n[quota.bob]\ndevices = "many"\n')
