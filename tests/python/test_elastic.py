@@ -303,8 +303,14 @@ G_BODY = """      %c = stablehlo.constant dense<0.001> : tensor<f32>
       %r = stablehlo.add %m, %co : tensor<{k}xf32>"""
 
 
+def _fetch(a):
+    """Every shard fetched from its worker now (Array.numpy() caches what it fetched once)."""
+    return np.concatenate([a.shard(i) for i in range(8)]).tobytes()
+
+
 def _replay_cluster(daemons, *controller_flags):
-    daemons.controller(*controller_flags)
+    # --recover-wait: puts are snapshotted even before the standby's data plane is known
+    daemons.controller("--recover-wait", "30000", *controller_flags)
     _, w1 = daemons.two_workers()
     daemons.worker("s0", "--standby")
     daemons.wait_workers(2, 1)
@@ -327,14 +333,71 @@ def test_replay_recomputes_lost_launch_outputs_bitwise(daemons):
         y = f(x)
         z = g(y)
         t = g(z)
-        before = {"y": y.numpy().tobytes(), "t": t.numpy().tobytes(), "u": g(t).numpy().tobytes()}
+        before = {"y": _fetch(y), "t": _fetch(t), "u": _fetch(g(t))}
         z.delete()
         os.kill(w1.pid, signal.SIGKILL)
         wait_for(lambda: daemons.status()["recoveries"] == 1, 30, what="the recovery")
-        assert y.numpy().tobytes() == before["y"]
-        assert t.numpy().tobytes() == before["t"]
-        assert g(t).numpy().tobytes() == before["u"]  # a later launch reads the recomputed shards
+        assert _fetch(y) == before["y"]
+        assert _fetch(t) == before["t"]
+        assert _fetch(g(t)) == before["u"]  # a later launch reads the recomputed shards
         log = daemons.log("controller")
         assert "recomputed by replaying it" in log and "recomputed its lost shards" in log, log[-3000:]
+    finally:
+        c.close()
+
+
+def test_replay_chain_broken_by_a_deleted_input_names_the_arrays(daemons):
+    """With --replay-keep-mb 0 nothing deleted is kept: y = f(x) with x deleted cannot be replayed
+    after worker 1 is lost, and the error names y, the launch and x; a put with a snapshot and an
+    array computed from live inputs are still restored (bitwise)."""
+    import loom
+    n = 4096
+    w1 = _replay_cluster(daemons, "--replay-keep-mb", "0")
+    c = loom.connect(daemons.addr)
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        xs = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+        x = c.put(xs, loom.Sharding.tiled(range(8), 0))
+        x2 = c.put(xs * 2, loom.Sharding.tiled(range(8), 0))
+        y, y2 = f(x), f(x2)
+        y2_before = _fetch(y2)
+        _fetch(y)
+        xid = x.id
+        x.delete()
+        os.kill(w1.pid, signal.SIGKILL)
+        wait_for(lambda: daemons.status()["recoveries"] == 1, 30, what="the recovery")
+        with pytest.raises(loom.LoomError) as e:
+            _fetch(y)
+        msg = str(e.value)
+        assert f"array {y.id} lost its shard on device 4" in msg, msg
+        assert f"read array {xid}, which the client deleted and which was not kept" in msg, msg
+        assert _fetch(y2) == y2_before
+        assert _fetch(x2) == (xs * 2).tobytes()
+    finally:
+        c.close()
+
+
+def test_replay_of_an_input_lost_without_snapshot_fails_naming_it(daemons):
+    """--no-snapshots: x (a put) is lost for good, so y = f(x) cannot be recomputed: both errors say
+    why (y's names x)."""
+    import loom
+    n = 4096
+    w1 = _replay_cluster(daemons, "--no-snapshots")
+    c = loom.connect(daemons.addr)
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        xs = np.arange(n, dtype=np.float32)
+        x = c.put(xs, loom.Sharding.tiled(range(8), 0))
+        y = f(x)
+        _fetch(y)
+        os.kill(w1.pid, signal.SIGKILL)
+        wait_for(lambda: daemons.status()["recoveries"] == 1, 30, what="the recovery")
+        with pytest.raises(loom.LoomError) as e:
+            _fetch(x)
+        assert "was put or loaded, not computed by a launch" in str(e.value), str(e.value)
+        with pytest.raises(loom.LoomError) as e:
+            _fetch(y)
+        msg = str(e.value)
+        assert f"array {y.id} lost its shard on device 4" in msg and f"read array {x.id}, which failed" in msg, msg
     finally:
         c.close()
