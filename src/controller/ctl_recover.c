@@ -413,6 +413,7 @@ static bool keep_for_replay(ctl *c, rec_zombie *z) {
   struct ctl_rec *r = c->rec;
   uint64_t b = shard_bytes(z->a), cap = (uint64_t)c->cfg.replay_keep_mb << 20;
   if (!b) b = 1;
+  if (!recovery_possible(c)) return false; /* no standby to recover onto, none waited for: nothing to replay */
   if (r->kept_bytes + b > cap) {
     lm_info("session %llu deleted array %llu, which a replay of a live array reads: not kept (%llu bytes kept "
             "already, --replay-keep-mb %u)", (unsigned long long)z->session->id, (unsigned long long)z->a->id,
@@ -790,7 +791,7 @@ static int resolve(ctl *c, rec_target *t, int depth) {
     snprintf(why, sizeof why, "recomputing it needs a chain of more than %d launches", REPLAY_MAX_DEPTH);
   else if (e->seq != a->producer || !e->ids || e->session != s->id)
     snprintf(why, sizeof why, "launch %llu, which computed it, is no longer in the launch log (it keeps the last %d "
-             "launches)", seq, LM_LAUNCH_LOG_MAX);
+             "launches, and starts empty when the controller restarts)", seq, LM_LAUNCH_LOG_MAX);
   else if (e->status != 0)
     snprintf(why, sizeof why, "launch %llu, which computed it, did not complete", seq);
   else if (!(prog = program_by_id(c, e->program)) || prog->state != P_READY || !prog->info ||
