@@ -11,7 +11,7 @@ array of --mib MiB is tiled over the 8 devices (half of it on worker 1):
   chain     y = f(x); z = g(y); del y z's replay needs y, itself recomputed first (two replays)
 
 Worker 1 is SIGKILLed and the array is fetched shard by shard; measured: kill -> every shard
-fetched (what a client waiting on it sees), and for the replays the controller's own figure
+fetched (what a client waiting on it sees), beside the same fetch before the kill, and for the replays the controller's own figure
 (kill -> the last replay completed, from its recovery events). Also: f's and g's steady launch
 time on the healthy cluster, the floor of what a replay costs beyond the restore of its inputs.
 
@@ -150,12 +150,15 @@ def one(case, mib):
                     f(x).block_until_ready()
                     steady.append(time.perf_counter() - t0)
                 target = f(x)
+                target.block_until_ready()
             else:
                 y = f(x)
                 target = g(y)
                 target.block_until_ready()
                 y.delete()
+            t0 = time.perf_counter()
             before = fetch(target).tobytes()
+            plain = time.perf_counter() - t0
             t0 = time.perf_counter()
             cl.w1.send_signal(signal.SIGKILL)
             after = fetch(target).tobytes()
@@ -164,7 +167,7 @@ def one(case, mib):
             m = re.findall(r"recomputed its lost shards \(\d+ arrays\) (\d+) ms after", cl.log())
             ctl_ms = max(map(int, m)) if m else None
             c.close()
-            return took, ctl_ms, (statistics.median(steady) if steady else None)
+            return took, ctl_ms, (statistics.median(steady) if steady else None), plain
         finally:
             cl.stop()
 
@@ -176,7 +179,8 @@ def main():
     a = ap.parse_args()
     print(f"array f32 of {a.mib} MiB tiled over 8 devices of 2 workers; worker 1 (half the array) SIGKILLed;"
           f" median of {a.repeat} fresh clusters per case")
-    print(f"{'case':10} {'kill->fetched ms':>17} {'controller: kill->replayed ms':>30} {'steady f launch ms':>19}")
+    print(f"{'case':10} {'kill->fetched ms':>17} {'fetch, no fault ms':>19} {'controller: kill->replayed ms':>30} "
+          f"{'steady f launch ms':>19}")
     cases = ["snapshot", "replay", "chain"]
     res = {k: [] for k in cases}
     for r in range(a.repeat):  # each round rotates which case goes first (the machine's load drifts)
@@ -187,7 +191,8 @@ def main():
         took = statistics.median(r[0] for r in rs) * 1e3
         ctl = [r[1] for r in rs if r[1] is not None]
         st = [r[2] for r in rs if r[2] is not None]
-        print(f"{case:10} {took:17.1f} {(f'{statistics.median(ctl):.0f}' if ctl else '-'):>30} "
+        plain = statistics.median(r[3] for r in rs) * 1e3
+        print(f"{case:10} {took:17.1f} {plain:19.1f} {(f'{statistics.median(ctl):.0f}' if ctl else '-'):>30} "
               f"{(f'{statistics.median(st) * 1e3:.1f}' if st else '-'):>19}", flush=True)
 
 if __name__ == "__main__":

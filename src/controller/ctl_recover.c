@@ -61,6 +61,7 @@ typedef struct rec_target {
   c_array *a;                /* the session's array, or a zombie's copy */
   uint32_t dev;              /* a lost shard's device (named in errors) */
   int st;                    /* T_* */
+  bool lazy;                 /* a deleted array kept for replays: recomputed only if a replay needs it */
 } rec_target;
 
 /* A replay: a completed launch run again on the new device map (c_launch.replay). */
@@ -97,7 +98,8 @@ struct ctl_rec {
   size_t ndeferred;
   rec_lost *queue;           /* workers lost while a recovery ran */
   rec_zombie *zombies;
-  uint64_t kept_bytes;       /* zombies kept for replays (--replay-keep-mb) */
+  uint64_t kept_bytes;       /* zombies kept for replays (--replay-keep-mb) ... */
+  uint32_t nkept;            /* ... and how many (at most REPLAY_KEEP_MAX) */
   rec_target *targets;       /* this recovery's arrays to recompute */
   size_t ntargets, targets_cap;
   c_launch **replays;        /* planned replays, in the order of the launches they recompute */
@@ -408,18 +410,29 @@ void ctl_lineage_drop(ctl *c, lm_session *s, c_array *a) {
   a->nlin = 0;
 }
 
+#define REPLAY_KEEP_MAX 4096 /* deleted arrays kept for replays, whatever their size */
+
+static void unkeep(struct ctl_rec *r, rec_zombie *z) {
+  if (!z->kept_bytes) return;
+  r->kept_bytes -= z->kept_bytes < r->kept_bytes ? z->kept_bytes : r->kept_bytes;
+  if (r->nkept) r->nkept--;
+  z->kept_bytes = 0;
+}
+
 /* Takes the bytes of zombie z into the replay budget: false when they do not fit. */
 static bool keep_for_replay(ctl *c, rec_zombie *z) {
   struct ctl_rec *r = c->rec;
   uint64_t b = shard_bytes(z->a), cap = (uint64_t)c->cfg.replay_keep_mb << 20;
   if (!b) b = 1;
   if (!recovery_possible(c)) return false; /* no standby to recover onto, none waited for: nothing to replay */
-  if (r->kept_bytes + b > cap) {
-    lm_info("session %llu deleted array %llu, which a replay of a live array reads: not kept (%llu bytes kept "
-            "already, --replay-keep-mb %u)", (unsigned long long)z->session->id, (unsigned long long)z->a->id,
-            (unsigned long long)r->kept_bytes, c->cfg.replay_keep_mb);
+  if (r->kept_bytes + b > cap || r->nkept >= REPLAY_KEEP_MAX) {
+    lm_info("session %llu deleted array %llu, which a replay of a live array reads: not kept (%u arrays, %llu "
+            "bytes kept already; at most %d arrays and --replay-keep-mb %u MiB)", (unsigned long long)z->session->id,
+            (unsigned long long)z->a->id, r->nkept, (unsigned long long)r->kept_bytes, REPLAY_KEEP_MAX,
+            c->cfg.replay_keep_mb);
     return false;
   }
+  r->nkept++;
   r->kept_bytes += b;
   z->kept_bytes = b;
   return true;
@@ -470,7 +483,7 @@ static void sweep_zombies(ctl *c) {
   for (rec_zombie **pp = &r->zombies; *pp;) {
     rec_zombie *z = *pp;
     if (ctl_launch_reads(c, z->session->id, z->a->id) ||
-        (z->a->lin_refs && (z->kept_bytes || keep_for_replay(c, z)))) {
+        (z->a->lin_refs && z->a->state != A_FAILED && (z->kept_bytes || keep_for_replay(c, z)))) {
       pp = &z->next;
       continue;
     }
@@ -487,7 +500,7 @@ static void sweep_zombies(ctl *c) {
       if (z->a->bk && z->a->bk[i] != LM_REG_NO_DEVICE && z->a->bk[i] != w)
         ctl_worker_send(c, z->a->bk[i], LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0, NULL);
     }
-    r->kept_bytes -= z->kept_bytes < r->kept_bytes ? z->kept_bytes : r->kept_bytes;
+    unkeep(r, z);
     ctl_lineage_drop(c, z->session, z->a); /* its own inputs may go at the next sweep */
     zombie_free(z);
   }
@@ -639,7 +652,7 @@ static bool needs_replay(ctl *c, const c_array *a) {
   return false;
 }
 
-static void add_target(ctl *c, lm_session *s, c_array *a) {
+static void add_target(ctl *c, lm_session *s, c_array *a, bool lazy) {
   struct ctl_rec *r = c->rec;
   if (r->ntargets == r->targets_cap) {
     size_t cap = r->targets_cap ? r->targets_cap * 2 : 16;
@@ -656,11 +669,11 @@ static void add_target(ctl *c, lm_session *s, c_array *a) {
       dev = a->devs[k];
       break;
     }
-  r->targets[r->ntargets++] = (rec_target){.s = s, .a = a, .dev = dev, .st = T_OPEN};
+  r->targets[r->ntargets++] = (rec_target){.s = s, .a = a, .dev = dev, .st = T_OPEN, .lazy = lazy};
 }
 
 /* Restores array a's shards that lived on the lost worker's devices (now the replacement's). */
-static void restore_array(ctl *c, lm_session *s, c_array *a) {
+static void restore_array(ctl *c, lm_session *s, c_array *a, bool zombie) {
   struct ctl_rec *r = c->rec;
   int state = state_of(c, a);
   if (state == A_FAILED) return;
@@ -676,7 +689,7 @@ static void restore_array(ctl *c, lm_session *s, c_array *a) {
     }
     if (state == A_PENDING) continue; /* its producer is re-issued and computes it */
     if (!r->draining && !checked && (checked = true) && needs_replay(c, a)) { /* recomputed, every lost shard at once */
-      add_target(c, s, a);
+      add_target(c, s, a, zombie && !rec_reads(c, s->id, a->id)); /* (a re-issued launch reads it: now) */
       return;
     }
     uint32_t dst_local = lm_registry_device(c->reg, a->devs[k])->local_index;
@@ -843,7 +856,20 @@ static int cmp_replay(const void *x, const void *y) {
 
 static void plan_replays(ctl *c) {
   struct ctl_rec *r = c->rec;
-  for (size_t i = 0; i < r->ntargets; i++) resolve(c, &r->targets[i], 0);
+  for (size_t i = 0; i < r->ntargets; i++)
+    if (!r->targets[i].lazy) resolve(c, &r->targets[i], 0);
+  for (size_t i = 0; i < r->ntargets; i++) { /* kept arrays no replay needed: their lost shards stay lost */
+    rec_target *t = &r->targets[i];
+    if (t->st != T_OPEN || !t->a) continue;
+    char msg[LM_ERR_MSG_MAX];
+    snprintf(msg, sizeof msg, "array %llu (deleted, kept for replays) lost its shard on device %u with worker %u (%s), "
+             "and no replay needed it then", (unsigned long long)t->a->id, t->dev, r->dead, r->why);
+    lm_debug("recovery: session %llu: %s", (unsigned long long)t->s->id, msg);
+    t->a->state = A_FAILED;
+    t->a->code = LOOM_WORKER_LOST;
+    free(t->a->msg);
+    t->a->msg = strdup(msg);
+  }
   /* a launch before the ones reading what it computes: inputs come from earlier launches */
   if (r->nreplays) qsort(r->replays, r->nreplays, sizeof *r->replays, cmp_replay);
   for (size_t i = 0; i < r->nreplays; i++) {
@@ -980,10 +1006,10 @@ static void rec_swap(ctl *c, uint32_t repl) {
     lm_session *s = p->session;
     for (size_t i = 0; i < s->cap; i++) {
       c_array *a = s->slots[i].id ? lm_session_get(s, s->slots[i].id, H_ARRAY) : NULL; /* skips deleted slots */
-      if (a) restore_array(c, s, a);
+      if (a) restore_array(c, s, a, false);
     }
   }
-  for (rec_zombie *z = r->zombies; z; z = z->next) restore_array(c, z->session, z->a);
+  for (rec_zombie *z = r->zombies; z; z = z->next) restore_array(c, z->session, z->a, true);
   plan_replays(c);
   if (r->loads_pending == 0) rec_finish(c);
 }
@@ -1183,7 +1209,7 @@ void ctl_recover_client_gone(ctl *c, peer *p) {
     rec_zombie *z = *pp;
     if (z->session == p->session) {
       *pp = z->next;
-      r->kept_bytes -= z->kept_bytes < r->kept_bytes ? z->kept_bytes : r->kept_bytes;
+      unkeep(r, z);
       zombie_free(z);
     } else {
       pp = &z->next;
