@@ -401,3 +401,39 @@ def test_replay_of_an_input_lost_without_snapshot_fails_naming_it(daemons):
         assert f"array {y.id} lost its shard on device 4" in msg and f"read array {x.id}, which failed" in msg, msg
     finally:
         c.close()
+
+
+def test_deleted_inputs_are_kept_for_replays_until_their_dependents_go(daemons):
+    """y = f(x) has shards no other worker holds, so deleting x keeps its shards at the workers (a
+    replay of y reads x); deleting y frees both. A deleted array nothing depends on is freed at once
+    (the control)."""
+    import loom
+    n = 1 << 20  # 4 MiB of f32
+    _replay_cluster(daemons)
+    c = loom.connect(daemons.addr)
+
+    def used():
+        devs = json.loads(run_loom("devices", "--json", "--controller", daemons.addr, check=True).stdout)["devices"]
+        return sum(d["memory_used"] for d in devs)
+
+    def settles_at(want, what):
+        wait_for(lambda: abs(used() - want) < (1 << 20), 20, what=what)
+
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        base = used()
+        free = c.put(np.ones(n, np.float32), loom.Sharding.tiled(range(8), 0))
+        settles_at(base + 4 * n, "the put's shards to be counted")
+        free.delete()
+        settles_at(base, "a deleted array nothing depends on to be freed")
+        x = c.put(np.ones(n, np.float32), loom.Sharding.tiled(range(8), 0))
+        y = f(x)
+        y.block_until_ready()
+        settles_at(base + 8 * n, "x and y to be counted")
+        x.delete()
+        time.sleep(1.5)  # heartbeats report memory every 200 ms
+        assert abs(used() - (base + 8 * n)) < (1 << 20), "x was freed though y's replay reads it"
+        y.delete()
+        settles_at(base, "x to be freed once y is gone")
+    finally:
+        c.close()
