@@ -8,15 +8,20 @@
  *   2. programs the lost worker had loaded are loaded on the replacement;
  *   3. every live shard the lost worker held is restored on the replacement: copied from a
  *      replica on another worker, else from its snapshot in another worker's host memory
- *      (puts are snapshotted when they are created); arrays with neither fail with an error
- *      naming them. Copies go worker to worker (SHARD_COPY); the replacement lists the shard
- *      as pending at once, so launches that read it wait for it;
- *   4. once the programs are loaded, the launches taken aside are re-issued in their order with
- *      new sequence numbers (launches are deterministic: the results are bitwise the same), and
- *      the held requests are replayed. The clients' futures complete normally.
+ *      (puts are snapshotted when they are created), else, for an array a completed launch
+ *      computed, by replaying that launch from the launch log (planned here, recursively for
+ *      its inputs lost too; "replays" below); arrays with none of these fail with an error
+ *      naming them and why. Copies go worker to worker (SHARD_COPY); the replacement lists the
+ *      shard as pending at once, so launches that read it wait for it;
+ *   4. once the programs are loaded, the replays run (in the order of the launches they
+ *      recompute, on every device of each, scratch outputs on the healthy workers), then the
+ *      launches taken aside are re-issued in their order with new sequence numbers (launches
+ *      are deterministic: the results are bitwise the same), and the held requests are
+ *      replayed. The clients' futures complete normally.
  *
  * Arrays a client deletes while a launch in flight reads them are kept ("zombies") until no
- * active launch reads them, so a re-issued launch still finds its inputs. One recovery runs at a
+ * active launch reads them, so a re-issued launch still finds its inputs; so are deleted arrays
+ * that the replay of a live array would read (lineage, within --replay-keep-mb). One recovery runs at a
  * time; workers lost meanwhile queue. Everything runs on the loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
