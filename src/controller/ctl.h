@@ -11,7 +11,8 @@
  *   ctl_metrics.c   counters and the Prometheus text format
  *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
  *   ctl_recover.c   elastic recovery: standbys take over lost workers' devices, shards are
- *                   restored, launches in flight re-issued; snapshots of puts; drain
+ *                   restored (or recomputed by replaying their producers from the launch log),
+ *                   launches in flight re-issued; snapshots of puts; drain
  *   ctl_ckpt.c      checkpoints: named arrays saved to and loaded from safetensors files that the
  *                   workers write and read; manifests (file work on the thread pool)
  *   ctl_journal.c   the journal (--state): durable state in SQLite (journal.c), restored at start;
