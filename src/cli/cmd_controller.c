@@ -50,6 +50,8 @@ static const char g_usage[] =
     "                              fail (default 0: they fail at once; docs/elastic.md)\n"
     "  --no-snapshots              do not snapshot puts without a replica into another worker's host\n"
     "                              memory (taken while a standby exists or --recover-wait is set)\n"
+    "  --replay-keep-mb N          arrays a client deleted that a replay of a live array still reads\n"
+    "                              are kept at the workers, at most N MiB in all (default 256; 0: none)\n"
     "  --checkpoint-dir DIR        where `loom checkpoint save` writes (a directory per user below it;\n"
     "                              default $LOOM_STATE_DIR/checkpoints). With workers on several hosts it\n"
     "                              must be a shared filesystem mounted at the same path on every host\n"
@@ -70,7 +72,7 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT };
+         O_RECWAIT, O_NOSNAP, O_KEEPMB, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -91,6 +93,7 @@ int cmd_controller(int argc, char **argv) {
       {"config", required_argument, 0, O_CONFIG},
       {"recover-wait", required_argument, 0, O_RECWAIT},
       {"no-snapshots", no_argument, 0, O_NOSNAP},
+      {"replay-keep-mb", required_argument, 0, O_KEEPMB},
       {"checkpoint-dir", required_argument, 0, O_CKPTDIR},
       {"admins", required_argument, 0, O_ADMINS},
       {"state", required_argument, 0, O_STATE},
@@ -125,6 +128,10 @@ int cmd_controller(int argc, char **argv) {
       cfg.recover_wait_ms = (uint32_t)v;
       break;
     case O_NOSNAP: cfg.no_snapshots = true; break;
+    case O_KEEPMB:
+      if (cli_parse_u64(cmd, "--replay-keep-mb", optarg, 0, 1u << 30, &v) < 0) return 2;
+      cfg.replay_keep_mb = (uint32_t)v;
+      break;
     case O_CKPTDIR: cfg.checkpoint_dir = optarg; break;
     case O_ADMINS: cfg.admins = optarg; break;
     case O_STATE: cfg.state_dir = optarg; break;

@@ -31,6 +31,7 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->max_peers = 4096;
   c->max_sessions_per_user = 1024;
   c->reclaim_after_ms = 60000;
+  c->replay_keep_mb = 256;
   lm_conn_config_default(&c->conn);
 }
 

@@ -37,6 +37,9 @@ typedef struct lm_controller_config {
   uint32_t recover_wait_ms;        /* a lost worker with no standby to replace it: its launches wait
                                       this long for a new worker (0, the default: they fail at once) */
   bool no_snapshots;               /* do not snapshot puts into other workers' host memory */
+  uint32_t replay_keep_mb;         /* deleted arrays kept at the workers because a live array's
+                                      replay reads them: at most this many MiB (default 256; 0:
+                                      none kept) */
   const char *checkpoint_dir;      /* where checkpoints go (a directory per user below it); it must
                                       be the same shared filesystem path on every worker's host.
                                       NULL: checkpoints are refused */

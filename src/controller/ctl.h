@@ -11,7 +11,8 @@
  *   ctl_metrics.c   counters and the Prometheus text format
  *   ctl_pool.c      the shared pool: admission, queue, quotas, accounting, watchdog (ctl_pool.h)
  *   ctl_recover.c   elastic recovery: standbys take over lost workers' devices, shards are
- *                   restored, launches in flight re-issued; snapshots of puts; drain
+ *                   restored (or recomputed by replaying their producers from the launch log),
+ *                   launches in flight re-issued; snapshots of puts; drain
  *   ctl_ckpt.c      checkpoints: named arrays saved to and loaded from safetensors files that the
  *                   workers write and read; manifests (file work on the thread pool)
  *   ctl_journal.c   the journal (--state): durable state in SQLite (journal.c), restored at start;
@@ -82,6 +83,12 @@ typedef struct c_array {
   uint64_t pool_bytes;
   uint32_t *bk;              /* [sh.ndev] the worker keeping a snapshot of shard i in host memory,
                                 LM_REG_NO_DEVICE for none; NULL: no snapshots (ctl_recover.c) */
+  /* lineage (replay, ctl_recover.c): a launch output with a shard that no other worker holds
+   * records its producer's inputs, each of which counts it in lin_refs; a deleted array with
+   * lin_refs > 0 is kept at the workers (within --replay-keep-mb) so a replay can still read it */
+  uint64_t *lin_in;          /* [nlin] its producer's inputs (NULL: none recorded) */
+  uint32_t nlin;
+  uint32_t lin_refs;         /* recorded arrays (live or kept) whose producer read this one */
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
@@ -157,6 +164,8 @@ typedef struct c_log_entry {
 } c_log_entry;
 
 #define LM_LAUNCH_LOG_MAX 65536
+/* Array ids from here on are the controller's (a replay's scratch outputs); clients may not use them. */
+#define LM_CTL_RESERVED_IDS (UINT64_C(1) << 63)
 
 struct c_launch {
   uint64_t seq;
@@ -178,8 +187,11 @@ struct c_launch {
   pool_sess *pool;           /* charged for it (ctl_pool.c) */
   uint64_t started_ns;       /* when it was sent to the workers (uv_hrtime) */
   uint64_t jno;              /* the journal operation of its record (its reply waits for its commit) */
-  uint64_t *r_inputs;        /* restored from the journal: its inputs until it is sent again */
+  uint64_t *r_inputs;        /* restored from the journal: its inputs until it is sent again; a
+                                replay: its inputs (ctl_launch_reads) */
   uint32_t r_nin;
+  struct c_replay *replay;   /* a recovery's recomputation of a completed launch (ctl_recover.c), not
+                                logged or journaled, no client; NULL for every other launch */
   c_launch *hnext;           /* hash chain by seq */
   c_launch *prev, *next;     /* active list */
 };
@@ -380,6 +392,11 @@ void ctl_launch_reissue(ctl *c, c_launch *l);
 void ctl_launch_abandon(ctl *c, c_launch *l, int code, const char *why);
 /* True when an active launch of the session reads array (it must outlive a delete until then). */
 bool ctl_launch_reads(ctl *c, uint64_t session, uint64_t array);
+/* Sends a replay (l: prog, session, replay set; not listed) under a new sequence number: the
+ * inputs in[0..nin) on every device, and per process p the outputs outs[p * nout .. + nout)
+ * (RunDevice.outputs). Not logged or journaled; ctl_replay_end runs when it is over. */
+void ctl_launch_replay(ctl *c, c_launch *l, lm_session *s, const uint64_t *in, uint32_t nin, const uint64_t *outs,
+                       uint32_t nout);
 
 /* elastic recovery (ctl_recover.c, docs/elastic.md) */
 int ctl_recover_init(ctl *c);
@@ -408,7 +425,17 @@ void ctl_snapshot_plan(ctl *c, c_array *a);   /* before the placement reply: fil
 void ctl_snapshot_put(ctl *c, peer *p, c_array *a);  /* after it: sends the copies */
 /* ARRAY_DELETE of an array an active launch still reads: keeps its shards until that launch is
  * over (a recovery may re-issue it). True: taken, the caller sends no FREE_ARRAYS. */
-bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a);
+bool ctl_zombie_keep(ctl *c, lm_session *s, c_array *a);
+/* A new launch output a (inputs in[0..nin) of its producer): records its lineage when one of its
+ * shards has no copy on another worker (the inputs' lin_refs count it). */
+void ctl_lineage_note(ctl *c, lm_session *s, c_array *a, const uint64_t *in, size_t nin);
+/* Array a of session s is deleted for good (not kept): its inputs stop counting it. */
+void ctl_lineage_drop(ctl *c, lm_session *s, c_array *a);
+/* A replay launch is over (ok or not): its scratch outputs are freed, its targets failed if it
+ * failed (called by launch_free). */
+void ctl_replay_end(ctl *c, c_launch *l);
+/* A replay launch failed (msg): the arrays it restores fail with it. */
+void ctl_replay_failed(ctl *c, c_launch *l, int code, const char *msg);
 /* DRAIN from a client: moves a live worker's devices and shards to a standby (like a recovery,
  * with the drained worker as the source of every shard), then releases it; the reply comes
  * when it is over. */

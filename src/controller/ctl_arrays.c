@@ -16,6 +16,7 @@ void ctl_array_destroy(void *obj) {
   free(a->devs);
   free(a->bk);
   free(a->msg);
+  free(a->lin_in);
   free(a);
 }
 
@@ -171,6 +172,9 @@ int ctl_array_new(peer *p, uint64_t id, uint32_t dtype, const uint64_t *dims, si
   int rc = 0;
   *out = NULL;
   if (!lm_dtype_valid((int)dtype)) rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "unknown dtype %u", dtype);
+  else if (id >= LM_CTL_RESERVED_IDS)
+    rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "array id %llu is reserved for the controller (ids from 2^63 on name "
+                 "a recovery's scratch arrays)", (unsigned long long)id);
   else if (rank > LM_SHARD_MAX_RANK)
     rc = lm_errf(err, LOOM_INVALID_ARGUMENT, "rank %zu is more than %d", rank, LM_SHARD_MAX_RANK);
   c_array *a = rc == 0 ? calloc(1, sizeof *a) : NULL;
@@ -291,11 +295,12 @@ int ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
   for (size_t k = 0; k < n_del; k++) {
     c_array *a = lm_session_get(p->session, del_ids[k], H_ARRAY);
     if (!a) continue; /* deleting twice (or something unknown) is not an error */
-    if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight reads it: freed after it */
+    if (ctl_zombie_keep(c, p->session, a)) { /* a launch in flight or a replay reads it: freed after */
       lm_session_forget(p->session, a->id, H_ARRAY, NULL);
       ctl_j_array_del(c, p->session->id, del_ids[k]);
       continue;
     }
+    ctl_lineage_drop(c, p->session, a); /* its inputs need not be kept for it any more */
     for (uint32_t i = 0; i < 2 * a->sh.ndev; i++) { /* its shards, then its snapshots */
       uint32_t w = i < a->sh.ndev ? lm_registry_device(c->reg, a->devs[i])->worker
                                   : (a->bk ? a->bk[i - a->sh.ndev] : LM_REG_NO_DEVICE);

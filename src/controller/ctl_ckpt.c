@@ -1125,7 +1125,8 @@ static bool on_load(ck_op *o, peer *p, const Lmw__Checkpoint *m) {
       op_failf(o, LOOM_NO_MEMORY, "out of host memory");
       return false;
     }
-    if (!e->array || lm_session_get(p->session, e->array, H_ARRAY) || lm_session_was_deleted(p->session, e->array)) {
+    if (!e->array || e->array >= LM_CTL_RESERVED_IDS || lm_session_get(p->session, e->array, H_ARRAY) ||
+        lm_session_was_deleted(p->session, e->array)) {
       op_failf(o, LOOM_INVALID_ARGUMENT, "array id %llu is already used in this session", (unsigned long long)e->array);
       return false;
     }

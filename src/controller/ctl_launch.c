@@ -16,7 +16,7 @@
 #define LM_LAUNCH_MAX_VALUES 65536 /* inputs or outputs of one launch */
 
 static size_t bucket(uint64_t seq) { return (size_t)(seq % C_LAUNCH_BUCKETS); }
-static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m);
+static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m, const uint64_t *dev_outs);
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -138,6 +138,10 @@ static void log_status(ctl *c, uint64_t seq, int status) {
 
 static void set_outputs(ctl *c, c_launch *l, int state, int code, const char *msg) {
   /* a restored launch may have no client (yet): its session is found by id */
+  if (l->replay) { /* a recovery's recomputation: its outputs are the arrays it restores */
+    if (state == A_FAILED) ctl_replay_failed(c, l, code, msg);
+    return;
+  }
   lm_session *s = l->client ? l->client->session : ctl_session_find(c, l->session);
   if (!s) return;
   for (uint32_t j = 0; j < l->nout; j++) {
@@ -162,7 +166,8 @@ static void launch_free(ctl *c, c_launch *l) {
   else c->active = l->next;
   if (l->next) l->next->prev = l->prev;
   if (l->trace) ctl_trace_launch_end(c, l, LOOM_CANCELLED);
-  if (!c->stopping) ctl_j_launch_end(c, l); /* a stopping controller keeps it for the restart */
+  if (l->replay) ctl_replay_end(c, l); /* not journaled */
+  else if (!c->stopping) ctl_j_launch_end(c, l); /* a stopping controller keeps it for the restart */
   ctl_pool_launch_end(c, l);
   ctl_program_release(c, l->prog);
   ctl_plan_release(l->plan);
@@ -288,6 +293,13 @@ void ctl_launch_unhash(ctl *c, c_launch *l) {
 
 void ctl_launch_reissue(ctl *c, c_launch *l) {
   c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+  if (l->replay) { /* a recomputation interrupted by another loss: what it was to restore fails */
+    l->prev = NULL, l->next = c->active;
+    if (c->active) c->active->prev = l;
+    c->active = l;
+    ctl_launch_abandon(c, l, LOOM_WORKER_LOST, "a worker it ran on was lost while it recomputed lost shards");
+    return;
+  }
   if (e->seq != l->seq || !e->ids || !l->client) {
     l->prev = NULL, l->next = c->active; /* launch_free unlists it */
     if (c->active) c->active->prev = l;
@@ -314,7 +326,7 @@ void ctl_launch_reissue(ctl *c, c_launch *l) {
   l->failed = false;
   /* not listed (the recovery took it aside): launch_dispatch lists it afresh */
   lm_info("launch %llu re-issued as launch %llu", (unsigned long long)old, (unsigned long long)l->seq);
-  launch_dispatch(c, l, l->client->session, &m);
+  launch_dispatch(c, l, l->client->session, &m, NULL);
   free(ids);
 }
 
@@ -332,6 +344,11 @@ void ctl_launch_abandon(ctl *c, c_launch *l, int code, const char *why) {
 bool ctl_launch_reads(ctl *c, uint64_t session, uint64_t array) {
   for (c_launch *l = c->active; l; l = l->next) {
     if (l->session != session) continue;
+    if (l->replay) {
+      for (uint32_t i = 0; i < l->r_nin; i++)
+        if (l->r_inputs[i] == array) return true;
+      continue;
+    }
     const c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
     if (e->seq != l->seq || !e->ids) return true; /* cannot tell: keep it */
     for (uint32_t i = 0; i < e->nin; i++)
@@ -364,7 +381,7 @@ void ctl_launches_free(ctl *c) {
 /* Sends one RUN per worker holding a device of l (its devices, and where every process runs, for
  * collectives), after listing l as active and recording it in the launch log. m gives the inputs
  * and outputs. Used for new launches and for launches re-issued by a recovery (ctl_recover.c). */
-static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m) {
+static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launch *m, const uint64_t *dev_outs) {
   c_program *prog = l->prog;
   lm_err err;
   int rc = 0;
@@ -406,8 +423,10 @@ static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launc
   l->next = c->active;
   if (c->active) c->active->prev = l;
   c->active = l;
-  log_record(c, l, m);
-  ctl_j_launch(c, l, m);
+  if (!l->replay) { /* a replay is no new value: the log keeps the launch it recomputes */
+    log_record(c, l, m);
+    ctl_j_launch(c, l, m);
+  }
   ctl_trace_launch_sent(l);
   Lmw__Run run = LMW__RUN__INIT;
   run.seq = l->seq;
@@ -432,6 +451,10 @@ static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launc
       lmw__run_device__init(rd);
       rd->local_index = plan->proc_local[i];
       rd->process = i;
+      if (dev_outs) { /* a replay: each process's own output ids */
+        rd->n_outputs = m->n_outputs;
+        rd->outputs = (uint64_t *)dev_outs + (size_t)i * m->n_outputs;
+      }
       rptr[nd++] = rd;
     }
     run.n_devices = nd;
@@ -484,6 +507,12 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
       free(sorted);
       ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "output id %llu is not new in this session",
                       (unsigned long long)id);
+      return;
+    }
+    if (id >= LM_CTL_RESERVED_IDS) {
+      free(sorted);
+      ctl_reply_error(p, rid, LOOM_INVALID_ARGUMENT, "output id %llu is reserved for the controller (ids from 2^63 "
+                      "on name a recovery's scratch arrays)", (unsigned long long)id);
       return;
     }
   }
@@ -578,15 +607,31 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m) {
     a->producer = l->seq;
     a->held = ctl_hold(c, devs, a->nheld = info->nproc);
     ctl_pool_array_add(p, a, false, NULL);
-    if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) ctl_array_destroy(a);
-    else ctl_j_array(c, s->id, a); /* pending: it is ready once its launch record is gone */
+    if (lm_session_add_id(s, a->id, H_ARRAY, a, ctl_array_destroy, NULL) < 0) {
+      ctl_array_destroy(a);
+    } else {
+      ctl_j_array(c, s->id, a); /* pending: it is ready once its launch record is gone */
+      ctl_lineage_note(c, s, a, m->inputs, m->n_inputs);
+    }
   }
   free(mesh_devs);
   ctl_pool_launch_start(p, l);
   if (c->trace) ctl_trace_launch_begin(c, l, t0, prog->name, prog->ndev);
-  launch_dispatch(c, l, s, m);
+  launch_dispatch(c, l, s, m, NULL);
 }
 
+
+void ctl_launch_replay(ctl *c, c_launch *l, lm_session *s, const uint64_t *in, uint32_t nin, const uint64_t *outs,
+                       uint32_t nout) {
+  Lmw__Launch m = LMW__LAUNCH__INIT;
+  m.n_inputs = nin;
+  m.inputs = (uint64_t *)in;
+  m.n_outputs = nout;
+  m.outputs = (uint64_t *)outs; /* (every RunDevice lists its own) */
+  l->seq = ++c->next_seq;
+  l->t0_ns = uv_hrtime();
+  launch_dispatch(c, l, s, &m, outs);
+}
 
 /* ---- restored launches (ctl_journal.c) ---- */
 
@@ -637,7 +682,7 @@ void ctl_launch_resume(ctl *c, c_launch *l) {
   m.outputs = l->outputs;
   lm_info("launch %llu of session %llu sent again after the controller restart", (unsigned long long)l->seq,
           (unsigned long long)l->session);
-  launch_dispatch(c, l, s, &m);
+  launch_dispatch(c, l, s, &m, NULL);
 }
 
 bool ctl_launch_again(peer *p, const lm_frame *f, const Lmw__Launch *m) {

@@ -8,15 +8,20 @@
  *   2. programs the lost worker had loaded are loaded on the replacement;
  *   3. every live shard the lost worker held is restored on the replacement: copied from a
  *      replica on another worker, else from its snapshot in another worker's host memory
- *      (puts are snapshotted when they are created); arrays with neither fail with an error
- *      naming them. Copies go worker to worker (SHARD_COPY); the replacement lists the shard
- *      as pending at once, so launches that read it wait for it;
- *   4. once the programs are loaded, the launches taken aside are re-issued in their order with
- *      new sequence numbers (launches are deterministic: the results are bitwise the same), and
- *      the held requests are replayed. The clients' futures complete normally.
+ *      (puts are snapshotted when they are created), else, for an array a completed launch
+ *      computed, by replaying that launch from the launch log (planned here, recursively for
+ *      its inputs lost too; "replays" below); arrays with none of these fail with an error
+ *      naming them and why. Copies go worker to worker (SHARD_COPY); the replacement lists the
+ *      shard as pending at once, so launches that read it wait for it;
+ *   4. once the programs are loaded, the replays run (in the order of the launches they
+ *      recompute, on every device of each, scratch outputs on the healthy workers), then the
+ *      launches taken aside are re-issued in their order with new sequence numbers (launches
+ *      are deterministic: the results are bitwise the same), and the held requests are
+ *      replayed. The clients' futures complete normally.
  *
  * Arrays a client deletes while a launch in flight reads them are kept ("zombies") until no
- * active launch reads them, so a re-issued launch still finds its inputs. One recovery runs at a
+ * active launch reads them, so a re-issued launch still finds its inputs; so are deleted arrays
+ * that the replay of a live array would read (lineage, within --replay-keep-mb). One recovery runs at a
  * time; workers lost meanwhile queue. Everything runs on the loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +32,10 @@
 #include "controller/ctl.h"
 
 enum { R_IDLE = 0, R_WAITING = 1, R_LOADING = 2 };
+
+typedef struct c_replay c_replay_t;
+static void replay_free(c_replay_t *rp);
+static void dispatch_replays(ctl *c);
 
 #define REC_EVENTS 32
 #define REC_LOAD_LIMIT_MS 60000 /* the replacement must load the programs within this */
@@ -46,8 +55,34 @@ typedef struct rec_lost {
 typedef struct rec_zombie {
   lm_session *session;
   c_array *a;                /* a copy of the deleted array's metadata */
+  uint64_t kept_bytes;       /* > 0: kept for a replay, counted in ctl_rec.kept_bytes */
   struct rec_zombie *next;
 } rec_zombie;
+
+/* A lost array to recompute by replaying its producer (planned in rec_swap). */
+enum { T_OPEN = 0, T_VISITING = 1, T_OK = 2, T_BROKEN = 3 };
+typedef struct rec_target {
+  lm_session *s;
+  c_array *a;                /* the session's array, or a zombie's copy */
+  uint32_t dev;              /* a lost shard's device (named in errors) */
+  int st;                    /* T_* */
+  bool lazy;                 /* a deleted array kept for replays: recomputed only if a replay needs it */
+} rec_target;
+
+/* A replay: a completed launch run again on the new device map (c_launch.replay). */
+struct c_replay {
+  uint64_t orig_seq;         /* the launch recomputed (its log entry) */
+  lm_session *s;             /* NULL once the session is gone (not dispatched then) */
+  uint64_t *in;              /* [nin] its inputs */
+  uint32_t nin, nout, nproc;
+  uint64_t *outs;            /* [nproc * nout] per process: the target's id on the replacement, else scratch */
+  uint64_t *scratch;         /* [nout] the scratch ids, freed on the launch's workers when it is over */
+  uint64_t *targets;         /* [ntargets] the arrays it restores */
+  uint32_t ntargets;
+  uint32_t dead;
+  uint64_t began_ms;         /* the recovery's start */
+  bool dispatched;
+};
 
 typedef struct rec_load {
   uint64_t rid;
@@ -68,6 +103,14 @@ struct ctl_rec {
   size_t ndeferred;
   rec_lost *queue;           /* workers lost while a recovery ran */
   rec_zombie *zombies;
+  uint64_t kept_bytes;       /* zombies kept for replays (--replay-keep-mb) ... */
+  uint32_t nkept;            /* ... and how many (at most REPLAY_KEEP_MAX) */
+  rec_target *targets;       /* this recovery's arrays to recompute */
+  size_t ntargets, targets_cap;
+  c_launch **replays;        /* planned replays, in the order of the launches they recompute */
+  size_t nreplays;
+  uint32_t replayed;         /* arrays being recomputed */
+  uint64_t next_scratch;     /* scratch ids from LM_CTL_RESERVED_IDS on */
   char events[REC_EVENTS][240];
   uint32_t nevents;          /* total written; the ring keeps the last REC_EVENTS */
   uint64_t next_tag;
@@ -146,6 +189,13 @@ void ctl_recover_free(ctl *c) {
   }
   free(r->launches);
   free(r->loads);
+  for (size_t i = 0; i < r->nreplays; i++) { /* (the programs are freed wholesale) */
+    replay_free(r->replays[i]->replay);
+    free(r->replays[i]->r_inputs);
+    free(r->replays[i]);
+  }
+  free(r->replays);
+  free(r->targets);
   free(r);
   c->rec = NULL;
 }
@@ -309,10 +359,95 @@ static bool rec_reads(ctl *c, uint64_t session, uint64_t array) {
   return false;
 }
 
-bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a) {
+/* The bytes a's shards take on the workers (every shard, replicas included). */
+static uint64_t shard_bytes(const c_array *a) {
+  uint64_t total = 0;
+  for (uint32_t k = 0; k < a->sh.ndev; k++) {
+    int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
+    lm_sharding_shard(&a->sh, a->rank, a->dims, k, off, sd);
+    uint64_t n = (uint64_t)lm_dtype_size(a->dtype);
+    for (int d = 0; d < a->rank; d++) n *= (uint64_t)sd[d];
+    total += n;
+  }
+  return total;
+}
+
+/* Array id of session s: live, or kept (a zombie); NULL if neither. */
+static c_array *find_array(ctl *c, lm_session *s, uint64_t id) {
+  c_array *a = lm_session_get(s, id, H_ARRAY);
+  if (a || !c->rec) return a;
+  for (rec_zombie *z = c->rec->zombies; z; z = z->next)
+    if (z->session == s && z->a->id == id) return z->a;
+  return NULL;
+}
+
+/* True when some shard of a has no shard of the same region on another worker. */
+static bool at_risk(ctl *c, const c_array *a) {
+  for (uint32_t k = 0; k < a->sh.ndev; k++) {
+    uint32_t hw = dev_worker(c, a->devs[k]);
+    bool covered = false;
+    for (uint32_t j = 0; j < a->sh.ndev && !covered; j++)
+      covered = j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j);
+    if (!covered) return true;
+  }
+  return false;
+}
+
+void ctl_lineage_note(ctl *c, lm_session *s, c_array *a, const uint64_t *in, size_t nin) {
+  if (!nin || !a->sh.ndev || a->lin_in || !at_risk(c, a)) return;
+  a->lin_in = malloc(nin * sizeof *a->lin_in);
+  if (!a->lin_in) return; /* its inputs are then not kept for it: a replay may find one gone */
+  memcpy(a->lin_in, in, nin * sizeof *in);
+  a->nlin = (uint32_t)nin;
+  for (size_t i = 0; i < nin; i++) {
+    c_array *x = find_array(c, s, in[i]);
+    if (x) x->lin_refs++;
+  }
+}
+
+void ctl_lineage_drop(ctl *c, lm_session *s, c_array *a) {
+  for (uint32_t i = 0; i < a->nlin; i++) {
+    c_array *x = find_array(c, s, a->lin_in[i]);
+    if (x && x->lin_refs) x->lin_refs--;
+  }
+  free(a->lin_in);
+  a->lin_in = NULL;
+  a->nlin = 0;
+}
+
+#define REPLAY_KEEP_MAX 4096 /* deleted arrays kept for replays, whatever their size */
+
+static void unkeep(struct ctl_rec *r, rec_zombie *z) {
+  if (!z->kept_bytes) return;
+  r->kept_bytes -= z->kept_bytes < r->kept_bytes ? z->kept_bytes : r->kept_bytes;
+  if (r->nkept) r->nkept--;
+  z->kept_bytes = 0;
+}
+
+/* Takes the bytes of zombie z into the replay budget: false when they do not fit. */
+static bool keep_for_replay(ctl *c, rec_zombie *z) {
+  struct ctl_rec *r = c->rec;
+  uint64_t b = shard_bytes(z->a), cap = (uint64_t)c->cfg.replay_keep_mb << 20;
+  if (!b) b = 1;
+  if (!recovery_possible(c)) return false; /* no standby to recover onto, none waited for: nothing to replay */
+  if (r->kept_bytes + b > cap || r->nkept >= REPLAY_KEEP_MAX) {
+    lm_info("session %llu deleted array %llu, which a replay of a live array reads: not kept (%u arrays, %llu "
+            "bytes kept already; at most %d arrays and --replay-keep-mb %u MiB)", (unsigned long long)z->session->id,
+            (unsigned long long)z->a->id, r->nkept, (unsigned long long)r->kept_bytes, REPLAY_KEEP_MAX,
+            c->cfg.replay_keep_mb);
+    return false;
+  }
+  r->nkept++;
+  r->kept_bytes += b;
+  z->kept_bytes = b;
+  return true;
+}
+
+bool ctl_zombie_keep(ctl *c, lm_session *s, c_array *a) {
   struct ctl_rec *r = c->rec;
   if (!r || a->state == A_FAILED || !a->sh.ndev) return false;
-  if (!ctl_launch_reads(c, s->id, a->id) && !rec_reads(c, s->id, a->id)) return false;
+  bool reads = ctl_launch_reads(c, s->id, a->id) || rec_reads(c, s->id, a->id);
+  if (!reads && !a->lin_refs) return false;
   rec_zombie *z = calloc(1, sizeof *z);
   c_array *b = calloc(1, sizeof *b);
   uint32_t *devs = malloc(a->sh.ndev * sizeof *devs);
@@ -328,21 +463,32 @@ bool ctl_zombie_keep(ctl *c, lm_session *s, const c_array *a) {
   b->sh.devices = devs;
   b->bk = bk;
   b->msg = NULL;
+  b->pool = NULL; /* the session's array (destroyed next) un-charges the pool once */
+  b->pool_bytes = 0;
   b->held = ctl_hold(c, devs, b->nheld = a->sh.ndev);
   z->session = s;
   z->a = b;
+  if (!reads && !keep_for_replay(c, z)) {
+    b->lin_in = NULL; /* still a's */
+    zombie_free(z);
+    return false;
+  }
+  a->lin_in = NULL; /* moved: its inputs count the kept copy */
+  a->nlin = 0;
   z->next = r->zombies;
   r->zombies = z;
   return true;
 }
 
-/* Frees (at the workers) the zombies no active launch reads any more. */
+/* Frees (at the workers) the zombies no active launch reads any more and no replay may need
+ * (or that no longer fit the replay budget). */
 static void sweep_zombies(ctl *c) {
   struct ctl_rec *r = c->rec;
   if (r->phase != R_IDLE) return;
   for (rec_zombie **pp = &r->zombies; *pp;) {
     rec_zombie *z = *pp;
-    if (ctl_launch_reads(c, z->session->id, z->a->id)) {
+    if (ctl_launch_reads(c, z->session->id, z->a->id) ||
+        (z->a->lin_refs && z->a->state != A_FAILED && (z->kept_bytes || keep_for_replay(c, z)))) {
       pp = &z->next;
       continue;
     }
@@ -359,6 +505,8 @@ static void sweep_zombies(ctl *c) {
       if (z->a->bk && z->a->bk[i] != LM_REG_NO_DEVICE && z->a->bk[i] != w)
         ctl_worker_send(c, z->a->bk[i], LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0, NULL);
     }
+    unkeep(r, z);
+    ctl_lineage_drop(c, z->session, z->a); /* its own inputs may go at the next sweep */
     zombie_free(z);
   }
 }
@@ -381,8 +529,11 @@ static void replay_deferred(ctl *c) {
   }
 }
 
+static void replays_clear(ctl *c, const char *why);
+
 static void rec_reset(ctl *c) {
   struct ctl_rec *r = c->rec;
+  replays_clear(c, "the recovery did not complete");
   free(r->launches);
   free(r->loads);
   r->launches = NULL;
@@ -406,6 +557,7 @@ static void rec_fail_note(ctl *c, const char *msg, const char *note) {
     drain_end(c, LOOM_WORKER_LOST, msg);
   }
   lm_registry_note_lost(c->reg, r->dead, note ? note : msg);
+  replays_clear(c, msg);
   for (size_t i = 0; i < r->nlaunches; i++) {
     link_active(c, r->launches[i]);
     ctl_launch_abandon(c, r->launches[i], LOOM_WORKER_LOST, msg);
@@ -423,6 +575,9 @@ static void rec_finish(ctl *c) {
   c_launch **ls = r->launches;
   r->launches = NULL;
   r->nlaunches = 0;
+  uint32_t replayed = r->replayed;
+  size_t nreplays = r->nreplays;
+  dispatch_replays(c);
   for (size_t i = 0; i < n; i++) {
     if (!ls[i]->client) { /* its client is gone: nobody waits for it */
       link_active(c, ls[i]);
@@ -445,8 +600,9 @@ static void rec_finish(ctl *c) {
     if (ctl_worker_send(c, r->dead, LM_MSG_DRAIN, r->drain_ack_rid, &dm.base, NULL, 0, NULL) < 0) r->drain_ack_rid = 0;
     r->draining = false;
   } else {
-    event(c, false, "worker %u replaced lost worker %u in %llu ms: %u shards restored, %zu launches re-issued%s",
-          r->repl, r->dead, (unsigned long long)(ctl_now_ms(c) - r->began_ms), r->restored, re,
+    event(c, false, "worker %u replaced lost worker %u in %llu ms: %u shards restored, %u arrays being recomputed "
+          "by %zu replays, %zu launches re-issued%s", r->repl, r->dead,
+          (unsigned long long)(ctl_now_ms(c) - r->began_ms), r->restored, replayed, nreplays, re,
           r->lost_arrays ? ", some arrays could not be restored" : "");
   }
   rec_reset(c);
@@ -468,11 +624,65 @@ static int state_of(ctl *c, const c_array *a) {
   return A_PENDING;
 }
 
+/* Array a lost its shard on device dev and cannot get it back (why): it fails with an error naming it. */
+static void fail_lost(ctl *c, lm_session *s, c_array *a, uint32_t dev, const char *why) {
+  struct ctl_rec *r = c->rec;
+  char msg[LM_ERR_MSG_MAX];
+  snprintf(msg, sizeof msg,
+           "array %llu lost its shard on device %u with worker %u (%s): it has no replica on another worker and "
+           "no snapshot to restore it from, and %.600s",
+           (unsigned long long)a->id, dev, r->dead, r->why, why);
+  event(c, true, "session %llu: %s", (unsigned long long)s->id, msg);
+  a->state = A_FAILED;
+  a->code = LOOM_WORKER_LOST;
+  free(a->msg);
+  a->msg = strdup(msg);
+  r->lost_arrays++;
+}
+
+/* True when a (READY, computed by a launch) has a shard on the replacement with neither a replica
+ * on a usable worker nor a snapshot: it is then recomputed by replaying its producer. */
+static bool needs_replay(ctl *c, const c_array *a) {
+  struct ctl_rec *r = c->rec;
+  if (!a->producer) return false;
+  for (uint32_t k = 0; k < a->sh.ndev; k++) {
+    if (dev_worker(c, a->devs[k]) != r->repl) continue;
+    bool src = a->bk && a->bk[k] != LM_REG_NO_DEVICE && a->bk[k] != r->repl && worker_usable(c, a->bk[k]);
+    for (uint32_t j = 0; j < a->sh.ndev && !src; j++) {
+      uint32_t w = dev_worker(c, a->devs[j]);
+      src = j != k && w != r->repl && worker_usable(c, w) && same_region(a, k, j);
+    }
+    if (!src) return true;
+  }
+  return false;
+}
+
+static void add_target(ctl *c, lm_session *s, c_array *a, bool lazy) {
+  struct ctl_rec *r = c->rec;
+  if (r->ntargets == r->targets_cap) {
+    size_t cap = r->targets_cap ? r->targets_cap * 2 : 16;
+    rec_target *t = realloc(r->targets, cap * sizeof *t);
+    if (!t) {
+      fail_lost(c, s, a, a->devs[0], "the controller ran out of host memory planning its recomputation");
+      return;
+    }
+    r->targets = t, r->targets_cap = cap;
+  }
+  uint32_t dev = a->devs[0];
+  for (uint32_t k = 0; k < a->sh.ndev; k++)
+    if (dev_worker(c, a->devs[k]) == r->repl) {
+      dev = a->devs[k];
+      break;
+    }
+  r->targets[r->ntargets++] = (rec_target){.s = s, .a = a, .dev = dev, .st = T_OPEN, .lazy = lazy};
+}
+
 /* Restores array a's shards that lived on the lost worker's devices (now the replacement's). */
-static void restore_array(ctl *c, lm_session *s, c_array *a) {
+static void restore_array(ctl *c, lm_session *s, c_array *a, bool zombie) {
   struct ctl_rec *r = c->rec;
   int state = state_of(c, a);
   if (state == A_FAILED) return;
+  bool checked = false;
   for (uint32_t k = 0; k < a->sh.ndev; k++) {
     uint32_t hw = dev_worker(c, a->devs[k]);
     if (hw != r->repl) {
@@ -483,6 +693,10 @@ static void restore_array(ctl *c, lm_session *s, c_array *a) {
       continue;
     }
     if (state == A_PENDING) continue; /* its producer is re-issued and computes it */
+    if (!r->draining && !checked && (checked = true) && needs_replay(c, a)) { /* recomputed, every lost shard at once */
+      add_target(c, s, a, zombie && !rec_reads(c, s->id, a->id)); /* (a re-issued launch reads it: now) */
+      return;
+    }
     uint32_t dst_local = lm_registry_device(c->reg, a->devs[k])->local_index;
     if (r->draining) { /* the drained worker still holds every shard: straight from it, with a receipt */
       send_copy(c, s, a, k, r->dead, false, dst_local, r->repl, false, dst_local, true);
@@ -504,20 +718,255 @@ static void restore_array(ctl *c, lm_session *s, c_array *a) {
       send_copy(c, s, a, k, a->bk[k], true, 0, r->repl, false, dst_local, false);
       r->restored++;
     } else {
-      char msg[LM_ERR_MSG_MAX];
-      snprintf(msg, sizeof msg,
-               "array %llu lost its shard on device %u with worker %u (%s): it has no replica on another worker and "
-               "no snapshot to restore it from",
-               (unsigned long long)a->id, a->devs[k], r->dead, r->why);
-      event(c, true, "session %llu: %s", (unsigned long long)s->id, msg);
-      a->state = A_FAILED;
-      a->code = LOOM_WORKER_LOST;
-      free(a->msg);
-      a->msg = strdup(msg);
-      r->lost_arrays++;
+      fail_lost(c, s, a, a->devs[k], "it was put or loaded, not computed by a launch that could be replayed");
       return;
     }
   }
+}
+
+
+/* ---- replays: lost arrays recomputed from the launch log ---- */
+
+#define REPLAY_MAX_DEPTH 256 /* launches in one chain of recomputations */
+
+static rec_target *target_of(ctl *c, const c_array *a) {
+  struct ctl_rec *r = c->rec;
+  for (size_t i = 0; i < r->ntargets; i++)
+    if (r->targets[i].a == a) return &r->targets[i];
+  return NULL;
+}
+
+static c_program *program_by_id(ctl *c, uint64_t id) {
+  for (c_program *p = c->programs; p; p = p->next)
+    if (p->id == id) return p;
+  return NULL;
+}
+
+static void replay_free(c_replay_t *rp) {
+  if (!rp) return;
+  free(rp->in), free(rp->outs), free(rp->scratch), free(rp->targets);
+  free(rp);
+}
+
+/* The planned replay of launch seq, made when first needed (NULL: out of memory). */
+static c_launch *replay_for(ctl *c, lm_session *s, const c_log_entry *e, c_program *prog) {
+  struct ctl_rec *r = c->rec;
+  for (size_t i = 0; i < r->nreplays; i++)
+    if (r->replays[i]->replay->orig_seq == e->seq) return r->replays[i];
+  c_launch **ls = realloc(r->replays, (r->nreplays + 1) * sizeof *ls);
+  if (!ls) return NULL;
+  r->replays = ls;
+  c_launch *l = calloc(1, sizeof *l);
+  c_replay_t *rp = calloc(1, sizeof *rp);
+  uint32_t nproc = prog->info->nproc;
+  if (l && rp) {
+    rp->in = malloc((e->nin + 1) * sizeof *rp->in);
+    rp->outs = malloc(((size_t)nproc * e->nout + 1) * sizeof *rp->outs);
+    rp->scratch = malloc((e->nout + 1) * sizeof *rp->scratch);
+    rp->targets = malloc((e->nout + 1) * sizeof *rp->targets);
+  }
+  if (!l || !rp || !rp->in || !rp->outs || !rp->scratch || !rp->targets) {
+    free(l);
+    replay_free(rp);
+    return NULL;
+  }
+  rp->orig_seq = e->seq;
+  rp->s = s;
+  rp->nin = e->nin, rp->nout = e->nout, rp->nproc = nproc;
+  memcpy(rp->in, e->ids, e->nin * sizeof *rp->in);
+  for (uint32_t j = 0; j < e->nout; j++) {
+    if (!r->next_scratch) r->next_scratch = LM_CTL_RESERVED_IDS;
+    rp->scratch[j] = ++r->next_scratch;
+    for (uint32_t p = 0; p < nproc; p++) rp->outs[(size_t)p * e->nout + j] = rp->scratch[j];
+  }
+  rp->dead = r->dead;
+  rp->began_ms = r->began_ms;
+  l->session = s->id;
+  l->prog = prog;
+  prog->refs++;
+  l->replay = rp;
+  l->r_inputs = malloc((e->nin + 1) * sizeof *l->r_inputs);
+  if (l->r_inputs) memcpy(l->r_inputs, e->ids, e->nin * sizeof *l->r_inputs);
+  l->r_nin = l->r_inputs ? e->nin : 0;
+  r->replays[r->nreplays++] = l;
+  return l;
+}
+
+/* Can target t be recomputed? Resolves its producer's inputs (recursively for inputs lost too)
+ * and plans the replays; a broken chain fails the array with the reason. */
+static int resolve(ctl *c, rec_target *t, int depth) {
+  if (t->st == T_OK || t->st == T_BROKEN) return t->st;
+  if (!t->s || !t->a) return t->st = T_BROKEN; /* its session is gone */
+  c_array *a = t->a;
+  lm_session *s = t->s;
+  char why[LM_ERR_MSG_MAX];
+  why[0] = 0;
+  t->st = T_VISITING;
+  const c_log_entry *e = &c->log[a->producer % LM_LAUNCH_LOG_MAX];
+  c_program *prog = NULL;
+  unsigned long long seq = (unsigned long long)a->producer;
+  if (depth > REPLAY_MAX_DEPTH)
+    snprintf(why, sizeof why, "recomputing it needs a chain of more than %d launches", REPLAY_MAX_DEPTH);
+  else if (e->seq != a->producer || !e->ids || e->session != s->id)
+    snprintf(why, sizeof why, "launch %llu, which computed it, is no longer in the launch log (it keeps the last %d "
+             "launches, and starts empty when the controller restarts)", seq, LM_LAUNCH_LOG_MAX);
+  else if (e->status != 0)
+    snprintf(why, sizeof why, "launch %llu, which computed it, did not complete", seq);
+  else if (!(prog = program_by_id(c, e->program)) || prog->state != P_READY || !prog->info ||
+           prog->info->nproc != e->ndev)
+    snprintf(why, sizeof why, "the program of launch %llu, which computed it, is no longer loaded", seq);
+  for (uint32_t i = 0; !why[0] && i < e->nin; i++) {
+    c_array *x = find_array(c, s, e->ids[i]);
+    unsigned long long xid = (unsigned long long)e->ids[i];
+    if (!x) {
+      snprintf(why, sizeof why, "launch %llu, which computed it, read array %llu, which the client deleted and which "
+               "was not kept for a replay (at most --replay-keep-mb %u MiB are kept)", seq, xid,
+               c->cfg.replay_keep_mb);
+      break;
+    }
+    rec_target *xt = target_of(c, x);
+    if (xt) {
+      if (xt->st == T_VISITING || resolve(c, xt, depth + 1) == T_BROKEN)
+        snprintf(why, sizeof why, "launch %llu, which computed it, read array %llu, which was lost too and cannot "
+                 "be recomputed", seq, xid);
+    } else if (state_of(c, x) == A_FAILED) {
+      snprintf(why, sizeof why, "launch %llu, which computed it, read array %llu, which failed: %.400s", seq, xid,
+               x->msg ? x->msg : "its producer failed");
+    }
+  }
+  c_launch *l = why[0] ? NULL : replay_for(c, s, e, prog);
+  if (!why[0] && !l) snprintf(why, sizeof why, "the controller ran out of host memory planning its recomputation");
+  if (why[0]) {
+    fail_lost(c, s, a, t->dev, why[0] ? why : "");
+    return t->st = T_BROKEN;
+  }
+  c_replay_t *rp = l->replay;
+  uint32_t j = 0;
+  while (j < e->nout && e->ids[e->nin + j] != a->id) j++;
+  if (j == e->nout) { /* (the log says it computed something else: cannot happen) */
+    fail_lost(c, s, a, t->dev, "its launch's record in the log does not list it");
+    return t->st = T_BROKEN;
+  }
+  for (uint32_t p = 0; p < rp->nproc; p++) /* its shards on the replacement get its own id */
+    if (dev_worker(c, prog->devices[p]) == c->rec->repl) rp->outs[(size_t)p * rp->nout + j] = a->id;
+  rp->targets[rp->ntargets++] = a->id;
+  c->rec->replayed++;
+  return t->st = T_OK;
+}
+
+static int cmp_replay(const void *x, const void *y) {
+  uint64_t a = (*(c_launch *const *)x)->replay->orig_seq, b = (*(c_launch *const *)y)->replay->orig_seq;
+  return a < b ? -1 : a > b;
+}
+
+static void plan_replays(ctl *c) {
+  struct ctl_rec *r = c->rec;
+  for (size_t i = 0; i < r->ntargets; i++)
+    if (!r->targets[i].lazy) resolve(c, &r->targets[i], 0);
+  for (size_t i = 0; i < r->ntargets; i++) { /* kept arrays no replay needed: their lost shards stay lost */
+    rec_target *t = &r->targets[i];
+    if (t->st != T_OPEN || !t->a) continue;
+    char msg[LM_ERR_MSG_MAX];
+    snprintf(msg, sizeof msg, "array %llu (deleted, kept for replays) lost its shard on device %u with worker %u (%s), "
+             "and no replay needed it then", (unsigned long long)t->a->id, t->dev, r->dead, r->why);
+    lm_debug("recovery: session %llu: %s", (unsigned long long)t->s->id, msg);
+    t->a->state = A_FAILED;
+    t->a->code = LOOM_WORKER_LOST;
+    free(t->a->msg);
+    t->a->msg = strdup(msg);
+  }
+  /* a launch before the ones reading what it computes: inputs come from earlier launches */
+  if (r->nreplays) qsort(r->replays, r->nreplays, sizeof *r->replays, cmp_replay);
+  for (size_t i = 0; i < r->nreplays; i++) {
+    c_replay_t *rp = r->replays[i]->replay;
+    event(c, false, "session %llu: %u arrays of launch %llu lost with worker %u are recomputed by replaying it",
+          (unsigned long long)rp->s->id, rp->ntargets, (unsigned long long)rp->orig_seq, r->dead);
+  }
+}
+
+/* A planned replay never sent: released (its targets fail with why when not NULL). */
+static void replay_discard(ctl *c, c_launch *l, const char *why) {
+  c_replay_t *rp = l->replay;
+  for (uint32_t i = 0; why && rp->s && i < rp->ntargets; i++) {
+    c_array *a = find_array(c, rp->s, rp->targets[i]);
+    if (!a || a->state == A_FAILED) continue;
+    a->state = A_FAILED;
+    a->code = LOOM_WORKER_LOST;
+    free(a->msg);
+    char msg[LM_ERR_MSG_MAX];
+    snprintf(msg, sizeof msg, "array %llu was lost with worker %u and could not be recomputed: %.800s",
+             (unsigned long long)a->id, rp->dead, why);
+    a->msg = strdup(msg);
+  }
+  ctl_program_release(c, l->prog);
+  replay_free(rp);
+  free(l->r_inputs);
+  free(l);
+}
+
+static void replays_clear(ctl *c, const char *why) {
+  struct ctl_rec *r = c->rec;
+  for (size_t i = 0; i < r->nreplays; i++) replay_discard(c, r->replays[i], why);
+  free(r->replays);
+  free(r->targets);
+  r->replays = NULL;
+  r->targets = NULL;
+  r->nreplays = r->ntargets = r->targets_cap = 0;
+  r->replayed = 0;
+}
+
+/* The programs are loaded on the replacement: the replays go, in order, before the re-issued
+ * launches (which may read what they recompute). */
+static void dispatch_replays(ctl *c) {
+  struct ctl_rec *r = c->rec;
+  size_t n = r->nreplays;
+  c_launch **ls = r->replays;
+  r->replays = NULL;
+  r->nreplays = 0;
+  for (size_t i = 0; i < n; i++) {
+    c_launch *l = ls[i];
+    c_replay_t *rp = l->replay;
+    if (!rp->s) {
+      replay_discard(c, l, NULL);
+      continue;
+    }
+    rp->dispatched = true;
+    ctl_launch_replay(c, l, rp->s, rp->in, rp->nin, rp->outs, rp->nout);
+  }
+  free(ls);
+  if (n) ctl_j_meta(c); /* the sequence numbers they took */
+}
+
+void ctl_replay_failed(ctl *c, c_launch *l, int code, const char *msg) {
+  c_replay_t *rp = l->replay;
+  if (!rp->s) return;
+  for (uint32_t i = 0; i < rp->ntargets; i++) {
+    c_array *a = find_array(c, rp->s, rp->targets[i]);
+    if (!a || a->state == A_FAILED) continue;
+    char full[LM_ERR_MSG_MAX];
+    snprintf(full, sizeof full, "array %llu was lost with worker %u and recomputing it (launch %llu replayed as "
+             "launch %llu) failed: %.700s", (unsigned long long)a->id, rp->dead, (unsigned long long)rp->orig_seq,
+             (unsigned long long)l->seq, msg);
+    a->state = A_FAILED;
+    a->code = code;
+    free(a->msg);
+    a->msg = strdup(full);
+  }
+}
+
+void ctl_replay_end(ctl *c, c_launch *l) {
+  c_replay_t *rp = l->replay;
+  l->replay = NULL;
+  if (rp->s && !c->stopping) {
+    for (uint32_t k = 0; k < l->nworkers; k++) /* the copies nobody asked for */
+      ctl_free_later(c, l->workers[k], rp->s->id, rp->scratch, rp->nout);
+    if (c->rec)
+      event(c, l->failed, "session %llu: launch %llu replayed as launch %llu %s (%u arrays) %llu ms after worker %u "
+            "was lost", (unsigned long long)rp->s->id, (unsigned long long)rp->orig_seq, (unsigned long long)l->seq,
+            l->failed ? "failed" : "recomputed its lost shards", rp->ntargets,
+            (unsigned long long)(ctl_now_ms(c) - rp->began_ms), rp->dead);
+  }
+  replay_free(rp);
 }
 
 /* The replacement is known: swap the device map, load the programs, restore the shards. */
@@ -562,10 +1011,11 @@ static void rec_swap(ctl *c, uint32_t repl) {
     lm_session *s = p->session;
     for (size_t i = 0; i < s->cap; i++) {
       c_array *a = s->slots[i].id ? lm_session_get(s, s->slots[i].id, H_ARRAY) : NULL; /* skips deleted slots */
-      if (a) restore_array(c, s, a);
+      if (a) restore_array(c, s, a, false);
     }
   }
-  for (rec_zombie *z = r->zombies; z; z = z->next) restore_array(c, z->session, z->a);
+  for (rec_zombie *z = r->zombies; z; z = z->next) restore_array(c, z->session, z->a, true);
+  plan_replays(c);
   if (r->loads_pending == 0) rec_finish(c);
 }
 
@@ -754,10 +1204,17 @@ void ctl_recover_client_gone(ctl *c, peer *p) {
     if (fr->p == p) fr->p = NULL;
   for (size_t i = 0; i < r->nlaunches; i++)
     if (r->launches[i]->client == p) r->launches[i]->client = NULL;
+  for (size_t i = 0; i < r->nreplays; i++) /* not dispatched: the session's shards are gone */
+    if (r->replays[i]->replay->s == p->session) r->replays[i]->replay->s = NULL;
+  for (size_t i = 0; i < r->ntargets; i++)
+    if (r->targets[i].s == p->session) r->targets[i].s = NULL, r->targets[i].a = NULL;
+  for (c_launch *l = c->active; l; l = l->next) /* dispatched ones end as usual (their RUN_DONEs come) */
+    if (l->replay && l->replay->s == p->session) l->replay->s = NULL;
   for (rec_zombie **pp = &r->zombies; *pp;) { /* the workers drop the session's shards themselves */
     rec_zombie *z = *pp;
     if (z->session == p->session) {
       *pp = z->next;
+      unkeep(r, z);
       zombie_free(z);
     } else {
       pp = &z->next;

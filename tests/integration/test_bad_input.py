@@ -336,3 +336,19 @@ def test_trace_control_over_the_wire(tight):
     conn.send(wire.frame(TRACE_CONTROL, stop, request_id=10))
     conn.close()  # before its TRACE_RESULT: the controller drops it
     assert_still_serving(tight)
+
+
+def test_ids_from_2_63_are_the_controllers(tight):
+    """Array and output ids from 2^63 on name a recovery's scratch arrays (docs/elastic.md
+    "Replay"): a client may not create them; the connection stays and smaller ids work."""
+    conn = wire.Conn(tight.addr)
+    conn.handshake()
+    conn.send(wire.frame(17, wire.field_varint(1, 1 << 63) + wire.field_varint(2, 12) + wire.field_packed(3, [4]),
+                         request_id=2))  # ARRAY_CREATE
+    code, msg, _ = conn.expect_error()
+    assert code == wire.INVALID_ARGUMENT and "reserved for the controller" in msg, msg
+    conn.send(wire.frame(17, wire.field_varint(1, (1 << 63) - 1) + wire.field_varint(2, 12) + wire.field_packed(3, [4]),
+                         request_id=3))
+    assert conn.recv_frame()[0] == 18  # ARRAY_PLACEMENT
+    conn.close()
+    assert_still_serving(tight)

@@ -259,3 +259,181 @@ def test_a_lost_shard_with_no_replica_and_no_snapshot_names_the_array(daemons, t
         np.testing.assert_array_equal(rep.numpy(), x)  # restored from its replicas
     finally:
         c.close()
+
+
+# ---- replay: lost arrays computed by completed launches are recomputed from the launch log ----
+
+def _manual_8(n, body, name):
+    """A shard_map-style program over 8 devices: f32[n] tiled on dimension 0, body on each shard."""
+    k = n // 8
+    return f"""module @{name} attributes {{mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32}} {{
+  sdy.mesh @mesh = <["d"=8]> {{stablehlo.mesh = {{axes = [{{name = "d", size = 8 : i64}}]}}}}
+  func.func public @main(%arg0: tensor<{n}xf32>) -> (tensor<{n}xf32> {{jax.result_info = "result"}}) {{
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{{"d"}}]>] out_shardings=[<@mesh, [{{"d"}}]>] manual_axes={{"d"}} (%a: tensor<{k}xf32>) {{
+{body.format(k=k)}
+      sdy.return %r : tensor<{k}xf32>
+    }} : (tensor<{n}xf32>) -> tensor<{n}xf32>
+    return %0 : tensor<{n}xf32>
+  }}
+}}
+"""
+
+
+# f(x) = sin(x) * 1.37 + psum(sum of the shard): a collective over all 8 devices, so a replay runs
+# on every device of the launch, the healthy workers' included
+F_BODY = """      %c = stablehlo.constant dense<1.37> : tensor<f32>
+      %cb = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<{k}xf32>
+      %s = stablehlo.sine %a : tensor<{k}xf32>
+      %m = stablehlo.multiply %s, %cb : tensor<{k}xf32>
+      %z = stablehlo.constant dense<0.0> : tensor<f32>
+      %sum = stablehlo.reduce(%a init: %z) applies stablehlo.add across dimensions = [0] : (tensor<{k}xf32>, tensor<f32>) -> tensor<f32>
+      %ps = "stablehlo.all_reduce"(%sum) <{{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}}> ({{
+      ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+        %t = stablehlo.add %p, %q : tensor<f32>
+        stablehlo.return %t : tensor<f32>
+      }}) : (tensor<f32>) -> tensor<f32>
+      %pb = stablehlo.broadcast_in_dim %ps, dims = [] : (tensor<f32>) -> tensor<{k}xf32>
+      %r = stablehlo.add %m, %pb : tensor<{k}xf32>"""
+# g(y) = y * y * 0.001 + cos(y)
+G_BODY = """      %c = stablehlo.constant dense<0.001> : tensor<f32>
+      %cb = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<{k}xf32>
+      %sq = stablehlo.multiply %a, %a : tensor<{k}xf32>
+      %m = stablehlo.multiply %sq, %cb : tensor<{k}xf32>
+      %co = stablehlo.cosine %a : tensor<{k}xf32>
+      %r = stablehlo.add %m, %co : tensor<{k}xf32>"""
+
+
+def _fetch(a):
+    """Every shard fetched from its worker now (Array.numpy() caches what it fetched once)."""
+    return np.concatenate([a.shard(i) for i in range(8)]).tobytes()
+
+
+def _replay_cluster(daemons, *controller_flags):
+    # --recover-wait: puts are snapshotted even before the standby's data plane is known
+    daemons.controller("--recover-wait", "30000", *controller_flags)
+    _, w1 = daemons.two_workers()
+    daemons.worker("s0", "--standby")
+    daemons.wait_workers(2, 1)
+    return w1
+
+
+def test_replay_recomputes_lost_launch_outputs_bitwise(daemons):
+    """x = put (snapshotted); y = f(x); z = g(y); t = g(z); z deleted (kept for the replay). Worker 1
+    (devices 4-7) is SIGKILLed: y is recomputed by replaying f (x restored from its snapshot), t by
+    replaying g(z), which needs z, itself recomputed from y first. Values bitwise as before."""
+    import loom
+    n = 4096
+    w1 = _replay_cluster(daemons)
+    c = loom.connect(daemons.addr)
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        g = c.compile(_manual_8(n, G_BODY, "g"), name="g")
+        xs = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+        x = c.put(xs, loom.Sharding.tiled(range(8), 0))
+        y = f(x)
+        z = g(y)
+        t = g(z)
+        before = {"y": _fetch(y), "t": _fetch(t), "u": _fetch(g(t))}
+        z.delete()
+        os.kill(w1.pid, signal.SIGKILL)
+        wait_for(lambda: daemons.status()["recoveries"] == 1, 30, what="the recovery")
+        assert _fetch(y) == before["y"]
+        assert _fetch(t) == before["t"]
+        assert _fetch(g(t)) == before["u"]  # a later launch reads the recomputed shards
+        log = daemons.log("controller")
+        assert "recomputed by replaying it" in log and "recomputed its lost shards" in log, log[-3000:]
+    finally:
+        c.close()
+
+
+def test_replay_chain_broken_by_a_deleted_input_names_the_arrays(daemons):
+    """With --replay-keep-mb 0 nothing deleted is kept: y = f(x) with x deleted cannot be replayed
+    after worker 1 is lost, and the error names y, the launch and x; a put with a snapshot and an
+    array computed from live inputs are still restored (bitwise)."""
+    import loom
+    n = 4096
+    w1 = _replay_cluster(daemons, "--replay-keep-mb", "0")
+    c = loom.connect(daemons.addr)
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        xs = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+        x = c.put(xs, loom.Sharding.tiled(range(8), 0))
+        x2 = c.put(xs * 2, loom.Sharding.tiled(range(8), 0))
+        y, y2 = f(x), f(x2)
+        y2_before = _fetch(y2)
+        _fetch(y)
+        xid = x.id
+        x.delete()
+        os.kill(w1.pid, signal.SIGKILL)
+        wait_for(lambda: daemons.status()["recoveries"] == 1, 30, what="the recovery")
+        with pytest.raises(loom.LoomError) as e:
+            _fetch(y)
+        msg = str(e.value)
+        assert f"array {y.id} lost its shard on device 4" in msg, msg
+        assert f"read array {xid}, which the client deleted and which was not kept" in msg, msg
+        assert _fetch(y2) == y2_before
+        assert _fetch(x2) == (xs * 2).tobytes()
+    finally:
+        c.close()
+
+
+def test_replay_of_an_input_lost_without_snapshot_fails_naming_it(daemons):
+    """--no-snapshots: x (a put) is lost for good, so y = f(x) cannot be recomputed: both errors say
+    why (y's names x)."""
+    import loom
+    n = 4096
+    w1 = _replay_cluster(daemons, "--no-snapshots")
+    c = loom.connect(daemons.addr)
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        xs = np.arange(n, dtype=np.float32)
+        x = c.put(xs, loom.Sharding.tiled(range(8), 0))
+        y = f(x)
+        _fetch(y)
+        os.kill(w1.pid, signal.SIGKILL)
+        wait_for(lambda: daemons.status()["recoveries"] == 1, 30, what="the recovery")
+        with pytest.raises(loom.LoomError) as e:
+            _fetch(x)
+        assert "was put or loaded, not computed by a launch" in str(e.value), str(e.value)
+        with pytest.raises(loom.LoomError) as e:
+            _fetch(y)
+        msg = str(e.value)
+        assert f"array {y.id} lost its shard on device 4" in msg and f"read array {x.id}, which failed" in msg, msg
+    finally:
+        c.close()
+
+
+def test_deleted_inputs_are_kept_for_replays_until_their_dependents_go(daemons):
+    """y = f(x) has shards no other worker holds, so deleting x keeps its shards at the workers (a
+    replay of y reads x); deleting y frees both. A deleted array nothing depends on is freed at once
+    (the control)."""
+    import loom
+    n = 1 << 20  # 4 MiB of f32
+    _replay_cluster(daemons)
+    c = loom.connect(daemons.addr)
+
+    def used():
+        devs = json.loads(run_loom("devices", "--json", "--controller", daemons.addr, check=True).stdout)["devices"]
+        return sum(d["memory_used"] for d in devs)
+
+    def settles_at(want, what):
+        wait_for(lambda: abs(used() - want) < (1 << 20), 20, what=what)
+
+    try:
+        f = c.compile(_manual_8(n, F_BODY, "f"), name="f")
+        base = used()
+        free = c.put(np.ones(n, np.float32), loom.Sharding.tiled(range(8), 0))
+        settles_at(base + 4 * n, "the put's shards to be counted")
+        free.delete()
+        settles_at(base, "a deleted array nothing depends on to be freed")
+        x = c.put(np.ones(n, np.float32), loom.Sharding.tiled(range(8), 0))
+        y = f(x)
+        y.block_until_ready()
+        settles_at(base + 8 * n, "x and y to be counted")
+        x.delete()
+        time.sleep(1.5)  # heartbeats report memory every 200 ms
+        assert abs(used() - (base + 8 * n)) < (1 << 20), "x was freed though y's replay reads it"
+        y.delete()
+        settles_at(base, "x to be freed once y is gone")
+    finally:
+        c.close()
