@@ -229,6 +229,8 @@ int px_persist_sharding(const px_persist_item *it, uint8_t **out, size_t *len, c
 
 static int loom_errf(loom_client *c, int st, const px_persist_item *it, bool write, char *msg, size_t cap) {
   const char *m = loom_errmsg(c);
+  const char *tail = m && !strncmp(m, "checkpoint '", 12) ? strstr(m, "': ") : NULL;
+  if (tail) m = tail + 3; /* the checkpoint's name is the directory, named here already */
   return errf(msg, cap, px_code_of(st), "persistence %s of array '%.200s' at %.400s: %s", write ? "write" : "read",
               it->name, it->dir, m && m[0] ? m : loom_strerror(st));
 }
