@@ -6,6 +6,8 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,12 +229,82 @@ int px_persist_sharding(const px_persist_item *it, uint8_t **out, size_t *len, c
   return *out ? 0 : errf(msg, cap, PX_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-static int loom_errf(loom_client *c, int st, const px_persist_item *it, bool write, char *msg, size_t cap) {
-  const char *m = loom_errmsg(c);
-  const char *tail = m && !strncmp(m, "checkpoint '", 12) ? strstr(m, "': ") : NULL;
+/* ---- running the items: up to PS_THREADS checkpoints at once on the session's client (libloom
+ * pipelines them on its connection), so the controller plans and the workers write them together */
+
+#define PS_THREADS 8
+
+typedef struct job {
+  loom_client *c;
+  const px_persist *p;
+  loom_array *const *in;             /* write: the arrays */
+  const loom_sharding *const *shs;   /* read: the shardings */
+  loom_array **out;                  /* read: the arrays made */
+  atomic_int next;                   /* the next item to run */
+  pthread_mutex_t mu;
+  int nfail;
+  int32_t first;                     /* the lowest failed item, its status and message */
+  int first_st;
+  char first_msg[1024];
+} job;
+
+static void run_one(job *j, int32_t i) {
+  const px_persist_item *it = &j->p->items[i];
+  const char *name = it->name;
+  int st;
+  if (j->p->write) {
+    st = loom_checkpoint_save_dir(j->c, it->dir, &name, &j->in[i], 1, NULL);
+  } else {
+    loom_checkpoint_load_args a;
+    loom_checkpoint_load_args_initialize(&a);
+    const int64_t *dims = it->dims;
+    a.dir = it->dir;
+    a.num_arrays = 1;
+    a.names = &name;
+    a.shardings = &j->shs[i];
+    a.dtypes = &it->dtype;
+    a.ranks = &it->rank;
+    a.dims = &dims;
+    st = loom_checkpoint_load(j->c, &a, &j->out[i], NULL);
+  }
+  if (st == LOOM_OK) return;
+  const char *m = loom_errmsg(j->c); /* the client's latest failure: this one's unless two fail at once */
+  pthread_mutex_lock(&j->mu);
+  j->nfail++;
+  if (j->first < 0 || i < j->first) {
+    j->first = i;
+    j->first_st = st;
+    snprintf(j->first_msg, sizeof j->first_msg, "%s", m && m[0] ? m : loom_strerror(st));
+  }
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void *worker(void *arg) {
+  job *j = arg;
+  for (int32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->p->n;) run_one(j, i);
+  return NULL;
+}
+
+static int run(job *j, char *msg, size_t cap) {
+  pthread_mutex_init(&j->mu, NULL);
+  atomic_init(&j->next, 0);
+  j->first = -1;
+  pthread_t th[PS_THREADS];
+  int nt = 0;
+  for (; nt < PS_THREADS - 1 && nt < j->p->n - 1; nt++)
+    if (pthread_create(&th[nt], NULL, worker, j) != 0) break;
+  worker(j); /* this thread too */
+  for (int k = 0; k < nt; k++) pthread_join(th[k], NULL);
+  pthread_mutex_destroy(&j->mu);
+  if (!j->nfail) return 0;
+  const px_persist_item *it = &j->p->items[j->first];
+  const char *m = j->first_msg;
+  const char *tail = j->nfail == 1 && !strncmp(m, "checkpoint '", 12) ? strstr(m, "': ") : NULL;
   if (tail) m = tail + 3; /* the checkpoint's name is the directory, named here already */
-  return errf(msg, cap, px_code_of(st), "persistence %s of array '%.200s' at %.400s: %s", write ? "write" : "read",
-              it->name, it->dir, m && m[0] ? m : loom_strerror(st));
+  char more[64] = "";
+  if (j->nfail > 1) snprintf(more, sizeof more, " (%d of %d arrays failed)", j->nfail, j->p->n);
+  return errf(msg, cap, px_code_of(j->first_st), "persistence %s of array '%.200s' at %.400s%s: %s",
+              j->p->write ? "write" : "read", it->name, it->dir, more, m);
 }
 
 int px_persist_write(loom_client *c, const px_persist *p, loom_array *const *arrays, char *msg, size_t cap) {
@@ -245,39 +317,19 @@ int px_persist_write(loom_client *c, const px_persist *p, loom_array *const *arr
     if (!same) return errf(msg, cap, PX_INVALID_ARGUMENT, "persistence write of array '%.200s': the request's shape "
                            "differs from its argument %d's", it->name, i);
   }
-  for (int32_t i = 0; i < p->n; i++) {
-    const char *name = p->items[i].name;
-    int st = loom_checkpoint_save_dir(c, p->items[i].dir, &name, &arrays[i], 1, NULL);
-    if (st != LOOM_OK) return loom_errf(c, st, &p->items[i], true, msg, cap);
-  }
-  return 0;
+  job j = {.c = c, .p = p, .in = arrays};
+  return run(&j, msg, cap);
 }
 
 int px_persist_read(loom_client *c, const px_persist *p, const loom_sharding *const *shardings, loom_array **out,
                     char *msg, size_t cap) {
   for (int32_t i = 0; i < p->n; i++) out[i] = NULL;
-  for (int32_t i = 0; i < p->n; i++) {
-    const px_persist_item *it = &p->items[i];
-    loom_checkpoint_load_args a;
-    loom_checkpoint_load_args_initialize(&a);
-    const char *name = it->name;
-    const int64_t *dims = it->dims;
-    a.dir = it->dir;
-    a.num_arrays = 1;
-    a.names = &name;
-    a.shardings = &shardings[i];
-    a.dtypes = &it->dtype;
-    a.ranks = &it->rank;
-    a.dims = &dims;
-    int st = loom_checkpoint_load(c, &a, &out[i], NULL);
-    if (st != LOOM_OK) {
-      int rc = loom_errf(c, st, it, false, msg, cap);
-      for (int32_t k = 0; k < i; k++) {
-        loom_array_release(out[k]);
-        out[k] = NULL;
-      }
-      return rc;
+  job j = {.c = c, .p = p, .shs = shardings, .out = out};
+  int rc = run(&j, msg, cap);
+  if (rc)
+    for (int32_t i = 0; i < p->n; i++) {
+      loom_array_release(out[i]);
+      out[i] = NULL;
     }
-  }
-  return 0;
+  return rc;
 }

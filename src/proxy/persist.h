@@ -34,7 +34,7 @@ int px_persist_parse(const cJSON *root, px_persist **out, char *msg, size_t cap)
 void px_persist_free(px_persist *p);
 /* An IFRT HloShardingProto (serialized, malloc'd) of the item's sharding over its devices. */
 int px_persist_sharding(const px_persist_item *it, uint8_t **out, size_t *len, char *msg, size_t cap);
-/* Saves arrays[i] (computed or not) as item i, in order; returns when every file is written. */
+/* Saves arrays[i] (computed or not) as item i (up to 8 at once); returns when every file is written. */
 int px_persist_write(loom_client *c, const px_persist *p, loom_array *const *arrays, char *msg, size_t cap);
 /* Loads item i into out[i] with shardings[i]; returns when every shard is in device memory (on an
  * error none is kept). */
