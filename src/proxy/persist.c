@@ -34,7 +34,7 @@ static uint8_t *b64_decode(const cJSON *j, size_t *len) {
   if (!cJSON_IsString(j)) return NULL;
   const char *in = j->valuestring;
   size_t n = strlen(in);
-  if (n % 4) return NULL;
+  if (n % 4 || n > (1u << 28)) return NULL;
   uint8_t *out = malloc(n / 4 * 3 + 1);
   if (!out) return NULL;
   int k = n ? EVP_DecodeBlock(out, (const unsigned char *)in, (int)n) : 0;

@@ -182,6 +182,18 @@ def test_overwrite_and_errors_keep_the_proxy_serving(cluster, tmp_path):
         out["gcs"] = err(lambda: helper.write_arrays("gs://bucket/ckpt", ["v"], [x], T).result())
         out["relative"] = err(lambda: helper.write_arrays("rel/dir", ["v"], [x], T).result())
         out["dotdot"] = err(lambda: helper.write_arrays(loc, ["../escape"], [x], T).result())
+        # malformed requests, sent as pathwaysutils sends its own (compile fails)
+        from pathwaysutils import plugin_executable
+        good = json.loads(helper.get_bulk_write_request(loc, ["v"], [x], T))
+        req = good["bulk_persistence_write_request"]["write_requests"][0]
+        bad = [{"bulk_persistence_write_request": {"write_requests": 5}},
+               {"bulk_persistence_write_request": {"write_requests": []}},
+               {"bulk_persistence_read_request": {"read_requests": [{}]}},
+               {"bulk_persistence_write_request": {"write_requests": [dict(req, b64_name="%%%")]}},
+               {"bulk_persistence_write_request": {"write_requests": [dict(req, shape=[1, -2])]}},
+               {"bulk_persistence_write_request": {"write_requests": [dict(req, devices={"device_ids": [1.5]})]}},
+               {"bulk_persistence_write_request": {"write_requests": [req, req]}}]
+        out["malformed"] = [err(lambda b=b: plugin_executable.PluginExecutable(json.dumps(b))) for b in bad]
         # the session goes on
         c = np.arange(8, dtype=np.int32)
         helper.write_arrays(loc, ["after"], [jax.device_put(c, NamedSharding(mesh, P(("x", "y"))))], T).result()
@@ -197,6 +209,8 @@ def test_overwrite_and_errors_keep_the_proxy_serving(cluster, tmp_path):
     assert "UNIMPLEMENTED" in res["gcs"] and "gs://bucket/ckpt" in res["gcs"], res
     assert "INVALID_ARGUMENT" in res["relative"] and "not an absolute path" in res["relative"], res
     assert "INVALID_ARGUMENT" in res["dotdot"] and "../escape" in res["dotdot"], res
+    assert all("INVALID_ARGUMENT" in m for m in res["malformed"]), res["malformed"]
+    assert "named twice" in res["malformed"][-1], res["malformed"]
     assert res["after"], res
     # one save per name: the older save's files of "v" are gone
     assert len(list((loc / "v").glob("*.safetensors"))) == 2
