@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
