@@ -459,6 +459,16 @@ LOOM_API void loom_future_destroy(loom_future *future);
 LOOM_API loom_status loom_checkpoint_save(loom_client *client, const char *name, const char *const *names,
                                           loom_array *const *arrays, int32_t num_arrays, char **out_json);
 
+/* As loom_checkpoint_save, into the directory `dir` instead of the controller's checkpoint
+ * directory: an absolute path (no "." or ".." component), created if missing, that the workers
+ * write to directly (on several hosts, a shared filesystem at the same path everywhere). The
+ * checkpoint is the directory: its manifest.json and the workers' safetensors files (an older save
+ * there is replaced; other files are left alone). Only admins may name a directory (everyone on a
+ * cluster without tokens): the workers write as the cluster's user. Errors as loom_checkpoint_save,
+ * and LOOM_PERMISSION, LOOM_INVALID_ARGUMENT for a path that is not allowed. */
+LOOM_API loom_status loom_checkpoint_save_dir(loom_client *client, const char *dir, const char *const *names,
+                                              loom_array *const *arrays, int32_t num_arrays, char **out_json);
+
 typedef struct loom_checkpoint_load_args {
   size_t struct_size;                 /* sizeof(loom_checkpoint_load_args) */
   const char *name;                   /* the checkpoint */
@@ -472,6 +482,9 @@ typedef struct loom_checkpoint_load_args {
   const loom_dtype *dtypes;
   const int32_t *ranks;
   const int64_t *const *dims;
+  /* appended: load from this directory (one loom_checkpoint_save_dir wrote) instead of checkpoint
+   * `name` (name may then be NULL); the same rules as loom_checkpoint_save_dir's */
+  const char *dir;
 } loom_checkpoint_load_args;
 
 LOOM_API void loom_checkpoint_load_args_initialize(loom_checkpoint_load_args *args);

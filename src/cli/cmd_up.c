@@ -69,7 +69,9 @@ static const char g_usage[] =
     "State and logs go to $LOOM_STATE_DIR, else $XDG_RUNTIME_DIR/loom, else /tmp/loom-$UID.\n"
     "Authentication is on: each `loom up` makes a new cluster secret (`secret`, which the workers\n"
     "prove they hold) and a new client token for you (`token`; clients of this cluster use it\n"
-    "without being told), both readable only by you; `loom token` makes tokens for others.\n";
+    "without being told), both readable only by you; `loom token` makes tokens for others. You are\n"
+    "the cluster's admin (`loom controller --admins`): you may drain workers and save checkpoints\n"
+    "into directories you name (IFRT persistence).\n";
 
 #define STOP_GRACE_MS 10000 /* how long each child may take to stop after SIGTERM */
 
@@ -113,6 +115,7 @@ typedef struct sup {
   char secret[4200];     /* the cluster secret's file */
   char tokens[4200];     /* the controller's token store */
   char token[LM_TOKEN_STR_LEN + 1]; /* the local user's token (also in the state dir's `token`) */
+  char user[LM_TOKEN_USER_MAX + 1]; /* the local user: the cluster's admin (--admins) */
   const char *backend, *pjrt_plugin; /* passed to the workers as they are */
   const char **pjrt_options;
   int npjrt_options;
@@ -230,10 +233,10 @@ static int make_credentials(sup *s, lm_err *err) {
   snprintf(s->secret, sizeof s->secret, "%s/%s", s->dir, LM_SECRET_FILE);
   snprintf(s->tokens, sizeof s->tokens, "%s/%s", s->dir, LM_TOKENS_FILE);
   LM_TRY(lm_auth_secret_create(s->secret, err));
-  char user[LM_TOKEN_USER_MAX + 1];
+  char *user = s->user;
   struct passwd *pw = getpwuid(getuid());
-  snprintf(user, sizeof user, "%s", pw && pw->pw_name ? pw->pw_name : "");
-  if (!lm_auth_user_ok(user)) snprintf(user, sizeof user, "uid%ld", (long)getuid());
+  snprintf(user, sizeof s->user, "%s", pw && pw->pw_name ? pw->pw_name : "");
+  if (!lm_auth_user_ok(user)) snprintf(user, sizeof s->user, "uid%ld", (long)getuid());
   int lk = lm_tokens_lock(s->tokens, err);
   if (lk < 0) return lk;
   lm_token_store st;
@@ -295,8 +298,9 @@ static int spawn_controller(sup *s, char *listen, char *http, lm_err *err) {
   snprintf(addrfile, sizeof addrfile, "%s/controller.addr", s->dir);
   snprintf(httpfile, sizeof httpfile, "%s/http.addr", s->dir);
   char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
-                   "--tokens-file", s->tokens, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-  int na = 10;
+                   "--tokens-file", s->tokens, "--admins", s->user, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                   NULL, NULL};
+  int na = 12;
   if (http[0]) cargv[na++] = "--http", cargv[na++] = http, cargv[na++] = "--http-address-file", cargv[na++] = httpfile;
   if (s->recover_wait) cargv[na++] = "--recover-wait", cargv[na++] = (char *)s->recover_wait;
   if (s->state) cargv[na++] = "--state", cargv[na++] = (char *)s->state;

@@ -1,6 +1,7 @@
 /* Checkpoints and drain in libloom (include/loom/loom.h, docs/elastic.md): CHECKPOINT and
  * DRAIN requests to the controller; the bytes go between the workers and the files, never
  * through this process. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "client/client_int.h"
@@ -28,12 +29,13 @@ static int ckpt_call(loom_client *c, unsigned type, const ProtobufCMessage *m, L
   return 0;
 }
 
-loom_status loom_checkpoint_save(loom_client *c, const char *name, const char *const *names, loom_array *const *arrays,
-                                 int32_t n, char **out_json) {
+/* A save as checkpoint `name` (dir NULL) or into directory `dir`. */
+static loom_status save(loom_client *c, const char *name, const char *dir, const char *const *names,
+                        loom_array *const *arrays, int32_t n, char **out_json) {
   if (out_json) *out_json = NULL;
   if (!c) return LOOM_INVALID_ARGUMENT;
   lm_err err;
-  if (!name || n < 1 || !names || !arrays)
+  if ((!name && !dir) || n < 1 || !names || !arrays)
     return lm_client_failf(c, LOOM_INVALID_ARGUMENT, "a checkpoint save needs a name and at least one array");
   for (int32_t i = 0; i < n; i++) {
     if (!arrays[i] || arrays[i]->c != c || !names[i])
@@ -55,7 +57,8 @@ loom_status loom_checkpoint_save(loom_client *c, const char *name, const char *c
   }
   Lmw__Checkpoint m = LMW__CHECKPOINT__INIT;
   m.op = LMW__CHECKPOINT_OP__CKPT_SAVE;
-  m.name = (char *)name;
+  m.name = (char *)(name ? name : "");
+  m.dir = (char *)(dir ? dir : "");
   m.n_entries = (size_t)n;
   m.entries = ptrs;
   Lmw__CheckpointReply *r = NULL;
@@ -66,10 +69,26 @@ loom_status loom_checkpoint_save(loom_client *c, const char *name, const char *c
   return rc < 0 ? lm_client_fail(c, &err) : LOOM_OK;
 }
 
+loom_status loom_checkpoint_save(loom_client *c, const char *name, const char *const *names, loom_array *const *arrays,
+                                 int32_t n, char **out_json) {
+  if (c && !name) return lm_client_failf(c, LOOM_INVALID_ARGUMENT, "a checkpoint save needs a name");
+  return save(c, name, NULL, names, arrays, n, out_json);
+}
+
+loom_status loom_checkpoint_save_dir(loom_client *c, const char *dir, const char *const *names,
+                                     loom_array *const *arrays, int32_t n, char **out_json) {
+  if (c && !dir) return lm_client_failf(c, LOOM_INVALID_ARGUMENT, "a checkpoint save into a directory needs one");
+  return save(c, NULL, dir, names, arrays, n, out_json);
+}
+
 loom_status loom_checkpoint_load(loom_client *c, const loom_checkpoint_load_args *a, loom_array **out, char **out_json) {
   if (out_json) *out_json = NULL;
   if (!c) return LOOM_INVALID_ARGUMENT;
-  if (!a || a->struct_size < sizeof *a || !a->name || a->num_arrays < 1 || !a->names || !out)
+  /* dir was appended: a caller built before it has a smaller struct_size and no dir */
+  size_t with_dir = offsetof(loom_checkpoint_load_args, dir) + sizeof a->dir;
+  const char *dir = a && a->struct_size >= with_dir ? a->dir : NULL;
+  if (!a || a->struct_size < offsetof(loom_checkpoint_load_args, dir) || (!a->name && !dir) || a->num_arrays < 1 ||
+      !a->names || !out)
     return lm_client_failf(c, LOOM_INVALID_ARGUMENT, "a checkpoint load needs its args (struct_size set), a name, "
                            "and at least one array name");
   int32_t n = a->num_arrays;
@@ -144,7 +163,8 @@ loom_status loom_checkpoint_load(loom_client *c, const loom_checkpoint_load_args
   if (rc == 0) {
     Lmw__Checkpoint m = LMW__CHECKPOINT__INIT;
     m.op = LMW__CHECKPOINT_OP__CKPT_LOAD;
-    m.name = (char *)a->name;
+    m.name = (char *)(a->name ? a->name : "");
+    m.dir = (char *)(dir ? dir : "");
     m.n_entries = (size_t)n;
     m.entries = ptrs;
     rc = ckpt_call(c, LM_MSG_CHECKPOINT, &m.base, &r, &err);

@@ -389,6 +389,25 @@ typedef struct ck_op {
   struct ck_op *next;
 } ck_op;
 
+/* A directory a client may name (Checkpoint.dir): absolute, no "." or ".." component, no control
+ * characters, room for the files' names under PATH_MAX. why gets the reason when not. */
+static bool dir_ok(const char *d, char *why, size_t cap) {
+  size_t n = strlen(d);
+  if (d[0] != '/') return snprintf(why, cap, "is not an absolute path"), false;
+  if (n > PATH_MAX - 128) return snprintf(why, cap, "is longer than %d bytes", PATH_MAX - 128), false;
+  for (const char *c = d; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) return snprintf(why, cap, "has a control character"), false;
+  for (const char *c = d; *c;) {
+    while (*c == '/') c++;
+    size_t l = strcspn(c, "/");
+    if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
+      return snprintf(why, cap, "has a '.' or '..' component"), false;
+    c += l;
+  }
+  if (!strcmp(d, "/")) return snprintf(why, cap, "is the root directory"), false;
+  return true;
+}
+
 static bool name_ok(const char *s) { return s && strlen(s) <= CK_NAME_MAX && safe_file_name(s); }
 
 static bool tensor_name_ok(const char *s) {
@@ -588,6 +607,21 @@ static void save_cleanup_done(ck_op *o) {
   op_done(o);
 }
 
+/* Whether a file name is one a save writes: <hex>-<hex>-w<digits>.safetensors (a directory a
+ * client named may hold other files, never removed). */
+static bool saved_file_name(const char *n) {
+  const char *c = n;
+  for (int part = 0; part < 2; part++) {
+    const char *b = c;
+    while ((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')) c++;
+    if (c == b || *c++ != '-') return false;
+  }
+  if (*c++ != 'w') return false;
+  const char *b = c;
+  while (*c >= '0' && *c <= '9') c++;
+  return c != b && !strcmp(c, ".safetensors");
+}
+
 static void save_commit_work(ck_op *o) {
   char tmp[PATH_MAX], path[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s/.%s.tmp", o->dir, CK_MANIFEST);
@@ -617,8 +651,7 @@ static void save_commit_work(ck_op *o) {
   struct dirent *de;
   size_t idl = strlen(o->save_id);
   while (d && (de = readdir(d))) {
-    size_t l = strlen(de->d_name);
-    if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors") && strncmp(de->d_name, o->save_id, idl)) {
+    if (saved_file_name(de->d_name) && (strncmp(de->d_name, o->save_id, idl) || de->d_name[idl] != '-')) {
       char old[PATH_MAX];
       snprintf(old, sizeof old, "%s/%s", o->dir, de->d_name);
       unlink(old);
@@ -1483,7 +1516,7 @@ static void admin_done(ck_op *o) {
 void ctl_on_checkpoint(peer *p, const lm_frame *f, const Lmw__Checkpoint *m) {
   ctl *c = p->ctl;
   struct ctl_ckpt *ck = c->ckpt;
-  if (!ck || !ck->root[0]) {
+  if (!ck || (!ck->root[0] && !(m->dir && m->dir[0]))) {
     ctl_reply_error(p, f->h.request_id, LOOM_UNSUPPORTED,
                     "this controller has no checkpoint directory (loom controller --checkpoint-dir DIR)");
     return;
@@ -1502,12 +1535,30 @@ void ctl_on_checkpoint(peer *p, const lm_frame *f, const Lmw__Checkpoint *m) {
   user_component(p, user, sizeof user);
   snprintf(o->user_dir, sizeof o->user_dir, "%s/%s", ck->root, user);
   bool named = m->op != LMW__CHECKPOINT_OP__CKPT_LIST;
-  if (named && !name_ok(m->name)) {
+  bool at_dir = m->dir && m->dir[0];
+  if (at_dir) {
+    char why[160];
+    if (m->op != LMW__CHECKPOINT_OP__CKPT_SAVE && m->op != LMW__CHECKPOINT_OP__CKPT_LOAD &&
+        m->op != LMW__CHECKPOINT_OP__CKPT_SHOW && m->op != LMW__CHECKPOINT_OP__CKPT_VERIFY)
+      op_failf(o, LOOM_INVALID_ARGUMENT, "a checkpoint directory may be named to save, load, show or verify only");
+    else if (!ctl_is_admin(c, p))
+      op_failf(o, LOOM_PERMISSION, "only admins may name a checkpoint directory (loom controller --admins)");
+    else if (!dir_ok(m->dir, why, sizeof why))
+      op_failf(o, LOOM_INVALID_ARGUMENT, "checkpoint directory '%.200s' %s", m->dir, why);
+  }
+  if (at_dir && o->rc == 0) {
+    snprintf(o->dir, sizeof o->dir, "%s", m->dir);
+    for (size_t n = strlen(o->dir); n > 1 && o->dir[n - 1] == '/'; n--) o->dir[n - 1] = 0;
+    size_t n = strlen(o->dir); /* messages name it: the directory, or its tail when long */
+    snprintf(o->name, sizeof o->name, "%s%s", n > CK_NAME_MAX ? "..." : "", o->dir + (n > CK_NAME_MAX ? n - CK_NAME_MAX + 3 : 0));
+  } else if (o->rc == 0 && named && !name_ok(m->name)) {
     op_failf(o, LOOM_INVALID_ARGUMENT, "'%.80s' is not a checkpoint name: 1 to %d characters of A-Z a-z 0-9 _ . -, "
              "not starting with '.'", m->name ? m->name : "", CK_NAME_MAX);
-  } else if (named) {
+  } else if (o->rc == 0 && named) {
     snprintf(o->name, sizeof o->name, "%s", m->name);
     snprintf(o->dir, sizeof o->dir, "%s/%s", o->user_dir, o->name);
+  }
+  if (o->rc == 0 && named) {
     for (ck_op *x = ck->ops; x; x = x->next) /* one change of a name at a time */
       if (!strcmp(x->dir, o->dir) && (m->op == LMW__CHECKPOINT_OP__CKPT_SAVE ||
                                       m->op == LMW__CHECKPOINT_OP__CKPT_REMOVE || x->op == LMW__CHECKPOINT_OP__CKPT_SAVE ||

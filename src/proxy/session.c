@@ -26,6 +26,7 @@
 #include "hlo/parse.h"
 #include "loom/loom.h"
 #include "proxy/proxy.h"
+#include "proxy/persist.h"
 #include "loom/compile_options_subset.pb-c.h"
 #include "xla/pjrt/proto/executable_metadata.pb-c.h"
 #include "xla/python/ifrt_proxy/common/grpc_ifrt_service.pb-c.h"
@@ -146,6 +147,7 @@ typedef struct pexec {
   int calls;                   /* executes so far */
   char *request;               /* the profileRequest object as JSON (written beside the trace) */
   char session_name[72];       /* the trace's directory under the trace dir */
+  px_persist *persist;         /* a persistence write or read (persist.c) */
 } pexec;
 
 typedef struct pfuture {
@@ -221,6 +223,7 @@ static void parray_delete(parray *a) {
 static void pexec_free(pexec *e) {
   if (!e) return;
   free(e->request);
+  px_persist_free(e->persist);
   loom_executable_destroy(e->exe);
   free(e->devices);
   free(e->donated);
@@ -919,20 +922,20 @@ static int metadata_reply(px_session *s, Xla__Ifrt__Proxy__LoadedExecutableMetad
   return 0;
 }
 
-/* A profile executable's metadata: no inputs; with xprofTraceOptions one (1,) output in device
- * memory with the default layout. */
+/* A profile or persistence executable's metadata: no input shardings; its outputs (with
+ * xprofTraceOptions one (1,) array; a read's arrays) in device memory with the default layout. */
 static int profile_metadata(px_session *s, const pexec *e, Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse *o,
                             Resp *r) {
   Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__OutputMemoryKind *mk =
       NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__OutputMemoryKind,
           XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__OUTPUT_MEMORY_KIND__INIT);
-  if (e->xprof) {
+  if (e->num_outputs) {
     Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList *ml =
         NEW(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList,
             XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__MEMORY_KIND_LIST__INIT);
-    ml->n_memory_kinds = 1;
-    ml->memory_kinds = ARR(char *, 1);
-    ml->memory_kinds[0] = "device";
+    ml->n_memory_kinds = (size_t)e->num_outputs;
+    ml->memory_kinds = ARR(char *, e->num_outputs);
+    for (int32_t i = 0; i < e->num_outputs; i++) ml->memory_kinds[i] = "device";
     mk->n_memory_kind_lists = 1;
     mk->memory_kind_lists = ARR(Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__MemoryKindList *, 1);
     mk->memory_kind_lists[0] = ml;
@@ -947,7 +950,7 @@ static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMe
   if (!e) return rc;
   typedef Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse M;
   M *o = NEW(M, XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__INIT);
-  if (e->profile) return profile_metadata(s, e, o, r);
+  if (e->profile || e->persist) return profile_metadata(s, e, o, r);
   if (e->num_devices > 1) {
     for (int io = 0; io < 2; io++) {
       int32_t n = io ? e->num_outputs : e->num_inputs;
@@ -1008,9 +1011,9 @@ static void donate_inputs(px_session *s, const pexec *e, const Xla__Ifrt__Proxy_
 }
 
 /* ---- PluginProgram: pathwaysutils' side channel ----
- * data = "__serialized_plugin_program " + JSON. Only {"profileRequest": {...}} is served (the
- * profiler's start_trace/stop_trace); persistence and reshard requests get UNIMPLEMENTED naming
- * them. */
+ * data = "__serialized_plugin_program " + JSON. {"profileRequest": {...}} (the profiler's
+ * start_trace/stop_trace) and persistence write/read requests (persist.c) are served; reshard
+ * requests get UNIMPLEMENTED naming them. */
 
 #define PLUGIN_PREFIX "__serialized_plugin_program "
 
@@ -1028,6 +1031,61 @@ static bool safe_name(const char *n) {
   return true;
 }
 
+/* Answers a PluginProgram's compile with e, registered under a new handle (e is freed on failure). */
+static int plugin_compiled(px_session *s, pexec *e, const char *name, Resp *r) {
+  uint64_t h = new_handle(s);
+  if (pm_put(&s->execs, h, e) < 0) {
+    pexec_free(e);
+    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  Xla__Ifrt__Proxy__CompileResponse *o =
+      NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
+  o->has_loaded_executable_handle = 1;
+  o->loaded_executable_handle = h;
+  o->name = astr(s, name);
+  o->has_num_devices = 1;
+  o->num_devices = e->num_devices; /* execute_sharded wants each argument in one shard per device */
+  o->n_device_ids = o->n_addressable_device_ids = (size_t)e->num_devices;
+  o->device_ids = o->addressable_device_ids = e->devices;
+  o->has_ready_future_handle = 1;
+  o->ready_future_handle = ready_future(s);
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
+  r->compile_response = o;
+  return 0;
+}
+
+/* A persistence write (its arguments are the arrays) or read (its outputs are). */
+static int compile_persist(px_session *s, px_persist *pp, Resp *r) {
+  pexec *e = calloc(1, sizeof *e);
+  if (!e) {
+    px_persist_free(pp);
+    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  e->persist = pp;
+  /* its devices: every device a request names, in the order first named */
+  size_t all = 0;
+  for (int32_t i = 0; i < pp->n; i++) all += (size_t)pp->items[i].ndevices;
+  e->devices = malloc(sizeof(int32_t) * (all ? all : 1));
+  pmap seen = {0};
+  bool oom = !e->devices;
+  for (int32_t i = 0; !oom && i < pp->n; i++)
+    for (int32_t k = 0; !oom && k < pp->items[i].ndevices; k++) {
+      int32_t d = pp->items[i].devices[k];
+      if (pm_get(&seen, (uint64_t)d + 1)) continue;
+      oom = pm_put(&seen, (uint64_t)d + 1, e) < 0;
+      e->devices[e->num_devices++] = d;
+    }
+  free(seen.keys);
+  free(seen.vals);
+  if (oom) {
+    pexec_free(e);
+    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  e->num_inputs = pp->write ? pp->n : 0;
+  e->num_outputs = pp->write ? 0 : pp->n;
+  return plugin_compiled(s, e, pp->write ? "loom_persistence_write" : "loom_persistence_read", r);
+}
+
 static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
   const char *what = "Compile (PluginProgram)";
   size_t len = q->program->has_data ? q->program->data.len : 0, plen = strlen(PLUGIN_PREFIX);
@@ -1039,6 +1097,12 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
     cJSON_Delete(root);
     return fail(s, PX_INVALID_ARGUMENT, "%s: its JSON %s", what, root ? "is not an object" : "does not parse");
   }
+  px_persist *pp = NULL;
+  int prc = px_persist_parse(root, &pp, s->err, sizeof s->err);
+  if (prc != 1) {
+    cJSON_Delete(root);
+    return prc ? prc : compile_persist(s, pp, r);
+  }
   cJSON *req = cJSON_GetObjectItemCaseSensitive(root, "profileRequest");
   if (req && !cJSON_IsObject(req)) {
     cJSON_Delete(root);
@@ -1046,7 +1110,7 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
   }
   if (!req) {
     const char *key = root->child && root->child->string ? root->child->string : "(empty)";
-    int rc = fail(s, PX_UNIMPLEMENTED, "%s: %.100s is not supported by the Loom proxy (only profileRequest is)", what,
+    int rc = fail(s, PX_UNIMPLEMENTED, "%s: %.100s is not supported by the Loom proxy (profileRequest and persistence requests are)", what,
                   key);
     cJSON_Delete(root);
     return rc;
@@ -1071,23 +1135,11 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
   e->request = cJSON_PrintUnformatted(req);
   e->num_outputs = e->xprof ? 1 : 0;
   cJSON_Delete(root);
-  uint64_t h = new_handle(s);
-  if (!e->request || pm_put(&s->execs, h, e) < 0) {
+  if (!e->request) {
     pexec_free(e);
     return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
-  Xla__Ifrt__Proxy__CompileResponse *o =
-      NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
-  o->has_loaded_executable_handle = 1;
-  o->loaded_executable_handle = h;
-  o->name = astr(s, "loom_profile");
-  o->has_num_devices = 1;
-  o->num_devices = 0;
-  o->has_ready_future_handle = 1;
-  o->ready_future_handle = ready_future(s);
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
-  r->compile_response = o;
-  return 0;
+  return plugin_compiled(s, e, "loom_profile", r);
 }
 
 /* Creates dir and its parents (mode 0755 for the ones made). */
@@ -1208,11 +1260,113 @@ static int execute_profile(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
   return 0;
 }
 
+/* A persistence execute: runs the whole write or read before answering (the status future is
+ * then done; an error fails the execute itself, so no output handle is left dangling). A write
+ * takes the arrays as its arguments; a read's outputs are the arrays in the shardings asked. */
+static int execute_persist(px_session *s, pexec *e, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q,
+                           Resp *r) {
+  const px_persist *p = e->persist;
+  const char *what = p->write ? "Execute (persistence write)" : "Execute (persistence read)";
+  if ((int32_t)q->n_args_handles != e->num_inputs)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu arguments for %d arrays", what, q->n_args_handles, e->num_inputs);
+  if (q->n_result_array_handle && (int32_t)q->n_result_array_handle != e->num_outputs)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu result handles for %d arrays", what, q->n_result_array_handle,
+                e->num_outputs);
+  loom_array **arrs = calloc((size_t)p->n, sizeof *arrs);
+  loom_sharding *shs = calloc((size_t)p->n, sizeof *shs);
+  const loom_sharding **shp = calloc((size_t)p->n, sizeof *shp);
+  size_t *off = calloc((size_t)p->n + 1, sizeof *off); /* item i's devices at dv[off[i]..], its list after them */
+  for (int32_t i = 0; off && i < p->n; i++) off[i + 1] = off[i] + 2 * (size_t)p->items[i].ndevices;
+  int32_t *dv = off ? calloc(off[p->n] + 1, sizeof *dv) : NULL, *nlist = calloc((size_t)p->n, sizeof *nlist);
+  int rc = !arrs || !shs || !shp || !off || !dv || !nlist ? fail(s, PX_RESOURCE_EXHAUSTED, "out of memory") : 0;
+  if (!rc && p->write) {
+    for (int32_t i = 0; i < p->n && !rc; i++) {
+      parray *a = array_get(s, q->args_handles[i], &rc);
+      if (a) arrs[i] = array_whole(s, a, &rc);
+    }
+    if (!rc) rc = px_persist_write(s->client, p, arrs, s->err, sizeof s->err);
+  } else if (!rc) {
+    for (int32_t i = 0; i < p->n && !rc; i++) {
+      uint8_t *hs = NULL;
+      size_t hl = 0;
+      rc = px_persist_sharding(&p->items[i], &hs, &hl, s->err, sizeof s->err);
+      if (rc) break;
+      Xla__Ifrt__Serialized ser = XLA__IFRT__SERIALIZED__INIT;
+      ser.type_name = "xla::ifrt::HloSharding";
+      ser.has_data = 1;
+      ser.data.data = hs;
+      ser.data.len = hl;
+      Xla__Ifrt__ShardingProto sp = XLA__IFRT__SHARDING_PROTO__INIT;
+      sp.serialized_sharding = &ser;
+      int32_t *d = dv + off[i], nd = p->items[i].ndevices;
+      rc = sharding_from_proto(s, &sp, p->items[i].rank, &shs[i], d, nd, d + nd, &nlist[i]);
+      free(hs);
+      if (rc) {
+        char m[sizeof s->err];
+        snprintf(m, sizeof m, "%s", s->err);
+        rc = fail(s, rc, "%s of array '%.200s': %s", what, p->items[i].name, m);
+      }
+      shp[i] = &shs[i];
+    }
+    if (!rc) rc = px_persist_read(s->client, p, shp, arrs, s->err, sizeof s->err);
+  }
+  Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse *o =
+      NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__INIT);
+  if (!rc && !p->write) {
+    o->n_outputs = (size_t)p->n;
+    o->outputs = ARR(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *, p->n);
+    for (int32_t i = 0; i < p->n; i++) {
+      loom_array *arr = arrs[i];
+      arrs[i] = NULL;
+      if (rc) { /* registering an earlier one failed: the rest are released */
+        loom_array_release(arr);
+        continue;
+      }
+      const px_persist_item *it = &p->items[i];
+      parray t = {.dtype = it->dtype, .rank = it->rank};
+      memcpy(t.dims, it->dims, sizeof t.dims);
+      const int32_t *list = dv + off[i] + p->items[i].ndevices;
+      uint64_t h = q->n_result_array_handle ? q->result_array_handle[i] : 0;
+      if ((rc = add_new_array(s, &t, arr, &h, list, nlist[i])) != 0) continue;
+      Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *op =
+          NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output,
+              XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__OUTPUT__INIT);
+      op->dtype = NEW(Xla__Ifrt__DTypeProto, XLA__IFRT__DTYPE_PROTO__INIT);
+      op->dtype->has_kind = 1;
+      op->dtype->kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(t.dtype);
+      op->shape = NEW(Xla__Ifrt__ShapeProto, XLA__IFRT__SHAPE_PROTO__INIT);
+      op->shape->n_dims = (size_t)t.rank;
+      op->shape->dims = ARR(int64_t, t.rank);
+      memcpy(op->shape->dims, t.dims, sizeof(int64_t) * (size_t)t.rank);
+      loom_sharding sh = {.struct_size = sizeof sh};
+      loom_array_sharding(arr, &sh);
+      op->sharding = sharding_proto(s, &sh, t.rank, list, nlist[i]);
+      op->has_array_handle = 1;
+      op->array_handle = h;
+      o->outputs[i] = op;
+    }
+  }
+  for (int32_t i = 0; !p->write && arrs && i < p->n; i++) loom_array_release(arrs[i]);
+  free(arrs), free(shs), free(shp), free(off), free(dv), free(nlist);
+  if (rc) return rc;
+  if (p->write) lm_info("session %" PRIu64 ": persistence wrote %d arrays", s->id, p->n);
+  else lm_info("session %" PRIu64 ": persistence read %d arrays", s->id, p->n);
+  /* the status future: the client's handle, else one of ours (the client then fetches it) */
+  uint64_t fh = q->has_result_status_handle && q->result_status_handle ? q->result_status_handle : new_handle(s);
+  future_put(s, fh, PX_OK, NULL, NULL);
+  o->has_status_handle = 1;
+  o->status_handle = fh;
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
+  r->loaded_executable_execute_response = o;
+  return 0;
+}
+
 static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q, Resp *r) {
   int rc = 0;
   pexec *e = exec_get(s, q->loaded_executable_handle, &rc);
   if (!e) return rc;
   if (e->profile) return execute_profile(s, e, q, r);
+  if (e->persist) return execute_persist(s, e, q, r);
   if ((int32_t)q->n_args_handles != e->num_inputs)
     return fail(s, PX_INVALID_ARGUMENT, "Execute: %zu arguments for a program of %d", q->n_args_handles, e->num_inputs);
   if (q->n_result_array_handle && (int32_t)q->n_result_array_handle != e->num_outputs)

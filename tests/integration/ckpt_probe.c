@@ -1,6 +1,7 @@
 /* Exercises the C API's checkpoint and drain calls against a real cluster (8 devices, a
  * controller with a checkpoint directory); prints "ok ckpt" (tests/python/test_checkpoint.py).
  *   ckpt_probe ADDR */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,8 @@
 
 int main(int argc, char **argv) {
   loom_client *client = NULL;
-  if (argc != 2) {
-    fprintf(stderr, "usage: ckpt_probe ADDR\n");
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: ckpt_probe ADDR [DIR]\n");
     return 2;
   }
   loom_connect_options o;
@@ -105,6 +106,28 @@ int main(int argc, char **argv) {
   CHECK(loom_checkpoint_query(client, LOOM_CHECKPOINT_REMOVE, "c1", NULL) == LOOM_OK);
   CHECK(loom_checkpoint_load(client, &la, &b, NULL) == LOOM_NOT_FOUND);
   CHECK(loom_checkpoint_query(client, LOOM_CHECKPOINT_REMOVE, "c1", NULL) == LOOM_NOT_FOUND);
+  /* a checkpoint in a directory the caller names (the IFRT proxy's persistence) */
+  if (argc == 3) {
+    char dir[4096], bad[4200];
+    snprintf(dir, sizeof dir, "%s/sub/c2", argv[2]);
+    CHECK(loom_checkpoint_save_dir(client, "relative/dir", names, &a, 1, NULL) == LOOM_INVALID_ARGUMENT);
+    CHECK(strstr(loom_errmsg(client), "not an absolute path"));
+    snprintf(bad, sizeof bad, "%s/../c3", argv[2]);
+    CHECK(loom_checkpoint_save_dir(client, bad, names, &a, 1, NULL) == LOOM_INVALID_ARGUMENT);
+    CHECK(strstr(loom_errmsg(client), "'..' component"));
+    CHECK(loom_checkpoint_save_dir(client, dir, names, &a, 1, &json) == LOOM_OK);
+    loom_free_string(json);
+    la.name = NULL;
+    la.dir = dir;
+    la.shardings = NULL; /* as saved */
+    CHECK(loom_checkpoint_load(client, &la, &b, NULL) == LOOM_OK);
+    CHECK(loom_array_num_shards(b) == 8 && loom_array_get(b, y, sizeof y) == LOOM_OK && memcmp(x, y, sizeof x) == 0);
+    loom_array_release(b);
+    /* a caller built before `dir` was appended: a smaller struct_size, loading by name */
+    la.struct_size = offsetof(loom_checkpoint_load_args, dir);
+    CHECK(loom_checkpoint_load(client, &la, &b, NULL) == LOOM_INVALID_ARGUMENT); /* no name, and dir not seen */
+    la.struct_size = sizeof la;
+  }
   /* drain: an unknown worker, and a cluster without a standby */
   CHECK(loom_drain_worker(client, 99, NULL) == LOOM_NOT_FOUND);
   CHECK(loom_drain_worker(client, -1, NULL) == LOOM_INVALID_ARGUMENT);

@@ -496,3 +496,24 @@ def test_a_thousand_idle_connections_lock_nobody_out(acluster):
         for ss in socks.values():
             for s in ss:
                 s.close()
+
+
+def test_only_admins_name_checkpoint_directories(acluster, auth, tmp_path):
+    """A checkpoint in a directory the client names (the proxy's persistence) is written by the
+    workers as the cluster's user: with tokens, only --admins may ask for one (alice is none here),
+    and never to remove one."""
+    c, _ = session(acluster.addr, auth.tokens["alice"])
+    target = tmp_path / "elsewhere"
+    for op, rid in ((1, 2), (2, 3), (6, 4)):  # save, load, remove
+        m = wire.field_varint(1, op) + wire.field_bytes(4, str(target).encode())
+        if op == 1:
+            m += wire.field_bytes(3, wire.field_bytes(1, b"x") + wire.field_varint(2, 1))
+        c.send(wire.frame(64, m, request_id=rid))  # CHECKPOINT
+        code, msg, r = c.expect_error()
+        assert r == rid, (r, msg)
+        if op == 6:
+            assert code == wire.INVALID_ARGUMENT and "save, load, show or verify only" in msg, msg
+        else:
+            assert code == wire.PERMISSION and "only admins" in msg, msg
+    assert not target.exists()
+    c.close()

@@ -251,18 +251,22 @@ def test_profiling_client_gone_mid_trace(cluster, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_plugin_programs_other_than_profiling_are_unimplemented(cluster, tmp_path):
+def test_plugin_programs_other_than_profiling_and_persistence_are_unimplemented(cluster, tmp_path):
+    """A reshard request: UNIMPLEMENTED naming it; bad JSON and a persistence request missing its
+    fields: INVALID_ARGUMENT (persistence itself: test_proxy_persist.py); the session goes on."""
     script = tmp_path / "persist.py"
     script.write_text(
         "import pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
         "from pathwaysutils import plugin_executable\n"
-        "for prog in ['{\"persistenceWriteRequest\": {}}', 'not json', '[1, 2]', '{\"profileRequest\": 3}']:\n"
+        "for prog in ['{\"reshardRequest\": {}}', '{\"persistenceWriteRequest\": {}}', 'not json', '[1, 2]',\n"
+        "             '{\"profileRequest\": 3}']:\n"
         "    try:\n        plugin_executable.PluginExecutable(prog)\n        print('accepted:', prog)\n"
         "    except Exception as e:\n        print('error:', str(e)[:300])\n"
         "import jax.numpy as jnp\nprint('still serving', int(jnp.arange(3).sum()))\n")
     r = run_jax(cluster, script)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "persistenceWriteRequest is not supported by the Loom proxy" in r.stdout, r.stdout + r.stderr
+    assert "UNIMPLEMENTED" in r.stdout and "reshardRequest is not supported by the Loom proxy" in r.stdout, r.stdout
+    assert "persistence write request 0: b64_location is missing" in r.stdout, r.stdout + r.stderr
     assert "its JSON does not parse" in r.stdout and "its JSON is not an object" in r.stdout, r.stdout
     assert "profileRequest must be a JSON object" in r.stdout and "accepted" not in r.stdout, r.stdout
     assert "still serving 3" in r.stdout, r.stdout

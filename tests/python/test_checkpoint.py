@@ -309,11 +309,12 @@ def test_drain_keeps_arrays_without_replica_or_snapshot(cluster):
 
 
 def test_c_api(cluster):
-    """The C calls (tests/integration/ckpt_probe.c): save, list, show, verify, load with checks, remove, drain errors."""
+    """The C calls (tests/integration/ckpt_probe.c): save, list, show, verify, load with checks, remove, drain
+    errors; a save into a directory named by the caller and a load from it."""
     from loomtest import BUILD_DIR
     start(cluster)
-    r = subprocess.run([str(BUILD_DIR / "tests" / "ckpt_probe"), cluster.addr], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([str(BUILD_DIR / "tests" / "ckpt_probe"), cluster.addr, str(cluster.ckdir.parent / "dirs")],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok ckpt" in r.stdout, r.stdout + r.stderr
 
 
