@@ -123,9 +123,9 @@ static void stream_unref(px_stream *st) {
     st->oh = o->next;
     free(o);
   }
-  free(st->blob);
+  px_hb_free(st->blob);
   free(st->status_msg);
-  free(st->hb_data);
+  px_hb_free(st->hb_data);
   free(st);
   conn_unref(c);
 }
@@ -772,6 +772,7 @@ static void *conn_main(void *arg) {
       (void)r;
     }
     uint64_t now = lm_now_ms();
+    px_hb_trim(now, 0);
     for (px_stream *st = c->streams; st; st = st->next) {
       if (st->lookup_parked) {
         if (try_lookup(st)) {
@@ -833,6 +834,7 @@ int px_serve(const px_options *opts, lm_err *err) {
   }
   while (!*opts->stop) {
     struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    px_hb_trim(lm_now_ms(), 0);
     if (poll(&pf, 1, 200) <= 0) continue;
     struct sockaddr_storage peer;
     socklen_t pl = sizeof peer;
@@ -867,5 +869,6 @@ int px_serve(const px_options *opts, lm_err *err) {
     pthread_attr_destroy(&a);
   }
   close(lfd);
+  px_hb_trim(0, 1);
   return 0;
 }
