@@ -335,40 +335,82 @@ static void answer_version(px_stream *st, const uint8_t *msg, size_t len) {
   px_stream_finish(st, PX_OK, NULL);
 }
 
+/* protobuf-c's allocator while a HostBufferStore chunk unpacks: its one big allocation (the data
+ * field's bytes; anything over 256 bytes that fits) is the free end of the host buffer itself, so
+ * unpacking is the only copy of the data there. Whatever else got that place (a hostile chunk's
+ * unknown field) is noticed after unpacking, and the data is then copied as before. */
+typedef struct chunk_alloc {
+  ProtobufCAllocator base;
+  uint8_t *at;
+  size_t room;
+  bool used;
+} chunk_alloc;
+
+static void *chunk_alloc_fn(void *ad, size_t n) {
+  chunk_alloc *a = ad;
+  if (!a->used && a->at && n > 256 && n <= a->room) {
+    a->used = true;
+    return a->at;
+  }
+  return malloc(n);
+}
+
+static void chunk_free_fn(void *ad, void *p) {
+  chunk_alloc *a = ad;
+  if (!(a->used && p == a->at)) free(p);
+}
+
 static void store_chunk(px_stream *st, const uint8_t *msg, size_t len) {
+  if (!st->hb_cap && st->md) { /* the announced size: one allocation, no copies as it grows */
+    Xla__Ifrt__Proxy__GrpcHostBufferStoreMetadata *m =
+        xla__ifrt__proxy__grpc_host_buffer_store_metadata__unpack(NULL, st->md_len, st->md);
+    if (m && m->has_buffer_size && m->buffer_size > 0 && (uint64_t)m->buffer_size <= PX_MAX_HOST_BUFFER) {
+      uint8_t *p = px_hb_alloc((size_t)m->buffer_size);
+      if (p) {
+        st->hb_data = p;
+        st->hb_cap = (size_t)m->buffer_size;
+      }
+    }
+    if (m) xla__ifrt__proxy__grpc_host_buffer_store_metadata__free_unpacked(m, NULL);
+  }
+  chunk_alloc ca = {.base = {.alloc = chunk_alloc_fn, .free = chunk_free_fn},
+                    .at = st->hb_data ? st->hb_data + st->hb_len : NULL, .room = st->hb_cap - st->hb_len};
+  ca.base.allocator_data = &ca;
   Xla__Ifrt__Proxy__GrpcHostBufferStoreRequest *rq =
-      xla__ifrt__proxy__grpc_host_buffer_store_request__unpack(NULL, len, msg);
+      xla__ifrt__proxy__grpc_host_buffer_store_request__unpack(&ca.base, len, msg);
   if (!rq) {
     px_stream_finish(st, PX_INVALID_ARGUMENT, "HostBufferStore: a chunk does not parse");
     return;
   }
+  /* the data is taken out before the message is freed (what else took the buffer's end, if
+   * anything, is read while freeing: nothing is written there before) */
   size_t n = rq->has_data ? rq->data.len : 0, need;
+  uint8_t *src = n ? rq->data.data : NULL;
+  rq->data.data = NULL;
+  rq->data.len = 0;
+  xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, &ca.base);
   if (lm_add_size(st->hb_len, n, &need) < 0 || need > PX_MAX_HOST_BUFFER) {
     px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "HostBufferStore: the buffer exceeds 64 GiB");
+  } else if (n && src == ca.at) { /* unpacked in place */
+    st->hb_len = need;
+    src = NULL;
   } else if (n) {
     if (need > st->hb_cap) {
       size_t cap = st->hb_cap ? st->hb_cap : 65536;
-      if (!st->hb_cap && st->md) { /* the announced size: one allocation, no copies as it grows */
-        Xla__Ifrt__Proxy__GrpcHostBufferStoreMetadata *m =
-            xla__ifrt__proxy__grpc_host_buffer_store_metadata__unpack(NULL, st->md_len, st->md);
-        if (m && m->has_buffer_size && m->buffer_size > 0 && (uint64_t)m->buffer_size <= PX_MAX_HOST_BUFFER)
-          cap = (size_t)m->buffer_size;
-        if (m) xla__ifrt__proxy__grpc_host_buffer_store_metadata__free_unpacked(m, NULL);
-      }
       while (cap < need) cap *= 2;
       uint8_t *p = st->hb_cap ? realloc(st->hb_data, cap) : px_hb_alloc(cap);
       if (!p) {
         px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "HostBufferStore: out of memory");
-        xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, NULL);
+        free(src);
         return;
       }
       st->hb_data = p;
       st->hb_cap = cap;
     }
-    memcpy(st->hb_data + st->hb_len, rq->data.data, n);
+    memcpy(st->hb_data + st->hb_len, src, n);
     st->hb_len = need;
   }
-  xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, NULL);
+  if (src != ca.at) free(src);
 }
 
 /* The chunk messages are GrpcHostBufferLookupResponse{data}: protobuf-c packs each one's
