@@ -339,9 +339,12 @@ def test_host_buffer_store_and_lookup_bytes(cluster):
         assert lookup(ch, 2) == whole
         store(ch, 3, plain, None)  # no size announced: the buffer grows
         assert lookup(ch, 3) == whole
-        with pytest.raises(grpc.RpcError) as e:
-            store(ch, 4, plain, len(whole) + 1)
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "arrived" in e.value.details()
+        for size in (len(whole) + 1, len(whole) - 10):  # fewer bytes than announced; more (the last chunk overflows)
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, 4, plain, size)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "arrived" in e.value.details()
+        store(ch, 4, [plain[0]], len(parts[0]))  # the stream after a failed one is served
+        assert lookup(ch, 4) == parts[0]
 
 
 def test_default_layouts_are_answered(cluster, tmp_path):
