@@ -119,7 +119,7 @@ void px_hb_trim(uint64_t now_ms, int all) {
   size_t nd = 0;
   pthread_mutex_lock(&g_cmu);
   for (size_t i = 0; i < g_ncache;)
-    if (all || now_ms - g_cache[i].at >= CACHE_IDLE_MS) drop[nd++] = cache_remove(i);
+    if (all || g_cache[i].at + CACHE_IDLE_MS <= now_ms) drop[nd++] = cache_remove(i);
     else i++;
   pthread_mutex_unlock(&g_cmu);
   for (size_t i = 0; i < nd; i++) free(drop[i]);
