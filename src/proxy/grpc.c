@@ -47,7 +47,11 @@ typedef struct px_conn {
   struct px_stream *streams; /* I/O thread only */
   const px_options *opts;
   char peer[LM_ADDR_MAX];
+  uint8_t *obuf;             /* I/O thread only: bytes for the socket, written in batches */
+  size_t on, ocap;
 } px_conn;
+
+#define PX_PIECES 64 /* a DATA frame spans at most this many segments of a response */
 
 /* One segment of a stream's response: bytes of its own (own[]), or a reference into the
  * stream's blob (a host buffer sent without copying it). */
@@ -123,9 +127,9 @@ static void stream_unref(px_stream *st) {
     st->oh = o->next;
     free(o);
   }
-  free(st->blob);
+  px_hb_free(st->blob);
   free(st->status_msg);
-  free(st->hb_data);
+  px_hb_free(st->hb_data);
   free(st);
   conn_unref(c);
 }
@@ -248,15 +252,15 @@ static ssize_t read_cb(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len
     nghttp2_submit_trailer(h2, id, tr, msg[0] ? 2 : 1);
     return 0;
   }
-  /* fill the frame from as many segments as fit */
+  /* the frame takes as many segments as fit (at most PX_PIECES); send_data_cb writes them to
+   * the socket from where they are, without copying them into nghttp2's frame buffer */
+  (void)buf;
   size_t n = 0;
-  for (oseg *o = st->oh; o && n < len; o = o->next) {
-    size_t k = o->len - o->off < len - n ? o->len - o->off : len - n;
-    memcpy(buf + n, o->p + o->off, k);
-    o->off += k;
-    n += k;
-  }
+  int k = 0;
+  for (oseg *o = st->oh; o && n < len && k < PX_PIECES; o = o->next, k++)
+    n += o->len - o->off < len - n ? o->len - o->off : len - n;
   pthread_mutex_unlock(&c->mu);
+  *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
   return (ssize_t)n;
 }
 
@@ -335,40 +339,82 @@ static void answer_version(px_stream *st, const uint8_t *msg, size_t len) {
   px_stream_finish(st, PX_OK, NULL);
 }
 
+/* protobuf-c's allocator while a HostBufferStore chunk unpacks: its one big allocation (the data
+ * field's bytes; anything over 256 bytes that fits) is the free end of the host buffer itself, so
+ * unpacking is the only copy of the data there. Whatever else got that place (a hostile chunk's
+ * unknown field) is noticed after unpacking, and the data is then copied as before. */
+typedef struct chunk_alloc {
+  ProtobufCAllocator base;
+  uint8_t *at;
+  size_t room;
+  bool used;
+} chunk_alloc;
+
+static void *chunk_alloc_fn(void *ad, size_t n) {
+  chunk_alloc *a = ad;
+  if (!a->used && a->at && n > 256 && n <= a->room) {
+    a->used = true;
+    return a->at;
+  }
+  return malloc(n);
+}
+
+static void chunk_free_fn(void *ad, void *p) {
+  chunk_alloc *a = ad;
+  if (!(a->used && p == a->at)) free(p);
+}
+
 static void store_chunk(px_stream *st, const uint8_t *msg, size_t len) {
+  if (!st->hb_cap && st->md) { /* the announced size: one allocation, no copies as it grows */
+    Xla__Ifrt__Proxy__GrpcHostBufferStoreMetadata *m =
+        xla__ifrt__proxy__grpc_host_buffer_store_metadata__unpack(NULL, st->md_len, st->md);
+    if (m && m->has_buffer_size && m->buffer_size > 0 && (uint64_t)m->buffer_size <= PX_MAX_HOST_BUFFER) {
+      uint8_t *p = px_hb_alloc((size_t)m->buffer_size);
+      if (p) {
+        st->hb_data = p;
+        st->hb_cap = (size_t)m->buffer_size;
+      }
+    }
+    if (m) xla__ifrt__proxy__grpc_host_buffer_store_metadata__free_unpacked(m, NULL);
+  }
+  chunk_alloc ca = {.base = {.alloc = chunk_alloc_fn, .free = chunk_free_fn},
+                    .at = st->hb_data ? st->hb_data + st->hb_len : NULL, .room = st->hb_cap - st->hb_len};
+  ca.base.allocator_data = &ca;
   Xla__Ifrt__Proxy__GrpcHostBufferStoreRequest *rq =
-      xla__ifrt__proxy__grpc_host_buffer_store_request__unpack(NULL, len, msg);
+      xla__ifrt__proxy__grpc_host_buffer_store_request__unpack(&ca.base, len, msg);
   if (!rq) {
     px_stream_finish(st, PX_INVALID_ARGUMENT, "HostBufferStore: a chunk does not parse");
     return;
   }
+  /* the data is taken out before the message is freed (what else took the buffer's end, if
+   * anything, is read while freeing: nothing is written there before) */
   size_t n = rq->has_data ? rq->data.len : 0, need;
+  uint8_t *src = n ? rq->data.data : NULL;
+  rq->data.data = NULL;
+  rq->data.len = 0;
+  xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, &ca.base);
   if (lm_add_size(st->hb_len, n, &need) < 0 || need > PX_MAX_HOST_BUFFER) {
     px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "HostBufferStore: the buffer exceeds 64 GiB");
+  } else if (n && src == ca.at) { /* unpacked in place */
+    st->hb_len = need;
+    src = NULL;
   } else if (n) {
     if (need > st->hb_cap) {
       size_t cap = st->hb_cap ? st->hb_cap : 65536;
-      if (!st->hb_cap && st->md) { /* the announced size: one allocation, no copies as it grows */
-        Xla__Ifrt__Proxy__GrpcHostBufferStoreMetadata *m =
-            xla__ifrt__proxy__grpc_host_buffer_store_metadata__unpack(NULL, st->md_len, st->md);
-        if (m && m->has_buffer_size && m->buffer_size > 0 && (uint64_t)m->buffer_size <= PX_MAX_HOST_BUFFER)
-          cap = (size_t)m->buffer_size;
-        if (m) xla__ifrt__proxy__grpc_host_buffer_store_metadata__free_unpacked(m, NULL);
-      }
       while (cap < need) cap *= 2;
       uint8_t *p = st->hb_cap ? realloc(st->hb_data, cap) : px_hb_alloc(cap);
       if (!p) {
         px_stream_finish(st, PX_RESOURCE_EXHAUSTED, "HostBufferStore: out of memory");
-        xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, NULL);
+        free(src);
         return;
       }
       st->hb_data = p;
       st->hb_cap = cap;
     }
-    memcpy(st->hb_data + st->hb_len, rq->data.data, n);
+    memcpy(st->hb_data + st->hb_len, src, n);
     st->hb_len = need;
   }
-  xla__ifrt__proxy__grpc_host_buffer_store_request__free_unpacked(rq, NULL);
+  if (src != ca.at) free(src);
 }
 
 /* The chunk messages are GrpcHostBufferLookupResponse{data}: protobuf-c packs each one's
@@ -568,26 +614,63 @@ static int send_all(int fd, const uint8_t *data, size_t len) {
   return 0;
 }
 
-/* Sends what nghttp2 has queued, gathered into writes of up to 1 MiB (DATA frames are 16 KiB
- * unless the peer allows more: one send per frame would cost a system call each). */
-static int flush(px_conn *c, uint8_t *obuf, size_t cap) {
-  size_t n = 0;
-  for (;;) {
-    const uint8_t *data;
-    ssize_t k = nghttp2_session_mem_send(c->h2, &data);
-    if (k < 0) return -1;
-    if (k == 0 || n + (size_t)k > cap) {
-      if (n && send_all(c->fd, obuf, n) < 0) return -1;
-      n = 0;
-      if (k == 0) return 0;
-    }
-    if ((size_t)k > cap) {
-      if (send_all(c->fd, data, (size_t)k) < 0) return -1;
-    } else {
-      memcpy(obuf + n, data, (size_t)k);
-      n += (size_t)k;
-    }
+/* Writes what c->obuf holds. */
+static int out_flush(px_conn *c) {
+  int rc = c->on ? send_all(c->fd, c->obuf, c->on) : 0;
+  c->on = 0;
+  return rc;
+}
+
+/* Queues bytes for the socket: small ones gathered into writes of up to 1 MiB (one send per
+ * frame would cost a system call each), big ones written from where they are. */
+static int out_write(px_conn *c, const uint8_t *data, size_t len) {
+  if (c->on + len > c->ocap && out_flush(c) < 0) return -1;
+  if (len >= c->ocap / 4) return out_flush(c) < 0 ? -1 : send_all(c->fd, data, len);
+  memcpy(c->obuf + c->on, data, len);
+  c->on += len;
+  return 0;
+}
+
+/* nghttp2's frames other than response DATA (I/O thread). */
+static ssize_t send_cb(nghttp2_session *h2, const uint8_t *data, size_t len, int flags, void *ud) {
+  (void)h2;
+  (void)flags;
+  return out_write(ud, data, len) < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : (ssize_t)len;
+}
+
+/* A response DATA frame of `length` bytes read_cb measured: its header, then the bytes straight
+ * from the stream's segments (a host buffer's chunks go to the socket without a copy in the
+ * proxy). Only the I/O thread consumes or frees segments, so they stay put once the lock is let
+ * go; other threads only append. */
+static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+                        nghttp2_data_source *source, void *ud) {
+  (void)h2;
+  (void)frame; /* no padding is ever asked for */
+  px_conn *c = ud;
+  px_stream *st = source->ptr;
+  const uint8_t *piece[PX_PIECES];
+  size_t plen[PX_PIECES], np = 0, n = 0;
+  pthread_mutex_lock(&c->mu);
+  for (oseg *o = st->oh; o && n < length && np < PX_PIECES; o = o->next) {
+    size_t k = o->len - o->off < length - n ? o->len - o->off : length - n;
+    if (!k) continue;
+    piece[np] = o->p + o->off;
+    plen[np++] = k;
+    o->off += k;
+    n += k;
   }
+  pthread_mutex_unlock(&c->mu);
+  if (n != length) return NGHTTP2_ERR_CALLBACK_FAILURE; /* cannot happen: read_cb measured these */
+  if (out_write(c, framehd, 9) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+  for (size_t i = 0; i < np; i++)
+    if (out_write(c, piece[i], plen[i]) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+/* Sends what nghttp2 has queued. */
+static int flush(px_conn *c) {
+  if (nghttp2_session_send(c->h2) != 0) return -1;
+  return out_flush(c);
 }
 
 static int begin_headers_cb(nghttp2_session *h2, const nghttp2_frame *f, void *ud) {
@@ -730,6 +813,8 @@ static void *conn_main(void *arg) {
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, frame_recv_cb);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, data_cb);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, stream_close_cb);
+  nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+  nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
   int rc = nghttp2_session_server_new(&c->h2, cbs, c);
   nghttp2_session_callbacks_del(cbs);
   if (rc != 0) goto out;
@@ -740,14 +825,15 @@ static void *conn_main(void *arg) {
   };
   nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 30);
-  uint8_t *buf = malloc(1 << 20), *obuf = malloc(1 << 20);
-  if (!buf || !obuf) {
+  uint8_t *buf = malloc(1 << 20);
+  c->obuf = malloc(1 << 20);
+  c->ocap = 1 << 20;
+  if (!buf || !c->obuf) {
     free(buf);
-    free(obuf);
     goto out;
   }
   for (;;) {
-    if (flush(c, obuf, 1 << 20) != 0) break;
+    if (flush(c) != 0) break;
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) break;
     bool parked = false;
     for (px_stream *st = c->streams; st; st = st->next) parked |= st->lookup_parked;
@@ -762,7 +848,7 @@ static void *conn_main(void *arg) {
       if (used < 0) {
         lm_log(LM_LOG_WARN, "proxy: connection from %s: bad HTTP/2 (%s); closing it", c->peer,
                nghttp2_strerror((int)used));
-        flush(c, obuf, 1 << 20); /* the GOAWAY nghttp2 queued, if any */
+        flush(c); /* the GOAWAY nghttp2 queued, if any */
         break;
       }
     }
@@ -772,6 +858,7 @@ static void *conn_main(void *arg) {
       (void)r;
     }
     uint64_t now = lm_now_ms();
+    px_hb_trim(now, 0);
     for (px_stream *st = c->streams; st; st = st->next) {
       if (st->lookup_parked) {
         if (try_lookup(st)) {
@@ -792,8 +879,9 @@ static void *conn_main(void *arg) {
     }
   }
   free(buf);
-  free(obuf);
 out:
+  free(c->obuf);
+  c->obuf = NULL;
   while (c->streams) unlink_stream(c, c->streams);
   if (c->h2) nghttp2_session_del(c->h2);
   c->h2 = NULL;
@@ -833,6 +921,7 @@ int px_serve(const px_options *opts, lm_err *err) {
   }
   while (!*opts->stop) {
     struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    px_hb_trim(lm_now_ms(), 0);
     if (poll(&pf, 1, 200) <= 0) continue;
     struct sockaddr_storage peer;
     socklen_t pl = sizeof peer;
@@ -867,5 +956,6 @@ int px_serve(const px_options *opts, lm_err *err) {
     pthread_attr_destroy(&a);
   }
   close(lfd);
+  px_hb_trim(0, 1);
   return 0;
 }

@@ -46,12 +46,19 @@ enum {
 int px_code_of(int loom_status);
 
 /* ---- host buffers (hostbuf.c) ---- */
-/* Stores data[0..len) (ownership passes; malloc'd) under (session, handle), replacing any. */
+/* Stores data[0..len) (ownership passes; from px_hb_alloc or malloc) under (session, handle),
+ * replacing any. */
 void px_hb_put(uint64_t session, uint64_t handle, uint8_t *data, size_t len);
-/* Memory for a host buffer of n bytes (free() releases it): big ones are aligned to 2 MiB and
- * asked to be backed by huge pages, so filling them faults 512 times less often. */
+/* Memory for a host buffer of n bytes, released with px_hb_free: big ones (8 MiB and more) are
+ * aligned to 2 MiB and asked to be backed by huge pages, so filling them faults 512 times less
+ * often, and come from the buffers freed in the last seconds when one fits (no faults at all). */
 void *px_hb_alloc(size_t n);
-/* Takes the buffer out of the store: 0 with *data and *len set (caller frees), or LOOM_NOT_FOUND
+/* Releases a host buffer (px_hb_alloc's or malloc's): a big one is kept a few seconds (at most
+ * 1 GiB in all) for the next px_hb_alloc. */
+void px_hb_free(void *p);
+/* Frees the kept buffers unused for 5 s (all of them with all = 1); called now and then. */
+void px_hb_trim(uint64_t now_ms, int all);
+/* Takes the buffer out of the store: 0 with *data and *len set (caller px_hb_frees), or LOOM_NOT_FOUND
  * (LOOM_CANCELLED once the session is abandoned).
  * With wait_ms > 0 it waits that long for a HostBufferStore that has not arrived yet. */
 int px_hb_take(uint64_t session, uint64_t handle, int64_t wait_ms, uint8_t **data, size_t *len);

@@ -1526,7 +1526,7 @@ static uint8_t *fetch(px_session *s, parray *a, size_t *n, int *rc) {
   }
   int st = a->shard < 0 ? loom_array_get(a->b->arr, buf, *n) : loom_array_get_shard(a->b->arr, a->shard, buf, *n);
   if (st != LOOM_OK) {
-    free(buf);
+    px_hb_free(buf);
     *rc = loom_fail(s, st, "reading an array");
     return NULL;
   }
@@ -1689,7 +1689,7 @@ static int do_make_array(px_session *s, const Xla__Ifrt__Proxy__MakeArrayFromHos
     if (st != LOOM_OK) rc = loom_fail(s, st, what);
   }
   if (dense != data) free(dense);
-  free(data);
+  px_hb_free(data);
   uint64_t h = q->has_array_handle ? q->array_handle : 0;
   if (!rc) rc = add_new_array(s, &t, arr, &h, dv + 4096, nlist);
   free(dv);
@@ -1758,7 +1758,7 @@ static int make_one_from_shards(px_session *s,
   }
   for (size_t j = 0; bufs && raw && j < sp->n_host_buffers; j++) {
     if (bufs[j] != raw[j]) free(bufs[j]);
-    free(raw[j]);
+    px_hb_free(raw[j]);
   }
   free(bufs);
   free(raw);
@@ -1830,7 +1830,7 @@ static int do_copy_arrays(px_session *s, const Xla__Ifrt__Proxy__CopyArraysReque
       int st = put_array(s, a->dtype, a->rank, a->dims, &sh, buf, n, NULL, &arr);
       if (st != LOOM_OK) rc = loom_fail(s, st, "CopyArrays");
     }
-    free(buf);
+    px_hb_free(buf);
     free(newdevs);
     if (rc) return rc;
     uint64_t h = q->n_result_handles ? q->result_handles[i] : 0;
@@ -1903,7 +1903,7 @@ static int do_assemble(px_session *s, const Xla__Ifrt__Proxy__AssembleArrayFromS
     int st = put_array(s, t.dtype, t.rank, t.dims, &sh, NULL, 0, shard, &arr);
     if (st != LOOM_OK) rc = loom_fail(s, st, what);
   }
-  for (size_t i = 0; bufs && i < na; i++) free(bufs[i]);
+  for (size_t i = 0; bufs && i < na; i++) px_hb_free(bufs[i]);
   free(bufs);
   free(shard);
   uint64_t h = q->has_result_handle ? q->result_handle : 0;
@@ -1972,7 +1972,7 @@ static int remake_arrays(px_session *s, const uint64_t *in, size_t n_in, Xla__If
     if (!buf) return rc;
     uint64_t h = n_res ? res[i] : 0;
     rc = put_under_spec(s, specs[i], a, buf, n, same_type, &h, what);
-    free(buf);
+    px_hb_free(buf);
     if (rc) return rc;
     donate_input(a, sem);
     (*out)[i] = h;

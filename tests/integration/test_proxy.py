@@ -316,6 +316,41 @@ def test_large_transfers_round_trip(cluster, tmp_path):
         r.stdout + r.stderr
 
 
+def test_host_buffer_store_and_lookup_bytes(cluster):
+    """HostBufferStore chunks land in the host buffer bit for bit however they come: unpacked in
+    place into the buffer of the announced size, or copied when a chunk carries an unknown field
+    before its data, when no size was announced, and across chunks of odd sizes; HostBufferLookup
+    streams the same bytes back. A store whose bytes differ from the announced size fails."""
+    rng = __import__("random").Random(5)
+    def store(ch, handle, chunks, size):
+        md = b"\x09" + (7777).to_bytes(8, "little") + b"\x11" + handle.to_bytes(8, "little")
+        if size is not None:
+            md += b"\x18" + _varint(size)
+        return ch.stream_unary(SERVICE + "HostBufferStore")(
+            iter(chunks), metadata=[("ifrt-proxy-grpc-host-buffer-store-metadata-bin", md)], timeout=60)
+    def lookup(ch, handle):
+        req = b"\x09" + (7777).to_bytes(8, "little") + b"\x11" + handle.to_bytes(8, "little")
+        return b"".join(field(m, 1) or b"" for m in ch.unary_stream(SERVICE + "HostBufferLookup")(req, timeout=60))
+    parts = [rng.randbytes(n) for n in (300_000, 1 << 20, 7, 5_000_000, 1 << 20)]
+    whole = b"".join(parts)
+    with time_limit(120), channel(cluster) as ch:
+        plain = [_msg(1, p) for p in parts]
+        store(ch, 1, plain, len(whole))
+        assert lookup(ch, 1) == whole
+        # an unknown field (number 5, 4000 bytes) ahead of the data in every other chunk
+        odd = [(_msg(5, rng.randbytes(4000)) if i % 2 else b"") + m for i, m in enumerate(plain)]
+        store(ch, 2, odd, len(whole))
+        assert lookup(ch, 2) == whole
+        store(ch, 3, plain, None)  # no size announced: the buffer grows
+        assert lookup(ch, 3) == whole
+        for size in (len(whole) + 1, len(whole) - 10):  # fewer bytes than announced; more (the last chunk overflows)
+            with pytest.raises(grpc.RpcError) as e:
+                store(ch, 4, plain, size)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "arrived" in e.value.details()
+        store(ch, 4, [plain[0]], len(parts[0]))  # the stream after a failed one is served
+        assert lookup(ch, 4) == parts[0]
+
+
 def test_default_layouts_are_answered(cluster, tmp_path):
     """GetDefaultLayout is answered with the dense row-major layout: JAX then caches it (a refusal
     it asks again before every call, and logs), and arrays report it."""
