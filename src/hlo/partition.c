@@ -250,6 +250,15 @@ typedef struct rule {
   int ncontract;
   int lc[LM_MAX_RANK], rc[LM_MAX_RANK];
   red_kind red;
+  /* results sharing one sharding (variadic reduce and sort, top_k: all of one shape) */
+  uint32_t nres;
+  /* reduce: inputs reduced together (the rest are their init values); gen: partial results over
+   * split reduced dims are combined by gathering them and reducing again with the op's body
+   * (variadic reduce with constant init values, as jnp.argmax lowers) */
+  uint32_t nred_in;
+  bool gen;
+  /* sort / top_k: the dim sorted along (operands split there are gathered first), else -1 */
+  int sort_dim;
 } rule;
 
 static bool elementwise(uint16_t c) {
@@ -349,10 +358,20 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
   memset(r, 0, sizeof *r);
   memset(r->map, -1, sizeof r->map);
   r->kind = R_FALLBACK;
-  if (op->nout != 1 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
+  r->nres = 1;
+  r->sort_dim = -1;
+  bool multi = op->code == LM_OP_REDUCE || op->code == LM_OP_SORT || op->code == LM_OP_CHLO_TOP_K;
+  if (!op->nout || (op->nout != 1 && !multi) || op->nout > 4 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
   const lm_type *rt = vtype(P, op->out[0]);
   if (rt->kind != LM_TYPE_TENSOR) return;
   int rrank = rt->rank;
+  for (uint32_t j = 1; j < op->nout; j++) { /* results of one shape share one sharding */
+    const lm_type *t = vtype(P, op->out[j]);
+    if (t->kind != LM_TYPE_TENSOR || t->rank != rrank) return;
+    for (int d = 0; d < rrank; d++)
+      if (t->dims[d] != rt->dims[d]) return;
+  }
+  r->nres = op->nout;
   for (uint32_t i = 0; i < op->nin; i++)
     if (vtype(P, op->in[i])->kind != LM_TYPE_TENSOR) return;
   int64_t v[LM_MAX_RANK], w[LM_MAX_RANK];
@@ -459,8 +478,15 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       return;
     }
     case LM_OP_REDUCE: {
-      if (op->nin != 2) return; /* variadic reduce: fallback */
+      /* nred inputs of one shape reduced together, then their nred init values */
+      uint32_t nred = op->nout;
+      if (op->nin != 2 * nred) return;
       const lm_type *t = vtype(P, op->in[0]);
+      for (uint32_t i = 1; i < 2 * nred; i++) {
+        const lm_type *u = vtype(P, op->in[i]);
+        if (i >= nred ? u->rank != 0 : (u->rank != t->rank || memcmp(u->dims, t->dims, sizeof(int64_t) * (size_t)t->rank)))
+          return;
+      }
       int n = ints(op, "dimensions", v, LM_MAX_RANK);
       if (n < 0) return;
       bool red[LM_MAX_RANK] = {0};
@@ -471,12 +497,24 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       }
       int o = 0;
       for (int d = 0; d < t->rank; d++)
-        if (!red[d]) r->map[0][d] = (int8_t)o++;
+        if (!red[d]) {
+          for (uint32_t i = 0; i < nred; i++) r->map[i][d] = (int8_t)o;
+          o++;
+        }
       if (o != rrank) return;
       for (int d = 0; d < rrank; d++) r->prod[d] = true;
       r->ncontract = n;
-      r->red = body_kind(op, 0);
-      if (r->red != RED_NONE && !is_identity(P, op->in[1], r->red)) r->red = RED_NONE;
+      r->nred_in = nred;
+      if (nred == 1) {
+        r->red = body_kind(op, 0);
+        if (r->red != RED_NONE && !is_identity(P, op->in[1], r->red)) r->red = RED_NONE;
+      } else {
+        /* each shard reduces its part from the init values, which the reduction's semantics
+         * require to be the body's identity (applied any number of times); constants here */
+        r->gen = rrank + 1 <= LM_MAX_RANK && op->nregions == 1;
+        for (uint32_t i = nred; i < 2 * nred; i++)
+          r->gen = r->gen && P->def[op->in[i]] && P->def[op->in[i]]->code == LM_OP_CONSTANT;
+      }
       r->kind = R_REDUCE;
       return;
     }
@@ -559,16 +597,26 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       r->kind = R_MAP;
       return;
     }
-    case LM_OP_SORT: {
-      /* one operand sorted along `dimension`: the other dims keep their split */
-      if (op->nin != 1 || vtype(P, op->in[0])->rank != rrank) return;
-      int64_t sd = lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
+    case LM_OP_SORT:
+    case LM_OP_CHLO_TOP_K: {
+      /* operands of one shape sorted along `dimension` (top_k: the last): the other dims keep
+       * their split; a split sorted dim is gathered first */
+      bool tk = op->code == LM_OP_CHLO_TOP_K;
+      if (tk ? op->nin != 1 || op->nout != 2 : op->nin != op->nout) return;
+      int64_t sd = tk ? rrank - 1 : lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
       if (sd < 0) sd += rrank;
-      for (int d = 0; d < rrank; d++)
-        if (d != sd) {
-          r->map[0][d] = (int8_t)d;
+      if (sd < 0 || sd >= rrank) return;
+      for (uint32_t i = 0; i < op->nin; i++) {
+        const lm_type *t = vtype(P, op->in[i]);
+        if (t->rank != rrank) return;
+        for (int d = 0; d < rrank; d++) {
+          if (d == sd) continue;
+          if (t->dims[d] != rt->dims[d]) return;
+          r->map[i][d] = (int8_t)d;
           r->prod[d] = true;
         }
+      }
+      r->sort_dim = (int)sd;
       r->kind = R_MAP;
       return;
     }
@@ -849,6 +897,31 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
   if (r.kind == R_FALLBACK || r.kind == R_CONST || r.kind == R_IOTA) return false;
   uint32_t out = op->out[0];
   const lm_type *rt = vtype(P, out);
+  if (r.nres > 1) { /* results of one shape share a sharding: an unknown one takes a known one's */
+    int kj = -1;
+    for (uint32_t j = 0; j < r.nres && kj < 0; j++)
+      if (P->known[op->out[j]]) kj = (int)j;
+    if (kj >= 0) {
+      for (uint32_t j = 0; j < r.nres; j++) {
+        vsh s2 = P->ch[op->out[kj]];
+        changed |= set_if_new(P, op->out[j], &s2);
+      }
+      out = op->out[kj];
+    }
+  }
+  if (fwd && (r.nred_in > 1 || (r.sort_dim >= 0 && op->nin > 1))) {
+    /* inputs reduced or sorted together take each other's split (the iota of an argmax or an
+     * argsort is then made split, with its global offsets, instead of whole) */
+    uint32_t n = r.nred_in > 1 ? r.nred_in : op->nin;
+    for (uint32_t i = 0; i < n; i++) {
+      if (!P->known[op->in[i]]) continue;
+      for (uint32_t k = 0; k < n; k++) {
+        vsh s2 = P->ch[op->in[i]];
+        changed |= set_if_new(P, op->in[k], &s2);
+      }
+      break;
+    }
+  }
   if (fwd && r.kind == R_DOT) { /* an operand takes the other's split of contracting dims */
     for (int i = 0; i < 2; i++) {
       uint32_t v = op->in[i], other = op->in[1 - i];
@@ -885,7 +958,10 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
         used |= m;
       }
     }
-    changed |= set_if_new(P, out, &s);
+    for (uint32_t j = 0; j < r.nres; j++) {
+      vsh s2 = s;
+      changed |= set_if_new(P, op->out[j], &s2);
+    }
   }
   if (!fwd && P->known[out]) {
     vsh A;
@@ -1495,6 +1571,65 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
   return lower_rule(P, op, &r, partial);
 }
 
+/* Combines the partial results of a variadic reduce (local ids ids[], local types lt[]) over the
+ * partial axes part[0..np): each is gathered over those axes along a new major dim, and the op's
+ * body reduces that dim again from the init values (local ids init[], types it[]). ids[] get the
+ * combined results. */
+static int combine_gen(pt *P, const lm_op *op, const rule *r, uint32_t *ids, const lm_type *lt, const uint32_t *init,
+                       const lm_type *it, const int8_t *part, int np) {
+  uint32_t n = r->nres, g[4];
+  lm_type gt[4];
+  lm_tb_put(&P->ex, "    partial results combined over ");
+  put_axes_ex(P, part, np);
+  lm_tb_put(&P->ex, ": gathered, then reduced again with the op's body\n");
+  for (uint32_t j = 0; j < n; j++) {
+    lm_type one = lt[j];
+    one.rank = lt[j].rank + 1;
+    one.dims[0] = 1;
+    for (int d = 0; d < lt[j].rank; d++) one.dims[d + 1] = lt[j].dims[d];
+    uint32_t rs = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (%s) -> ", rs, ids[j], ts(&lt[j]));
+    lm_tb_put(&P->out, "%s\n", ts(&one));
+    gt[j] = one;
+    g[j] = nid(P);
+    int64_t gs;
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.all_gather\"(%%p%u) {all_gather_dim = 0 : i64, ", g[j], rs);
+    put_groups(P, part, np, &gs);
+    gt[j].dims[0] = gs;
+    lm_tb_put(&P->out, "} : (%s) -> ", ts(&one));
+    lm_tb_put(&P->out, "%s\n", ts(&gt[j]));
+    lm_tb_put(&P->ex, "    all_gather partial result %u over ", j);
+    put_axes_ex(P, part, np);
+    note_bytes(P, (double)lm_type_numel(&gt[j]) * (double)lm_dtype_size((lm_dtype)gt[j].dtype) * (double)(gs - 1) /
+                      (double)gs);
+  }
+  /* the op again, reducing the gathered dim 0 */
+  lm_op c = *op;
+  lm_named_attr at[32];
+  int64_t zero_dim = 0;
+  if (op->nattrs > 32) return lm_errf(P->err, LOOM_UNSUPPORTED, "a reduce with %u attributes", op->nattrs);
+  memcpy(at, op->attrs, sizeof(lm_named_attr) * op->nattrs);
+  for (uint32_t a = 0; a < op->nattrs; a++)
+    if (!strcmp(at[a].name, "dimensions")) {
+      at[a].value.kind = LM_ATTR_INTS;
+      at[a].value.n = 1;
+      at[a].value.ints = &zero_dim;
+    }
+  c.attrs = at;
+  uint32_t ins[8], outs[4];
+  lm_type its[8];
+  for (uint32_t j = 0; j < n; j++) {
+    ins[j] = g[j];
+    its[j] = gt[j];
+    ins[n + j] = init[j];
+    its[n + j] = it[j];
+    outs[j] = nid(P);
+  }
+  lm_tb_put_op_as(&P->out, P->f, &c, "p", ins, its, outs, lt, 4);
+  for (uint32_t j = 0; j < n; j++) ids[j] = outs[j];
+  return 0;
+}
+
 static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
   rule r = *rp;
   uint32_t out = op->out[0];
@@ -1507,7 +1642,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
   vsh cl, cr; /* lhs / rhs (reduce: operand) splits of contracting dims */
   vsh_clear(&cl);
   vsh_clear(&cr);
-  if (partial && (r.kind == R_DOT || r.kind == R_REDUCE) && r.red != RED_NONE) {
+  if (partial && (r.kind == R_DOT || r.kind == R_REDUCE) && (r.red != RED_NONE || r.gen)) {
     for (int c = 0; c < r.ncontract; c++) {
       const vsh *src = &P->ch[op->in[0]];
       int sd = r.lc[c];
@@ -1515,6 +1650,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
         src = &P->ch[op->in[1]];
         sd = r.rc[c];
       }
+      for (uint32_t i = 1; r.kind == R_REDUCE && i < r.nred_in && src->ax[sd][0] < 0; i++) src = &P->ch[op->in[i]];
       uint32_t m = dim_mask(src, sd);
       if (!m || (pm & m)) continue;
       int64_t kk = vsh_parts(P, src, sd);
@@ -1529,13 +1665,20 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
   producible(P, &r, rt, R, pm, &A);
   uint32_t ins[8];
   lm_type it[8];
+  if (r.sort_dim >= 0)
+    for (uint32_t i = 0; i < op->nin; i++)
+      if (P->ch[op->in[i]].ax[r.sort_dim][0] >= 0) {
+        lm_tb_put(&P->ex, "    sorted along split dim %d: operands gathered along it, then sorted whole on every device\n",
+                  r.sort_dim);
+        break;
+      }
   for (uint32_t i = 0; i < op->nin; i++) {
     uint32_t v = op->in[i];
     const lm_type *t = vtype(P, v);
     vsh O;
     operand_need(P, &r, i, t, &A, &O);
-    if (r.kind == R_DOT || (r.kind == R_REDUCE && i == 0)) {
-      const vsh *c = i == 0 ? &cl : &cr;
+    if (r.kind == R_DOT || (r.kind == R_REDUCE && i < r.nred_in)) {
+      const vsh *c = i == 0 || r.kind == R_REDUCE ? &cl : &cr;
       for (int d = 0; d < t->rank; d++)
         if (c->ax[d][0] >= 0) memcpy(O.ax[d], c->ax[d], NA);
     }
@@ -1545,9 +1688,21 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
     ins[i] = get(P, v, &O, what);
     local_of(P, t, &O, &it[i]);
   }
-  lm_type ot;
+  lm_type ot, ots[4];
   local_of(P, rt, &A, &ot);
-  uint32_t res = nid(P);
+  uint32_t res = nid(P), ress[4];
+  if (r.nres > 1) { /* one op, several results of one shape (variadic reduce and sort, top_k) */
+    ress[0] = res;
+    for (uint32_t j = 0; j < r.nres; j++) {
+      if (j) ress[j] = nid(P);
+      local_of(P, vtype(P, op->out[j]), &A, &ots[j]);
+    }
+    lm_tb_put_op_as(&P->out, P->f, op, "p", ins, it, ress, ots, 4);
+    if (np) LM_TRY(combine_gen(P, op, &r, ress, ots, ins + r.nred_in, it + r.nred_in, part, np));
+    for (uint32_t j = 0; j < r.nres; j++)
+      P->loc[op->out[j]] = reshard(P, ress[j], vtype(P, op->out[j]), &A, &P->ch[op->out[j]], "result");
+    return 0;
+  }
   if (r.kind == R_SLICE || r.kind == R_DSLICE) {
     const lm_type *t = vtype(P, op->in[0]);
     int64_t st[LM_MAX_RANK], li[LM_MAX_RANK], sd[LM_MAX_RANK];
