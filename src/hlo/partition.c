@@ -757,6 +757,23 @@ static void producible(const pt *P, const rule *r, const lm_type *rt, const vsh 
   }
 }
 
+/* Sort / top_k with operand 0 split along the sorted dim over axes X: appends X to the split of
+ * another dim of A (one that splits evenly that far), so that the operands reach A by an
+ * all_to_all instead of a gather and each device sorts whole rows. False when none fits. */
+static bool sort_move(const pt *P, const rule *r, const lm_type *rt, uint32_t in0, vsh *A) {
+  int sd = r->sort_dim;
+  const vsh *S = &P->ch[in0];
+  int nx = vsh_nax(S, sd);
+  if (sd < 0 || !nx || (dim_mask(S, sd) & vsh_used(A, rt->rank))) return false;
+  for (int d = 0; d < rt->rank; d++) {
+    int n = vsh_nax(A, d);
+    if (d == sd || !r->prod[d] || n + nx > NA || rt->dims[d] % (vsh_parts(P, A, d) * vsh_parts(P, S, sd))) continue;
+    memcpy(&A->ax[d][n], S->ax[sd], (size_t)nx);
+    return true;
+  }
+  return false;
+}
+
 /* The sharding operand i needs to compute result sharding A. */
 static void operand_need(const pt *P, const rule *r, uint32_t i, const lm_type *t, const vsh *A, vsh *O) {
   vsh_clear(O);
@@ -958,6 +975,8 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
         used |= m;
       }
     }
+    /* a sort along a split dim: its result split the all_to_all way (sort_move) */
+    if (r.sort_dim >= 0 && P->known[op->in[0]]) sort_move(P, &r, rt, op->in[0], &s);
     for (uint32_t j = 0; j < r.nres; j++) {
       vsh s2 = s;
       changed |= set_if_new(P, op->out[j], &s2);
@@ -1373,7 +1392,8 @@ static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
   int64_t pid = P->pid, zero = P->zero;
   double bytes = P->bytes_total;
   size_t ncache = P->ncache;
-  uint32_t loc = P->loc[op->out[0]];
+  uint32_t loc[4];
+  for (uint32_t j = 0; j < op->nout && j < 4; j++) loc[j] = P->loc[op->out[j]];
   memset(&P->out, 0, sizeof P->out);
   memset(&P->ex, 0, sizeof P->ex);
   int rc = lower_rule(P, op, r, partial);
@@ -1390,7 +1410,7 @@ static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
   P->zero = zero;
   P->bytes_total = bytes;
   P->ncache = ncache;
-  P->loc[op->out[0]] = loc;
+  for (uint32_t j = 0; j < op->nout && j < 4; j++) P->loc[op->out[j]] = loc[j];
   return cost;
 }
 
@@ -1568,6 +1588,14 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
                 keep);
     }
   }
+  if (r.sort_dim >= 0 && P->ch[op->in[0]].ax[r.sort_dim][0] >= 0) {
+    /* a split sorted dim: moved onto another dim by all_to_all, or gathered: fewer bytes wins */
+    double move = dry_cost(P, op, &r, true), gather = dry_cost(P, op, &r, false);
+    partial = move < gather;
+    if (move != gather)
+      lm_tb_put(&P->ex, "    sorted dim %d is split: %.0f bytes in all to move it onto another dim, %.0f to gather it\n",
+                r.sort_dim, move, gather);
+  }
   return lower_rule(P, op, &r, partial);
 }
 
@@ -1665,7 +1693,17 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
   producible(P, &r, rt, R, pm, &A);
   uint32_t ins[8];
   lm_type it[8];
-  if (r.sort_dim >= 0)
+  int moved = -1; /* the dim that takes the sorted dim's split */
+  if (partial && r.sort_dim >= 0) sort_move(P, &r, rt, op->in[0], &A);
+  if (r.sort_dim >= 0) {
+    uint32_t xm = dim_mask(&P->ch[op->in[0]], r.sort_dim);
+    for (int d = 0; d < rt->rank && xm; d++)
+      if (d != r.sort_dim && (dim_mask(&A, d) & xm) == xm) moved = d;
+  }
+  if (moved >= 0)
+    lm_tb_put(&P->ex, "    sorted along split dim %d: its split moved to dim %d by all_to_all, rows sorted whole on each device\n",
+              r.sort_dim, moved);
+  else if (r.sort_dim >= 0)
     for (uint32_t i = 0; i < op->nin; i++)
       if (P->ch[op->in[i]].ax[r.sort_dim][0] >= 0) {
         lm_tb_put(&P->ex, "    sorted along split dim %d: operands gathered along it, then sorted whole on every device\n",

@@ -519,12 +519,35 @@ static void test_argmax_plan(void **state) {
   assert_int_equal(info->outputs[0].local.dims[0], 1);
   free(ex);
   lm_spmd_info_free(info);
-  /* top_k along a split last dim: gathered, named */
+  /* top_k along a split last dim: the split moves to the rows by an all_to_all (no gather) */
   ex = explain_of(arg_program(3, 0, 3, text, sizeof text), &info);
-  if (!strstr(ex, "sorted along split dim 1: operands gathered along it") || strstr(ex, "fallback:"))
+  if (!strstr(ex, "sorted along split dim 1: its split moved to dim 0 by all_to_all") ||
+      !strstr(ex, "all_to_all operand 0 dim 1 -> dim 0 over {\"x\", \"y\"}") || strstr(ex, "all_gather") ||
+      strstr(ex, "fallback:"))
+    fail_msg("explain:\n%s", ex);
+  assert_int_equal(info->outputs[1].local.dims[0], 1);
+  free(ex);
+  lm_spmd_info_free(info);
+  /* argsort along split rows with the results fixed to the operand's sharding: all_to_all there
+   * and back (2 x 448 bytes of the operand, twice for the two results' way back) instead of a
+   * gather of the whole operand; bit for bit */
+  static const char *fixed =
+      "module @s attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+      "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=4]>\n"
+      "  func.func public @main(%%a: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"y\"}, {}]>}) -> "
+      "(tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"y\"}, {}]>}, tensor<8x16xi32> {sdy.sharding = "
+      "#sdy.sharding<@mesh, [{\"y\"}, {}]>}) {\n%s  }\n}\n";
+  snprintf(text, sizeof text, fixed, k_arg_bodies[2]);
+  ex = explain_of(text, &info);
+  if (!strstr(ex, "sorted along split dim 0: its split moved to dim 1 by all_to_all") ||
+      !strstr(ex, "all_to_all result 0 dim 1 -> dim 0 over {\"y\"}") || strstr(ex, "all_gather") || strstr(ex, "fallback:"))
     fail_msg("explain:\n%s", ex);
   free(ex);
   lm_spmd_info_free(info);
+  garr in[1];
+  fill(&in[0], LOOM_DTYPE_F32, 2, (int64_t[]){8, 16}, 12);
+  assert_int_equal(compare(text, in, 1, 2, "argsort with fixed results"), 0);
+  free(in[0].data);
 }
 
 int main(void) {
