@@ -1781,20 +1781,27 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
     lm_tb_put(&P->out, ") -> %s\n", ts(&ot));
   } else if (r.kind == R_IOTA) {
     int64_t idim = lm_attr_int_or(lm_op_attr(op, "iota_dimension"), 0);
-    uint32_t loc_iota = res;
-    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> %s\n", loc_iota,
-              (long long)idim, ts(&ot));
-    if (idim >= 0 && idim < rt->rank && A.ax[idim][0] >= 0) {
+    if (!(idim >= 0 && idim < rt->rank && A.ax[idim][0] >= 0)) {
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> %s\n", res,
+                (long long)idim, ts(&ot));
+    } else {
+      /* offset along idim alone (a vector), then broadcast: no full-size temporaries */
       uint32_t off = index_along(P, A.ax[idim], vsh_nax(&A, (int)idim), ot.dims[idim]);
-      uint32_t cv = nid(P), bc = nid(P);
-      res = nid(P);
+      uint32_t vec = nid(P), cv = nid(P), bc = nid(P), sum = nid(P);
+      lm_type vt;
+      lm_type_tensor(&vt, (lm_dtype)rt->dtype, 1, &ot.dims[idim]);
       const char *dn = lm_dtype_name((lm_dtype)rt->dtype);
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = 0 : i64} : () -> %s\n", vec, ts(&vt));
       lm_tb_put(&P->out, "    %%p%u = \"stablehlo.convert\"(%%p%u) : (tensor<i32>) -> tensor<%s>\n", cv, off, dn);
       lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
                          "(tensor<%s>) -> %s\n",
-                bc, cv, dn, ts(&ot));
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", res, loc_iota, bc, ts(&ot),
-                ts(&ot), ts(&ot));
+                bc, cv, dn, ts(&vt));
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", sum, vec, bc, ts(&vt),
+                ts(&vt), ts(&vt));
+      res = nid(P);
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64: %lld>} : "
+                         "(%s) -> %s\n",
+                res, sum, (long long)idim, ts(&vt), ts(&ot));
       lm_tb_put(&P->ex, "    iota offset by this shard's position along dim %lld\n", (long long)idim);
     }
   } else if (r.kind == R_GATHER) {
