@@ -1383,10 +1383,10 @@ static int lower_fallback(pt *P, const lm_op *op) {
   return 0;
 }
 
-static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial);
+static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode);
 
 /* Bytes lower_rule would move for op, without writing anything. */
-static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
+static double dry_cost(pt *P, const lm_op *op, const rule *r, int mode) {
   lm_textbuf out = P->out, ex = P->ex;
   uint32_t nid = P->nid, channel = P->channel, ncoll = P->ncoll, nfb = P->nfallback;
   int64_t pid = P->pid, zero = P->zero;
@@ -1396,7 +1396,7 @@ static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
   for (uint32_t j = 0; j < op->nout && j < 4; j++) loc[j] = P->loc[op->out[j]];
   memset(&P->out, 0, sizeof P->out);
   memset(&P->ex, 0, sizeof P->ex);
-  int rc = lower_rule(P, op, r, partial);
+  int rc = lower_rule(P, op, r, mode);
   double cost = rc < 0 ? 1e300 : P->bytes_total - bytes;
   free(P->out.s);
   free(P->ex.s);
@@ -1577,26 +1577,117 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     return 0;
   }
   if (r.kind == R_FALLBACK || r.kind == R_CONST) return lower_fallback(P, op);
-  bool partial = true;
+  int mode = 1;
   if (r.kind == R_DOT) {
     /* keep contracting splits (partial results, then combined) or gather them first: the
      * one that moves fewer bytes, counting every reshard on the way */
-    double keep = dry_cost(P, op, &r, true), gather = dry_cost(P, op, &r, false);
+    double keep = dry_cost(P, op, &r, 1), gather = dry_cost(P, op, &r, 0);
     if (gather < keep) {
-      partial = false;
+      mode = 0;
       lm_tb_put(&P->ex, "    contracting dims gathered: %.0f bytes in all, against %.0f to keep them split\n", gather,
                 keep);
     }
   }
   if (r.sort_dim >= 0 && P->ch[op->in[0]].ax[r.sort_dim][0] >= 0) {
-    /* a split sorted dim: moved onto another dim by all_to_all, or gathered: fewer bytes wins */
-    double move = dry_cost(P, op, &r, true), gather = dry_cost(P, op, &r, false);
-    partial = move < gather;
-    if (move != gather)
+    /* a split sorted dim: moved onto another dim by all_to_all, gathered, or (top_k) each
+     * shard's candidates gathered: fewest bytes wins */
+    double move = dry_cost(P, op, &r, 1), gather = dry_cost(P, op, &r, 0);
+    double cand = op->code == LM_OP_CHLO_TOP_K ? dry_cost(P, op, &r, 2) : 1e300;
+    mode = cand < move && cand < gather ? 2 : move < gather ? 1 : 0;
+    if (cand < 1e300)
+      lm_tb_put(&P->ex,
+                "    sorted dim %d is split: %.0f bytes in all to move it onto another dim, %.0f to gather it, %.0f to "
+                "gather each shard's top k\n",
+                r.sort_dim, move, gather, cand);
+    else if (move != gather)
       lm_tb_put(&P->ex, "    sorted dim %d is split: %.0f bytes in all to move it onto another dim, %.0f to gather it\n",
                 r.sort_dim, move, gather);
   }
-  return lower_rule(P, op, &r, partial);
+  return lower_rule(P, op, &r, mode);
+}
+
+/* top_k along a split last dim (axes X): each shard takes its own top k (indices offset to
+ * global ones), those candidates are gathered over X in shard order and sorted again (stable,
+ * by value), and the first k kept. Every element of the global top k is among its shard's top k,
+ * and among equal values the shard order is the index order, so the result is top_k's exactly.
+ * LOOM_UNSUPPORTED (no output) when a shard holds fewer than k elements or the type has no such
+ * order. */
+static int lower_top_k_cand(pt *P, const lm_op *op, const rule *r) {
+  const lm_type *rt = vtype(P, op->out[0]), *t = vtype(P, op->in[0]);
+  int sd = r->sort_dim;
+  const vsh *S = &P->ch[op->in[0]];
+  int nx = vsh_nax(S, sd);
+  lm_dtype dt = (lm_dtype)t->dtype;
+  const char *ct = lm_dtype_is_float(dt) ? "TOTALORDER" : lm_dtype_is_sint(dt) ? "SIGNED" : lm_dtype_is_uint(dt) ? "UNSIGNED" : NULL;
+  int64_t kx = vsh_parts(P, S, sd), k = rt->dims[sd];
+  if (!nx || !ct || t->dims[sd] % kx || t->dims[sd] / kx < k)
+    return lm_errf(P->err, LOOM_UNSUPPORTED, "no top_k candidates plan here");
+  vsh A, O;
+  producible(P, r, rt, &P->ch[op->out[0]], dim_mask(S, sd), &A);
+  operand_need(P, r, 0, t, &A, &O);
+  memcpy(O.ax[sd], S->ax[sd], NA);
+  uint32_t in = get(P, op->in[0], &O, "operand 0");
+  lm_type it, ol[2], og[2];
+  local_of(P, t, &O, &it);
+  local_of(P, rt, &A, &ol[0]);
+  local_of(P, vtype(P, op->out[1]), &A, &ol[1]);
+  lm_tb_put(&P->ex, "    top_k along split dim %d: each shard's top %lld (indices made global) gathered over ", sd,
+            (long long)k);
+  put_axes_ex(P, S->ax[sd], nx);
+  lm_tb_put(&P->ex, ", sorted again and the first %lld kept\n", (long long)k);
+  uint32_t loc[2] = {nid(P), nid(P)};
+  lm_tb_put_op_as(&P->out, P->f, op, "p", &in, &it, loc, ol, 4);
+  /* global indices: + this shard's offset along the dim */
+  uint32_t off = index_along(P, S->ax[sd], nx, it.dims[sd]), bc = nid(P), gi = nid(P);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                     "(tensor<i32>) -> %s\n",
+            bc, off, ts(&ol[1]));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", gi, loc[1], bc, ts(&ol[1]),
+            ts(&ol[1]), ts(&ol[1]));
+  loc[1] = gi;
+  uint32_t g[2];
+  for (int j = 0; j < 2; j++) {
+    int64_t gs;
+    og[j] = ol[j];
+    og[j].dims[sd] = k * kx;
+    g[j] = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.all_gather\"(%%p%u) {all_gather_dim = %d : i64, ", g[j], loc[j], sd);
+    put_groups(P, S->ax[sd], nx, &gs);
+    lm_tb_put(&P->out, "} : (%s) -> ", ts(&ol[j]));
+    lm_tb_put(&P->out, "%s\n", ts(&og[j]));
+    lm_tb_put(&P->ex, "    all_gather top_k %s over ", j ? "indices" : "values");
+    put_axes_ex(P, S->ax[sd], nx);
+    note_bytes(P, (double)lm_type_numel(&og[j]) * (double)lm_dtype_size((lm_dtype)og[j].dtype) * (double)(gs - 1) /
+                      (double)gs);
+  }
+  uint32_t sv = nid(P), a = nid(P), b = nid(P), c = nid(P), d = nid(P), cmp = nid(P);
+  const char *vn = lm_dtype_name(dt);
+  lm_tb_put(&P->out, "    %%p%u:2 = \"stablehlo.sort\"(%%p%u, %%p%u) ({\n", sv, g[0], g[1]);
+  lm_tb_put(&P->out, "    ^bb0(%%p%u: tensor<%s>, %%p%u: tensor<%s>, %%p%u: tensor<i32>, %%p%u: tensor<i32>):\n", a, vn, b, vn,
+            c, d);
+  lm_tb_put(&P->out,
+            "      %%p%u = \"stablehlo.compare\"(%%p%u, %%p%u) {comparison_direction = #stablehlo<comparison_direction GT>, "
+            "compare_type = #stablehlo<comparison_type %s>} : (tensor<%s>, tensor<%s>) -> tensor<i1>\n",
+            cmp, a, b, ct, vn, vn);
+  lm_tb_put(&P->out, "      \"stablehlo.return\"(%%p%u) : (tensor<i1>) -> ()\n    }) {dimension = %d : i64, is_stable = true} : ",
+            cmp, sd);
+  lm_tb_put(&P->out, "(%s, ", ts(&og[0]));
+  lm_tb_put(&P->out, "%s) -> ", ts(&og[1]));
+  lm_tb_put(&P->out, "(%s, ", ts(&og[0]));
+  lm_tb_put(&P->out, "%s)\n", ts(&og[1]));
+  for (int j = 0; j < 2; j++) {
+    uint32_t sl = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.slice\"(%%p%u#%d) {start_indices = array<i64", sl, sv, j);
+    for (int e = 0; e < rt->rank; e++) lm_tb_put(&P->out, "%s 0", e ? "," : ":");
+    lm_tb_put(&P->out, ">, limit_indices = array<i64");
+    for (int e = 0; e < rt->rank; e++) lm_tb_put(&P->out, "%s %lld", e ? "," : ":", (long long)ol[j].dims[e]);
+    lm_tb_put(&P->out, ">, strides = array<i64");
+    for (int e = 0; e < rt->rank; e++) lm_tb_put(&P->out, "%s 1", e ? "," : ":");
+    lm_tb_put(&P->out, ">} : (%s) -> ", ts(&og[j]));
+    lm_tb_put(&P->out, "%s\n", ts(&ol[j]));
+    P->loc[op->out[j]] = reshard(P, sl, vtype(P, op->out[j]), &A, &P->ch[op->out[j]], "result");
+  }
+  return 0;
 }
 
 /* Combines the partial results of a variadic reduce (local ids ids[], local types lt[]) over the
@@ -1658,7 +1749,9 @@ static int combine_gen(pt *P, const lm_op *op, const rule *r, uint32_t *ids, con
   return 0;
 }
 
-static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
+static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
+  if (mode == 2) return lower_top_k_cand(P, op, rp);
+  bool partial = mode == 1;
   rule r = *rp;
   uint32_t out = op->out[0];
   const lm_type *rt = vtype(P, out);

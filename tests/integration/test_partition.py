@@ -123,6 +123,8 @@ def explain(name):
     ("top_k_split_dim", ["sorted along split dim 1: its split moved to dim 0 by all_to_all",
                          "result 1 tensor<16x3xi32> [{\"d\"}, {}] -> local tensor<2x3xi32>", "total: 1 collectives",
                          "0 fallbacks"], ["all_gather"]),
+    ("top_k_vector", ["each shard's top 5 (indices made global) gathered over {\"x\", \"y\"}",
+                      "total: 2 collectives moving 2240 bytes", "0 fallbacks"], ["all_gather operand"]),
     ("iota_offsets", ["iota offset", "0 collectives"], []),
     ("sum_sharded_dim", ["all_reduce partial results over {\"x\"}"], ["all_gather"]),
 ])

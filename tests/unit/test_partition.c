@@ -550,6 +550,44 @@ static void test_argmax_plan(void **state) {
   free(in[0].data);
 }
 
+/* top_k along a split dim no other dim can take the split of (a vector; 3 rows over 2, 4 or 8
+ * processes): each shard's top k gathered and selected again, bit for bit equal to top_k over the
+ * whole (ties between shards included: the values are small integers). */
+static void test_top_k_candidates(void **state) {
+  (void)state;
+  static const char *const specs[] = {"{\"x\"}", "{\"y\"}", "{\"x\", \"y\"}", "{\"y\", \"x\"}"};
+  static const char *const shapes[][3] = {{"64", "3", "[%s]"}, {"3x256", "3x5", "[{}, %s]"}};
+  char text[4096], sh[128];
+  size_t runs = 0;
+  for (int sp = 0; sp < 2; sp++)
+    for (int i = 0; i < 4; i++) {
+      snprintf(sh, sizeof sh, shapes[sp][2], specs[i]);
+      int k = sp ? 5 : 3;
+      snprintf(text, sizeof text,
+               "module @t attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+               "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=4]>\n"
+               "  func.func public @main(%%a: tensor<%sxf32> {sdy.sharding = #sdy.sharding<@mesh, %s>}) -> "
+               "(tensor<%sxf32>, tensor<%sxi32>) {\n"
+               "    %%v, %%x = chlo.top_k(%%a, k = %d) : tensor<%sxf32> -> (tensor<%sxf32>, tensor<%sxi32>)\n"
+               "    return %%v, %%x : tensor<%sxf32>, tensor<%sxi32>\n  }\n}\n",
+               shapes[sp][0], sh, shapes[sp][1], shapes[sp][1], k, shapes[sp][0], shapes[sp][1], shapes[sp][1],
+               shapes[sp][1], shapes[sp][1]);
+      lm_spmd_info *info;
+      char *ex = explain_of(text, &info);
+      if (!strstr(ex, "indices made global) gathered over") || !strstr(ex, "all_gather top_k indices over") ||
+          strstr(ex, "all_gather operand") || strstr(ex, "fallback:"))
+        fail_msg("explain:\n%s\n%s", ex, text);
+      free(ex);
+      lm_spmd_info_free(info);
+      garr in[1];
+      fill(&in[0], LOOM_DTYPE_F32, sp + 1, sp ? (int64_t[]){3, 256} : (int64_t[]){64}, 13 + (unsigned)i);
+      assert_int_equal(compare(text, in, 1, 2, "top_k candidates"), 0);
+      free(in[0].data);
+      runs++;
+    }
+  assert_int_equal(runs, 8);
+}
+
 int main(void) {
   lm_spmd_local_register();
   const struct CMUnitTest tests[] = {
@@ -558,6 +596,7 @@ int main(void) {
       cmocka_unit_test(test_sweep),
       cmocka_unit_test(test_variadic_sweep),
       cmocka_unit_test(test_argmax_plan),
+      cmocka_unit_test(test_top_k_candidates),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

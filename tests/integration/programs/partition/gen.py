@@ -194,6 +194,9 @@ def main():
     case("sort_split_dim", lambda a: jnp.sort(a, axis=1), m8, [t], [P(None, "d")])
     case("top_k_both", lambda a: jax.lax.top_k(a, 4), mxy, [t], [P(("x", "y"))], P(("x", "y")))
     case("top_k_split_dim", lambda a: jax.lax.top_k(a, 3), m8, [t], [P(None, "d")])
+    # top_k of a split vector (no other dim to move the split to): each shard's top k gathered
+    case("top_k_vector", lambda v: jax.lax.top_k(v, 5), mxy, [np.round(r(512) * 3).astype(np.float32)],
+         [P(("x", "y"))])
 
 
 if __name__ == "__main__":
