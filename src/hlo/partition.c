@@ -1218,6 +1218,38 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
   return id;
 }
 
+/* iota op (global type rt) made in sharding A: a split iota_dimension adds this shard's offset
+ * to a vector along it, then broadcasts (no full-size temporaries). Returns the local id. */
+static uint32_t emit_iota(pt *P, const lm_op *op, const lm_type *rt, const vsh *A) {
+  int64_t idim = lm_attr_int_or(lm_op_attr(op, "iota_dimension"), 0);
+  lm_type ot;
+  local_of(P, rt, A, &ot);
+  uint32_t res = nid(P);
+  if (!(idim >= 0 && idim < rt->rank && A->ax[idim][0] >= 0)) {
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> %s\n", res, (long long)idim,
+              ts(&ot));
+    return res;
+  }
+  uint32_t off = index_along(P, A->ax[idim], vsh_nax(A, (int)idim), ot.dims[idim]);
+  uint32_t cv = nid(P), bc = nid(P), sum = nid(P);
+  lm_type vt;
+  lm_type_tensor(&vt, (lm_dtype)rt->dtype, 1, &ot.dims[idim]);
+  const char *dn = lm_dtype_name((lm_dtype)rt->dtype);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = 0 : i64} : () -> %s\n", res, ts(&vt));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.convert\"(%%p%u) : (tensor<i32>) -> tensor<%s>\n", cv, off, dn);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                     "(tensor<%s>) -> %s\n",
+            bc, cv, dn, ts(&vt));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", sum, res, bc, ts(&vt), ts(&vt),
+            ts(&vt));
+  uint32_t b = nid(P);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64: %lld>} : "
+                     "(%s) -> %s\n",
+            b, sum, (long long)idim, ts(&vt), ts(&ot));
+  lm_tb_put(&P->ex, "    iota offset by this shard's position along dim %lld\n", (long long)idim);
+  return b;
+}
+
 /* Local id of top-level value v in sharding T (cached). */
 static uint32_t get(pt *P, uint32_t v, const vsh *T, const char *what) {
   int rank = vrank(P, v);
@@ -1228,7 +1260,13 @@ static uint32_t get(pt *P, uint32_t v, const vsh *T, const char *what) {
   const lm_op *d = P->def[v];
   bool local = true; /* T is reached from v's sharding by local slices alone */
   for (int k = 0; k < rank; k++) local = local && is_prefix(&P->ch[v], k, T, k);
-  if (!local && d && d->code == LM_OP_BROADCAST_IN_DIM && d->nin == 1 && P->top[d->in[0]] &&
+  if (!local && d && d->code == LM_OP_IOTA && d->nout == 1 && vtype(P, v)->kind == LM_TYPE_TENSOR) {
+    /* an iota is made again in T where it is needed: no communication */
+    lm_tb_put(&P->ex, "    %s: iota made again in ", what);
+    put_vsh(P, &P->ex, T, rank);
+    lm_tb_put(&P->ex, " instead of moving it\n");
+    id = emit_iota(P, d, vtype(P, v), T);
+  } else if (!local && d && d->code == LM_OP_BROADCAST_IN_DIM && d->nin == 1 && P->top[d->in[0]] &&
       lm_type_numel(vtype(P, d->in[0])) < lm_type_numel(vtype(P, v))) {
     /* a broadcast is cheaper to make again in T from its (smaller) operand than to move */
     rule r;
@@ -1873,30 +1911,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
     for (uint32_t i = 2; i < op->nin; i++) lm_tb_put(&P->out, ", %s", ts(vtype(P, op->in[i])));
     lm_tb_put(&P->out, ") -> %s\n", ts(&ot));
   } else if (r.kind == R_IOTA) {
-    int64_t idim = lm_attr_int_or(lm_op_attr(op, "iota_dimension"), 0);
-    if (!(idim >= 0 && idim < rt->rank && A.ax[idim][0] >= 0)) {
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> %s\n", res,
-                (long long)idim, ts(&ot));
-    } else {
-      /* offset along idim alone (a vector), then broadcast: no full-size temporaries */
-      uint32_t off = index_along(P, A.ax[idim], vsh_nax(&A, (int)idim), ot.dims[idim]);
-      uint32_t vec = nid(P), cv = nid(P), bc = nid(P), sum = nid(P);
-      lm_type vt;
-      lm_type_tensor(&vt, (lm_dtype)rt->dtype, 1, &ot.dims[idim]);
-      const char *dn = lm_dtype_name((lm_dtype)rt->dtype);
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = 0 : i64} : () -> %s\n", vec, ts(&vt));
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.convert\"(%%p%u) : (tensor<i32>) -> tensor<%s>\n", cv, off, dn);
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
-                         "(tensor<%s>) -> %s\n",
-                bc, cv, dn, ts(&vt));
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", sum, vec, bc, ts(&vt),
-                ts(&vt), ts(&vt));
-      res = nid(P);
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64: %lld>} : "
-                         "(%s) -> %s\n",
-                res, sum, (long long)idim, ts(&vt), ts(&ot));
-      lm_tb_put(&P->ex, "    iota offset by this shard's position along dim %lld\n", (long long)idim);
-    }
+    res = emit_iota(P, op, rt, &A);
   } else if (r.kind == R_GATHER) {
     /* slice_sizes of the split operand dims become their local sizes */
     lm_op g = *op;
