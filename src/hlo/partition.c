@@ -250,6 +250,15 @@ typedef struct rule {
   int ncontract;
   int lc[LM_MAX_RANK], rc[LM_MAX_RANK];
   red_kind red;
+  /* results sharing one sharding (variadic reduce and sort, top_k: all of one shape) */
+  uint32_t nres;
+  /* reduce: inputs reduced together (the rest are their init values); gen: partial results over
+   * split reduced dims are combined by gathering them and reducing again with the op's body
+   * (variadic reduce with constant init values, as jnp.argmax lowers) */
+  uint32_t nred_in;
+  bool gen;
+  /* sort / top_k: the dim sorted along (operands split there are gathered first), else -1 */
+  int sort_dim;
 } rule;
 
 static bool elementwise(uint16_t c) {
@@ -349,10 +358,20 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
   memset(r, 0, sizeof *r);
   memset(r->map, -1, sizeof r->map);
   r->kind = R_FALLBACK;
-  if (op->nout != 1 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
+  r->nres = 1;
+  r->sort_dim = -1;
+  bool multi = op->code == LM_OP_REDUCE || op->code == LM_OP_SORT || op->code == LM_OP_CHLO_TOP_K;
+  if (!op->nout || (op->nout != 1 && !multi) || op->nout > 4 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
   const lm_type *rt = vtype(P, op->out[0]);
   if (rt->kind != LM_TYPE_TENSOR) return;
   int rrank = rt->rank;
+  for (uint32_t j = 1; j < op->nout; j++) { /* results of one shape share one sharding */
+    const lm_type *t = vtype(P, op->out[j]);
+    if (t->kind != LM_TYPE_TENSOR || t->rank != rrank) return;
+    for (int d = 0; d < rrank; d++)
+      if (t->dims[d] != rt->dims[d]) return;
+  }
+  r->nres = op->nout;
   for (uint32_t i = 0; i < op->nin; i++)
     if (vtype(P, op->in[i])->kind != LM_TYPE_TENSOR) return;
   int64_t v[LM_MAX_RANK], w[LM_MAX_RANK];
@@ -459,8 +478,15 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       return;
     }
     case LM_OP_REDUCE: {
-      if (op->nin != 2) return; /* variadic reduce: fallback */
+      /* nred inputs of one shape reduced together, then their nred init values */
+      uint32_t nred = op->nout;
+      if (op->nin != 2 * nred) return;
       const lm_type *t = vtype(P, op->in[0]);
+      for (uint32_t i = 1; i < 2 * nred; i++) {
+        const lm_type *u = vtype(P, op->in[i]);
+        if (i >= nred ? u->rank != 0 : (u->rank != t->rank || memcmp(u->dims, t->dims, sizeof(int64_t) * (size_t)t->rank)))
+          return;
+      }
       int n = ints(op, "dimensions", v, LM_MAX_RANK);
       if (n < 0) return;
       bool red[LM_MAX_RANK] = {0};
@@ -471,12 +497,24 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       }
       int o = 0;
       for (int d = 0; d < t->rank; d++)
-        if (!red[d]) r->map[0][d] = (int8_t)o++;
+        if (!red[d]) {
+          for (uint32_t i = 0; i < nred; i++) r->map[i][d] = (int8_t)o;
+          o++;
+        }
       if (o != rrank) return;
       for (int d = 0; d < rrank; d++) r->prod[d] = true;
       r->ncontract = n;
-      r->red = body_kind(op, 0);
-      if (r->red != RED_NONE && !is_identity(P, op->in[1], r->red)) r->red = RED_NONE;
+      r->nred_in = nred;
+      if (nred == 1) {
+        r->red = body_kind(op, 0);
+        if (r->red != RED_NONE && !is_identity(P, op->in[1], r->red)) r->red = RED_NONE;
+      } else {
+        /* each shard reduces its part from the init values, which the reduction's semantics
+         * require to be the body's identity (applied any number of times); constants here */
+        r->gen = rrank + 1 <= LM_MAX_RANK && op->nregions == 1;
+        for (uint32_t i = nred; i < 2 * nred; i++)
+          r->gen = r->gen && P->def[op->in[i]] && P->def[op->in[i]]->code == LM_OP_CONSTANT;
+      }
       r->kind = R_REDUCE;
       return;
     }
@@ -559,16 +597,26 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       r->kind = R_MAP;
       return;
     }
-    case LM_OP_SORT: {
-      /* one operand sorted along `dimension`: the other dims keep their split */
-      if (op->nin != 1 || vtype(P, op->in[0])->rank != rrank) return;
-      int64_t sd = lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
+    case LM_OP_SORT:
+    case LM_OP_CHLO_TOP_K: {
+      /* operands of one shape sorted along `dimension` (top_k: the last): the other dims keep
+       * their split; a split sorted dim is gathered first */
+      bool tk = op->code == LM_OP_CHLO_TOP_K;
+      if (tk ? op->nin != 1 || op->nout != 2 : op->nin != op->nout) return;
+      int64_t sd = tk ? rrank - 1 : lm_attr_int_or(lm_op_attr(op, "dimension"), -1);
       if (sd < 0) sd += rrank;
-      for (int d = 0; d < rrank; d++)
-        if (d != sd) {
-          r->map[0][d] = (int8_t)d;
+      if (sd < 0 || sd >= rrank) return;
+      for (uint32_t i = 0; i < op->nin; i++) {
+        const lm_type *t = vtype(P, op->in[i]);
+        if (t->rank != rrank) return;
+        for (int d = 0; d < rrank; d++) {
+          if (d == sd) continue;
+          if (t->dims[d] != rt->dims[d]) return;
+          r->map[i][d] = (int8_t)d;
           r->prod[d] = true;
         }
+      }
+      r->sort_dim = (int)sd;
       r->kind = R_MAP;
       return;
     }
@@ -707,6 +755,23 @@ static void producible(const pt *P, const rule *r, const lm_type *rt, const vsh 
     if (!ok || rt->dims[d] % k || (r->need[d] && r->need[d] % k)) continue;
     memcpy(A->ax[d], R->ax[d], NA);
   }
+}
+
+/* Sort / top_k with operand 0 split along the sorted dim over axes X: appends X to the split of
+ * another dim of A (one that splits evenly that far), so that the operands reach A by an
+ * all_to_all instead of a gather and each device sorts whole rows. False when none fits. */
+static bool sort_move(const pt *P, const rule *r, const lm_type *rt, uint32_t in0, vsh *A) {
+  int sd = r->sort_dim;
+  const vsh *S = &P->ch[in0];
+  int nx = vsh_nax(S, sd);
+  if (sd < 0 || !nx || (dim_mask(S, sd) & vsh_used(A, rt->rank))) return false;
+  for (int d = 0; d < rt->rank; d++) {
+    int n = vsh_nax(A, d);
+    if (d == sd || !r->prod[d] || n + nx > NA || rt->dims[d] % (vsh_parts(P, A, d) * vsh_parts(P, S, sd))) continue;
+    memcpy(&A->ax[d][n], S->ax[sd], (size_t)nx);
+    return true;
+  }
+  return false;
 }
 
 /* The sharding operand i needs to compute result sharding A. */
@@ -849,6 +914,31 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
   if (r.kind == R_FALLBACK || r.kind == R_CONST || r.kind == R_IOTA) return false;
   uint32_t out = op->out[0];
   const lm_type *rt = vtype(P, out);
+  if (r.nres > 1) { /* results of one shape share a sharding: an unknown one takes a known one's */
+    int kj = -1;
+    for (uint32_t j = 0; j < r.nres && kj < 0; j++)
+      if (P->known[op->out[j]]) kj = (int)j;
+    if (kj >= 0) {
+      for (uint32_t j = 0; j < r.nres; j++) {
+        vsh s2 = P->ch[op->out[kj]];
+        changed |= set_if_new(P, op->out[j], &s2);
+      }
+      out = op->out[kj];
+    }
+  }
+  if (fwd && (r.nred_in > 1 || (r.sort_dim >= 0 && op->nin > 1))) {
+    /* inputs reduced or sorted together take each other's split (the iota of an argmax or an
+     * argsort is then made split, with its global offsets, instead of whole) */
+    uint32_t n = r.nred_in > 1 ? r.nred_in : op->nin;
+    for (uint32_t i = 0; i < n; i++) {
+      if (!P->known[op->in[i]]) continue;
+      for (uint32_t k = 0; k < n; k++) {
+        vsh s2 = P->ch[op->in[i]];
+        changed |= set_if_new(P, op->in[k], &s2);
+      }
+      break;
+    }
+  }
   if (fwd && r.kind == R_DOT) { /* an operand takes the other's split of contracting dims */
     for (int i = 0; i < 2; i++) {
       uint32_t v = op->in[i], other = op->in[1 - i];
@@ -885,7 +975,12 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
         used |= m;
       }
     }
-    changed |= set_if_new(P, out, &s);
+    /* a sort along a split dim: its result split the all_to_all way (sort_move) */
+    if (r.sort_dim >= 0 && P->known[op->in[0]]) sort_move(P, &r, rt, op->in[0], &s);
+    for (uint32_t j = 0; j < r.nres; j++) {
+      vsh s2 = s;
+      changed |= set_if_new(P, op->out[j], &s2);
+    }
   }
   if (!fwd && P->known[out]) {
     vsh A;
@@ -1123,6 +1218,38 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
   return id;
 }
 
+/* iota op (global type rt) made in sharding A: a split iota_dimension adds this shard's offset
+ * to a vector along it, then broadcasts (no full-size temporaries). Returns the local id. */
+static uint32_t emit_iota(pt *P, const lm_op *op, const lm_type *rt, const vsh *A) {
+  int64_t idim = lm_attr_int_or(lm_op_attr(op, "iota_dimension"), 0);
+  lm_type ot;
+  local_of(P, rt, A, &ot);
+  uint32_t res = nid(P);
+  if (!(idim >= 0 && idim < rt->rank && A->ax[idim][0] >= 0)) {
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> %s\n", res, (long long)idim,
+              ts(&ot));
+    return res;
+  }
+  uint32_t off = index_along(P, A->ax[idim], vsh_nax(A, (int)idim), ot.dims[idim]);
+  uint32_t cv = nid(P), bc = nid(P), sum = nid(P);
+  lm_type vt;
+  lm_type_tensor(&vt, (lm_dtype)rt->dtype, 1, &ot.dims[idim]);
+  const char *dn = lm_dtype_name((lm_dtype)rt->dtype);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = 0 : i64} : () -> %s\n", res, ts(&vt));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.convert\"(%%p%u) : (tensor<i32>) -> tensor<%s>\n", cv, off, dn);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                     "(tensor<%s>) -> %s\n",
+            bc, cv, dn, ts(&vt));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", sum, res, bc, ts(&vt), ts(&vt),
+            ts(&vt));
+  uint32_t b = nid(P);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64: %lld>} : "
+                     "(%s) -> %s\n",
+            b, sum, (long long)idim, ts(&vt), ts(&ot));
+  lm_tb_put(&P->ex, "    iota offset by this shard's position along dim %lld\n", (long long)idim);
+  return b;
+}
+
 /* Local id of top-level value v in sharding T (cached). */
 static uint32_t get(pt *P, uint32_t v, const vsh *T, const char *what) {
   int rank = vrank(P, v);
@@ -1133,7 +1260,13 @@ static uint32_t get(pt *P, uint32_t v, const vsh *T, const char *what) {
   const lm_op *d = P->def[v];
   bool local = true; /* T is reached from v's sharding by local slices alone */
   for (int k = 0; k < rank; k++) local = local && is_prefix(&P->ch[v], k, T, k);
-  if (!local && d && d->code == LM_OP_BROADCAST_IN_DIM && d->nin == 1 && P->top[d->in[0]] &&
+  if (!local && d && d->code == LM_OP_IOTA && d->nout == 1 && vtype(P, v)->kind == LM_TYPE_TENSOR) {
+    /* an iota is made again in T where it is needed: no communication */
+    lm_tb_put(&P->ex, "    %s: iota made again in ", what);
+    put_vsh(P, &P->ex, T, rank);
+    lm_tb_put(&P->ex, " instead of moving it\n");
+    id = emit_iota(P, d, vtype(P, v), T);
+  } else if (!local && d && d->code == LM_OP_BROADCAST_IN_DIM && d->nin == 1 && P->top[d->in[0]] &&
       lm_type_numel(vtype(P, d->in[0])) < lm_type_numel(vtype(P, v))) {
     /* a broadcast is cheaper to make again in T from its (smaller) operand than to move */
     rule r;
@@ -1288,19 +1421,20 @@ static int lower_fallback(pt *P, const lm_op *op) {
   return 0;
 }
 
-static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial);
+static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode);
 
 /* Bytes lower_rule would move for op, without writing anything. */
-static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
+static double dry_cost(pt *P, const lm_op *op, const rule *r, int mode) {
   lm_textbuf out = P->out, ex = P->ex;
   uint32_t nid = P->nid, channel = P->channel, ncoll = P->ncoll, nfb = P->nfallback;
   int64_t pid = P->pid, zero = P->zero;
   double bytes = P->bytes_total;
   size_t ncache = P->ncache;
-  uint32_t loc = P->loc[op->out[0]];
+  uint32_t loc[4];
+  for (uint32_t j = 0; j < op->nout && j < 4; j++) loc[j] = P->loc[op->out[j]];
   memset(&P->out, 0, sizeof P->out);
   memset(&P->ex, 0, sizeof P->ex);
-  int rc = lower_rule(P, op, r, partial);
+  int rc = lower_rule(P, op, r, mode);
   double cost = rc < 0 ? 1e300 : P->bytes_total - bytes;
   free(P->out.s);
   free(P->ex.s);
@@ -1314,7 +1448,7 @@ static double dry_cost(pt *P, const lm_op *op, const rule *r, bool partial) {
   P->zero = zero;
   P->bytes_total = bytes;
   P->ncache = ncache;
-  P->loc[op->out[0]] = loc;
+  for (uint32_t j = 0; j < op->nout && j < 4; j++) P->loc[op->out[j]] = loc[j];
   return cost;
 }
 
@@ -1481,21 +1615,181 @@ static int lower_op(pt *P, const lm_op *op, uint32_t k) {
     return 0;
   }
   if (r.kind == R_FALLBACK || r.kind == R_CONST) return lower_fallback(P, op);
-  bool partial = true;
+  int mode = 1;
   if (r.kind == R_DOT) {
     /* keep contracting splits (partial results, then combined) or gather them first: the
      * one that moves fewer bytes, counting every reshard on the way */
-    double keep = dry_cost(P, op, &r, true), gather = dry_cost(P, op, &r, false);
+    double keep = dry_cost(P, op, &r, 1), gather = dry_cost(P, op, &r, 0);
     if (gather < keep) {
-      partial = false;
+      mode = 0;
       lm_tb_put(&P->ex, "    contracting dims gathered: %.0f bytes in all, against %.0f to keep them split\n", gather,
                 keep);
     }
   }
-  return lower_rule(P, op, &r, partial);
+  if (r.sort_dim >= 0 && P->ch[op->in[0]].ax[r.sort_dim][0] >= 0) {
+    /* a split sorted dim: moved onto another dim by all_to_all, gathered, or (top_k) each
+     * shard's candidates gathered: fewest bytes wins */
+    double move = dry_cost(P, op, &r, 1), gather = dry_cost(P, op, &r, 0);
+    double cand = op->code == LM_OP_CHLO_TOP_K ? dry_cost(P, op, &r, 2) : 1e300;
+    mode = cand < move && cand < gather ? 2 : move < gather ? 1 : 0;
+    if (cand < 1e300)
+      lm_tb_put(&P->ex,
+                "    sorted dim %d is split: %.0f bytes in all to move it onto another dim, %.0f to gather it, %.0f to "
+                "gather each shard's top k\n",
+                r.sort_dim, move, gather, cand);
+    else if (move != gather)
+      lm_tb_put(&P->ex, "    sorted dim %d is split: %.0f bytes in all to move it onto another dim, %.0f to gather it\n",
+                r.sort_dim, move, gather);
+  }
+  return lower_rule(P, op, &r, mode);
 }
 
-static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
+/* top_k along a split last dim (axes X): each shard takes its own top k (indices offset to
+ * global ones), those candidates are gathered over X in shard order and sorted again (stable,
+ * by value), and the first k kept. Every element of the global top k is among its shard's top k,
+ * and among equal values the shard order is the index order, so the result is top_k's exactly.
+ * LOOM_UNSUPPORTED (no output) when a shard holds fewer than k elements or the type has no such
+ * order. */
+static int lower_top_k_cand(pt *P, const lm_op *op, const rule *r) {
+  const lm_type *rt = vtype(P, op->out[0]), *t = vtype(P, op->in[0]);
+  int sd = r->sort_dim;
+  const vsh *S = &P->ch[op->in[0]];
+  int nx = vsh_nax(S, sd);
+  lm_dtype dt = (lm_dtype)t->dtype;
+  const char *ct = lm_dtype_is_float(dt) ? "TOTALORDER" : lm_dtype_is_sint(dt) ? "SIGNED" : lm_dtype_is_uint(dt) ? "UNSIGNED" : NULL;
+  int64_t kx = vsh_parts(P, S, sd), k = rt->dims[sd];
+  if (!nx || !ct || t->dims[sd] % kx || t->dims[sd] / kx < k)
+    return lm_errf(P->err, LOOM_UNSUPPORTED, "no top_k candidates plan here");
+  vsh A, O;
+  producible(P, r, rt, &P->ch[op->out[0]], dim_mask(S, sd), &A);
+  operand_need(P, r, 0, t, &A, &O);
+  memcpy(O.ax[sd], S->ax[sd], NA);
+  uint32_t in = get(P, op->in[0], &O, "operand 0");
+  lm_type it, ol[2], og[2];
+  local_of(P, t, &O, &it);
+  local_of(P, rt, &A, &ol[0]);
+  local_of(P, vtype(P, op->out[1]), &A, &ol[1]);
+  lm_tb_put(&P->ex, "    top_k along split dim %d: each shard's top %lld (indices made global) gathered over ", sd,
+            (long long)k);
+  put_axes_ex(P, S->ax[sd], nx);
+  lm_tb_put(&P->ex, ", sorted again and the first %lld kept\n", (long long)k);
+  uint32_t loc[2] = {nid(P), nid(P)};
+  lm_tb_put_op_as(&P->out, P->f, op, "p", &in, &it, loc, ol, 4);
+  /* global indices: + this shard's offset along the dim */
+  uint32_t off = index_along(P, S->ax[sd], nx, it.dims[sd]), bc = nid(P), gi = nid(P);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                     "(tensor<i32>) -> %s\n",
+            bc, off, ts(&ol[1]));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", gi, loc[1], bc, ts(&ol[1]),
+            ts(&ol[1]), ts(&ol[1]));
+  loc[1] = gi;
+  uint32_t g[2];
+  for (int j = 0; j < 2; j++) {
+    int64_t gs;
+    og[j] = ol[j];
+    og[j].dims[sd] = k * kx;
+    g[j] = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.all_gather\"(%%p%u) {all_gather_dim = %d : i64, ", g[j], loc[j], sd);
+    put_groups(P, S->ax[sd], nx, &gs);
+    lm_tb_put(&P->out, "} : (%s) -> ", ts(&ol[j]));
+    lm_tb_put(&P->out, "%s\n", ts(&og[j]));
+    lm_tb_put(&P->ex, "    all_gather top_k %s over ", j ? "indices" : "values");
+    put_axes_ex(P, S->ax[sd], nx);
+    note_bytes(P, (double)lm_type_numel(&og[j]) * (double)lm_dtype_size((lm_dtype)og[j].dtype) * (double)(gs - 1) /
+                      (double)gs);
+  }
+  uint32_t sv = nid(P), a = nid(P), b = nid(P), c = nid(P), d = nid(P), cmp = nid(P);
+  const char *vn = lm_dtype_name(dt);
+  lm_tb_put(&P->out, "    %%p%u:2 = \"stablehlo.sort\"(%%p%u, %%p%u) ({\n", sv, g[0], g[1]);
+  lm_tb_put(&P->out, "    ^bb0(%%p%u: tensor<%s>, %%p%u: tensor<%s>, %%p%u: tensor<i32>, %%p%u: tensor<i32>):\n", a, vn, b, vn,
+            c, d);
+  lm_tb_put(&P->out,
+            "      %%p%u = \"stablehlo.compare\"(%%p%u, %%p%u) {comparison_direction = #stablehlo<comparison_direction GT>, "
+            "compare_type = #stablehlo<comparison_type %s>} : (tensor<%s>, tensor<%s>) -> tensor<i1>\n",
+            cmp, a, b, ct, vn, vn);
+  lm_tb_put(&P->out, "      \"stablehlo.return\"(%%p%u) : (tensor<i1>) -> ()\n    }) {dimension = %d : i64, is_stable = true} : ",
+            cmp, sd);
+  lm_tb_put(&P->out, "(%s, ", ts(&og[0]));
+  lm_tb_put(&P->out, "%s) -> ", ts(&og[1]));
+  lm_tb_put(&P->out, "(%s, ", ts(&og[0]));
+  lm_tb_put(&P->out, "%s)\n", ts(&og[1]));
+  for (int j = 0; j < 2; j++) {
+    uint32_t sl = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.slice\"(%%p%u#%d) {start_indices = array<i64", sl, sv, j);
+    for (int e = 0; e < rt->rank; e++) lm_tb_put(&P->out, "%s 0", e ? "," : ":");
+    lm_tb_put(&P->out, ">, limit_indices = array<i64");
+    for (int e = 0; e < rt->rank; e++) lm_tb_put(&P->out, "%s %lld", e ? "," : ":", (long long)ol[j].dims[e]);
+    lm_tb_put(&P->out, ">, strides = array<i64");
+    for (int e = 0; e < rt->rank; e++) lm_tb_put(&P->out, "%s 1", e ? "," : ":");
+    lm_tb_put(&P->out, ">} : (%s) -> ", ts(&og[j]));
+    lm_tb_put(&P->out, "%s\n", ts(&ol[j]));
+    P->loc[op->out[j]] = reshard(P, sl, vtype(P, op->out[j]), &A, &P->ch[op->out[j]], "result");
+  }
+  return 0;
+}
+
+/* Combines the partial results of a variadic reduce (local ids ids[], local types lt[]) over the
+ * partial axes part[0..np): each is gathered over those axes along a new major dim, and the op's
+ * body reduces that dim again from the init values (local ids init[], types it[]). ids[] get the
+ * combined results. */
+static int combine_gen(pt *P, const lm_op *op, const rule *r, uint32_t *ids, const lm_type *lt, const uint32_t *init,
+                       const lm_type *it, const int8_t *part, int np) {
+  uint32_t n = r->nres, g[4];
+  lm_type gt[4];
+  lm_tb_put(&P->ex, "    partial results combined over ");
+  put_axes_ex(P, part, np);
+  lm_tb_put(&P->ex, ": gathered, then reduced again with the op's body\n");
+  for (uint32_t j = 0; j < n; j++) {
+    lm_type one = lt[j];
+    one.rank = lt[j].rank + 1;
+    one.dims[0] = 1;
+    for (int d = 0; d < lt[j].rank; d++) one.dims[d + 1] = lt[j].dims[d];
+    uint32_t rs = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (%s) -> ", rs, ids[j], ts(&lt[j]));
+    lm_tb_put(&P->out, "%s\n", ts(&one));
+    gt[j] = one;
+    g[j] = nid(P);
+    int64_t gs;
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.all_gather\"(%%p%u) {all_gather_dim = 0 : i64, ", g[j], rs);
+    put_groups(P, part, np, &gs);
+    gt[j].dims[0] = gs;
+    lm_tb_put(&P->out, "} : (%s) -> ", ts(&one));
+    lm_tb_put(&P->out, "%s\n", ts(&gt[j]));
+    lm_tb_put(&P->ex, "    all_gather partial result %u over ", j);
+    put_axes_ex(P, part, np);
+    note_bytes(P, (double)lm_type_numel(&gt[j]) * (double)lm_dtype_size((lm_dtype)gt[j].dtype) * (double)(gs - 1) /
+                      (double)gs);
+  }
+  /* the op again, reducing the gathered dim 0 */
+  lm_op c = *op;
+  lm_named_attr at[32];
+  int64_t zero_dim = 0;
+  if (op->nattrs > 32) return lm_errf(P->err, LOOM_UNSUPPORTED, "a reduce with %u attributes", op->nattrs);
+  memcpy(at, op->attrs, sizeof(lm_named_attr) * op->nattrs);
+  for (uint32_t a = 0; a < op->nattrs; a++)
+    if (!strcmp(at[a].name, "dimensions")) {
+      at[a].value.kind = LM_ATTR_INTS;
+      at[a].value.n = 1;
+      at[a].value.ints = &zero_dim;
+    }
+  c.attrs = at;
+  uint32_t ins[8], outs[4];
+  lm_type its[8];
+  for (uint32_t j = 0; j < n; j++) {
+    ins[j] = g[j];
+    its[j] = gt[j];
+    ins[n + j] = init[j];
+    its[n + j] = it[j];
+    outs[j] = nid(P);
+  }
+  lm_tb_put_op_as(&P->out, P->f, &c, "p", ins, its, outs, lt, 4);
+  for (uint32_t j = 0; j < n; j++) ids[j] = outs[j];
+  return 0;
+}
+
+static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
+  if (mode == 2) return lower_top_k_cand(P, op, rp);
+  bool partial = mode == 1;
   rule r = *rp;
   uint32_t out = op->out[0];
   const lm_type *rt = vtype(P, out);
@@ -1507,7 +1801,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
   vsh cl, cr; /* lhs / rhs (reduce: operand) splits of contracting dims */
   vsh_clear(&cl);
   vsh_clear(&cr);
-  if (partial && (r.kind == R_DOT || r.kind == R_REDUCE) && r.red != RED_NONE) {
+  if (partial && (r.kind == R_DOT || r.kind == R_REDUCE) && (r.red != RED_NONE || r.gen)) {
     for (int c = 0; c < r.ncontract; c++) {
       const vsh *src = &P->ch[op->in[0]];
       int sd = r.lc[c];
@@ -1515,6 +1809,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
         src = &P->ch[op->in[1]];
         sd = r.rc[c];
       }
+      for (uint32_t i = 1; r.kind == R_REDUCE && i < r.nred_in && src->ax[sd][0] < 0; i++) src = &P->ch[op->in[i]];
       uint32_t m = dim_mask(src, sd);
       if (!m || (pm & m)) continue;
       int64_t kk = vsh_parts(P, src, sd);
@@ -1529,13 +1824,30 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
   producible(P, &r, rt, R, pm, &A);
   uint32_t ins[8];
   lm_type it[8];
+  int moved = -1; /* the dim that takes the sorted dim's split */
+  if (partial && r.sort_dim >= 0) sort_move(P, &r, rt, op->in[0], &A);
+  if (r.sort_dim >= 0) {
+    uint32_t xm = dim_mask(&P->ch[op->in[0]], r.sort_dim);
+    for (int d = 0; d < rt->rank && xm; d++)
+      if (d != r.sort_dim && (dim_mask(&A, d) & xm) == xm) moved = d;
+  }
+  if (moved >= 0)
+    lm_tb_put(&P->ex, "    sorted along split dim %d: its split moved to dim %d by all_to_all, rows sorted whole on each device\n",
+              r.sort_dim, moved);
+  else if (r.sort_dim >= 0)
+    for (uint32_t i = 0; i < op->nin; i++)
+      if (P->ch[op->in[i]].ax[r.sort_dim][0] >= 0) {
+        lm_tb_put(&P->ex, "    sorted along split dim %d: operands gathered along it, then sorted whole on every device\n",
+                  r.sort_dim);
+        break;
+      }
   for (uint32_t i = 0; i < op->nin; i++) {
     uint32_t v = op->in[i];
     const lm_type *t = vtype(P, v);
     vsh O;
     operand_need(P, &r, i, t, &A, &O);
-    if (r.kind == R_DOT || (r.kind == R_REDUCE && i == 0)) {
-      const vsh *c = i == 0 ? &cl : &cr;
+    if (r.kind == R_DOT || (r.kind == R_REDUCE && i < r.nred_in)) {
+      const vsh *c = i == 0 || r.kind == R_REDUCE ? &cl : &cr;
       for (int d = 0; d < t->rank; d++)
         if (c->ax[d][0] >= 0) memcpy(O.ax[d], c->ax[d], NA);
     }
@@ -1545,9 +1857,21 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
     ins[i] = get(P, v, &O, what);
     local_of(P, t, &O, &it[i]);
   }
-  lm_type ot;
+  lm_type ot, ots[4];
   local_of(P, rt, &A, &ot);
-  uint32_t res = nid(P);
+  uint32_t res = nid(P), ress[4];
+  if (r.nres > 1) { /* one op, several results of one shape (variadic reduce and sort, top_k) */
+    ress[0] = res;
+    for (uint32_t j = 0; j < r.nres; j++) {
+      if (j) ress[j] = nid(P);
+      local_of(P, vtype(P, op->out[j]), &A, &ots[j]);
+    }
+    lm_tb_put_op_as(&P->out, P->f, op, "p", ins, it, ress, ots, 4);
+    if (np) LM_TRY(combine_gen(P, op, &r, ress, ots, ins + r.nred_in, it + r.nred_in, part, np));
+    for (uint32_t j = 0; j < r.nres; j++)
+      P->loc[op->out[j]] = reshard(P, ress[j], vtype(P, op->out[j]), &A, &P->ch[op->out[j]], "result");
+    return 0;
+  }
   if (r.kind == R_SLICE || r.kind == R_DSLICE) {
     const lm_type *t = vtype(P, op->in[0]);
     int64_t st[LM_MAX_RANK], li[LM_MAX_RANK], sd[LM_MAX_RANK];
@@ -1587,23 +1911,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, bool partial) {
     for (uint32_t i = 2; i < op->nin; i++) lm_tb_put(&P->out, ", %s", ts(vtype(P, op->in[i])));
     lm_tb_put(&P->out, ") -> %s\n", ts(&ot));
   } else if (r.kind == R_IOTA) {
-    int64_t idim = lm_attr_int_or(lm_op_attr(op, "iota_dimension"), 0);
-    uint32_t loc_iota = res;
-    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> %s\n", loc_iota,
-              (long long)idim, ts(&ot));
-    if (idim >= 0 && idim < rt->rank && A.ax[idim][0] >= 0) {
-      uint32_t off = index_along(P, A.ax[idim], vsh_nax(&A, (int)idim), ot.dims[idim]);
-      uint32_t cv = nid(P), bc = nid(P);
-      res = nid(P);
-      const char *dn = lm_dtype_name((lm_dtype)rt->dtype);
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.convert\"(%%p%u) : (tensor<i32>) -> tensor<%s>\n", cv, off, dn);
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
-                         "(tensor<%s>) -> %s\n",
-                bc, cv, dn, ts(&ot));
-      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", res, loc_iota, bc, ts(&ot),
-                ts(&ot), ts(&ot));
-      lm_tb_put(&P->ex, "    iota offset by this shard's position along dim %lld\n", (long long)idim);
-    }
+    res = emit_iota(P, op, rt, &A);
   } else if (r.kind == R_GATHER) {
     /* slice_sizes of the split operand dims become their local sizes */
     lm_op g = *op;

@@ -85,8 +85,12 @@ def cluster(backend):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_cut_programs_equal_the_interpreter(tmp_path):
+@pytest.mark.parametrize("part", [0, 1])
+def test_cut_programs_equal_the_interpreter(tmp_path, part):
+    # the corpus in two halves (each test has its own time limit): the two collective programs
+    # and every other partition case in the first, the rest in the second
     cs = cases(tmp_path)
+    cs = cs[:2] + cs[2::2] if part == 0 else cs[3::2]
     cluster("interp")
     try:
         want = run_all(tmp_path, "interp", cs)
@@ -95,7 +99,7 @@ def test_cut_programs_equal_the_interpreter(tmp_path):
     cluster("pjrt")
     try:
         got = run_all(tmp_path, "pjrt", cs)
-        got2 = run_all(tmp_path, "pjrt2", cs[:1])  # the same launch again: bitwise the same
+        got2 = run_all(tmp_path, "pjrt2", cs[:1]) if part == 0 else {}  # the same launch again: bitwise the same
     finally:
         run_loom("down", check=True)
     logs = "".join(p.read_text() for p in (tmp_path / "state").glob("worker-*.log"))
@@ -125,7 +129,7 @@ def test_cut_programs_equal_the_interpreter(tmp_path):
         if not m or int(m.group(2)) < 1:
             failures.append(f"{name}: not cut at its collectives (worker logs: "
                             f"{[l for l in logs.splitlines() if name in l][:2]})")
-    for x, y in zip(got2["colls_2x4"], got["colls_2x4"]):
+    for x, y in zip(got2.get("colls_2x4", []), got.get("colls_2x4", [])):
         assert x.tobytes() == y.tobytes()
     assert not failures, "\n".join(failures)
 

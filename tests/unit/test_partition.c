@@ -130,7 +130,7 @@ static size_t compare(const char *text, garr *in, uint32_t nin, uint32_t nout, c
     assert_true(lm_type_equal(&want[j].t, &got[j].t));
     size_t n = (size_t)lm_type_numel(&want[j].t);
     for (size_t i = 0; i < n; i++)
-      if (want[j].data[i] != got[j].data[i]) {
+      if (memcmp(&want[j].data[i], &got[j].data[i], 4)) { /* bit for bit (i32 results too) */
         if (!bad) fprintf(stderr, "%s: result %u element %zu: %g, expected %g\n", what, j, i, got[j].data[i], want[j].data[i]);
         bad++;
       }
@@ -381,12 +381,224 @@ static void test_errors_and_uneven(void **state) {
   free(in[0].data);
 }
 
+/* Variadic reduce (argmax / argmin as jnp lowers them: values and an iota of indices reduced
+ * together by a comparator), variadic sort (argsort) and chlo.top_k, over a 2x4 mesh under every
+ * sharding of the operand: bit for bit equal to the unpartitioned run (the small integers of
+ * fill() tie often, so the smallest-index rule is exercised). */
+static const char *const k_arg_bodies[] = {
+    /* argmax along dim 1 and the max itself */
+    "    %i = stablehlo.iota dim = 1 : tensor<8x16xi32>\n"
+    "    %c0 = stablehlo.constant dense<0xFF800000> : tensor<f32>\n"
+    "    %c1 = stablehlo.constant dense<0> : tensor<i32>\n"
+    "    %r:2 = stablehlo.reduce(%a init: %c0), (%i init: %c1) across dimensions = [1] : (tensor<8x16xf32>, "
+    "tensor<8x16xi32>, tensor<f32>, tensor<i32>) -> (tensor<8xf32>, tensor<8xi32>)\n"
+    "     reducer(%p1: tensor<f32>, %p3: tensor<f32>) (%p2: tensor<i32>, %p4: tensor<i32>)  {\n"
+    "      %2 = stablehlo.compare GT, %p1, %p3, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %3 = stablehlo.compare NE, %p1, %p1, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %4 = stablehlo.or %2, %3 : tensor<i1>\n"
+    "      %5 = stablehlo.compare EQ, %p1, %p3, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %6 = stablehlo.compare LT, %p2, %p4, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "      %7 = stablehlo.and %5, %6 : tensor<i1>\n"
+    "      %8 = stablehlo.or %4, %7 : tensor<i1>\n"
+    "      %9 = stablehlo.select %4, %p1, %p3 : tensor<i1>, tensor<f32>\n"
+    "      %10 = stablehlo.select %8, %p2, %p4 : tensor<i1>, tensor<i32>\n"
+    "      stablehlo.return %9, %10 : tensor<f32>, tensor<i32>\n"
+    "    }\n"
+    "    return %r#0, %r#1 : tensor<8xf32>, tensor<8xi32>\n",
+    /* argmin along dim 0 (both dims reduced by the sweep's shardings at times) */
+    "    %i = stablehlo.iota dim = 0 : tensor<8x16xi32>\n"
+    "    %c0 = stablehlo.constant dense<0x7F800000> : tensor<f32>\n"
+    "    %c1 = stablehlo.constant dense<0> : tensor<i32>\n"
+    "    %r:2 = stablehlo.reduce(%a init: %c0), (%i init: %c1) across dimensions = [0] : (tensor<8x16xf32>, "
+    "tensor<8x16xi32>, tensor<f32>, tensor<i32>) -> (tensor<16xf32>, tensor<16xi32>)\n"
+    "     reducer(%p1: tensor<f32>, %p3: tensor<f32>) (%p2: tensor<i32>, %p4: tensor<i32>)  {\n"
+    "      %2 = stablehlo.compare LT, %p1, %p3, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %3 = stablehlo.compare NE, %p1, %p1, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %4 = stablehlo.or %2, %3 : tensor<i1>\n"
+    "      %5 = stablehlo.compare EQ, %p1, %p3, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      %6 = stablehlo.compare LT, %p2, %p4, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+    "      %7 = stablehlo.and %5, %6 : tensor<i1>\n"
+    "      %8 = stablehlo.or %4, %7 : tensor<i1>\n"
+    "      %9 = stablehlo.select %4, %p1, %p3 : tensor<i1>, tensor<f32>\n"
+    "      %10 = stablehlo.select %8, %p2, %p4 : tensor<i1>, tensor<i32>\n"
+    "      stablehlo.return %9, %10 : tensor<f32>, tensor<i32>\n"
+    "    }\n"
+    "    return %r#0, %r#1 : tensor<16xf32>, tensor<16xi32>\n",
+    /* argsort along dim 0: a stable variadic sort of the values and an iota */
+    "    %i = stablehlo.iota dim = 0 : tensor<8x16xi32>\n"
+    "    %r:2 = \"stablehlo.sort\"(%a, %i) <{dimension = 0 : i64, is_stable = true}> ({\n"
+    "    ^bb0(%p1: tensor<f32>, %p2: tensor<f32>, %p3: tensor<i32>, %p4: tensor<i32>):\n"
+    "      %2 = stablehlo.compare LT, %p1, %p2, TOTALORDER : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+    "      stablehlo.return %2 : tensor<i1>\n"
+    "    }) : (tensor<8x16xf32>, tensor<8x16xi32>) -> (tensor<8x16xf32>, tensor<8x16xi32>)\n"
+    "    return %r#0, %r#1 : tensor<8x16xf32>, tensor<8x16xi32>\n",
+    /* top_k along the last dim */
+    "    %v, %x = chlo.top_k(%a, k = 3) : tensor<8x16xf32> -> (tensor<8x3xf32>, tensor<8x3xi32>)\n"
+    "    return %v, %x : tensor<8x3xf32>, tensor<8x3xi32>\n",
+};
+static const char *const k_arg_results[] = {"tensor<8xf32>, tensor<8xi32>", "tensor<16xf32>, tensor<16xi32>",
+                                            "tensor<8x16xf32>, tensor<8x16xi32>", "tensor<8x3xf32>, tensor<8x3xi32>"};
+
+static char *arg_program(size_t body, int a0, int a1, char *text, size_t cap) {
+  char sa[128];
+  spec2(sa, sizeof sa, a0, a1);
+  snprintf(text, cap,
+           "module @argsweep attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+           "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=4]>\n"
+           "  func.func public @main(%%a: tensor<8x16xf32> {sdy.sharding = %s}) -> (%s) {\n%s  }\n}\n",
+           sa, k_arg_results[body], k_arg_bodies[body]);
+  return text;
+}
+
+static char *explain_of(const char *text, lm_spmd_info **infop) {
+  lm_err err;
+  lm_module *m = parse(text, &err);
+  if (!m) fail_msg("parse: %s", err.msg);
+  lm_spmd_info *info;
+  assert_int_equal(lm_spmd_analyze(m, &info, &err), 0);
+  char *ex = NULL;
+  if (lm_partition(m, info, NULL, &ex, &err) < 0) fail_msg("partition: %s", err.msg);
+  lm_module_free(m);
+  *infop = info;
+  return ex;
+}
+
+static void test_variadic_sweep(void **state) {
+  (void)state;
+  garr in[1];
+  fill(&in[0], LOOM_DTYPE_F32, 2, (int64_t[]){8, 16}, 11);
+  char text[8192];
+  size_t runs = 0, bad = 0;
+  for (size_t body = 0; body < sizeof k_arg_bodies / sizeof *k_arg_bodies; body++)
+    for (int a0 = 0; a0 < 5; a0++)
+      for (int a1 = 0; a1 < 5; a1++) {
+        if (!spec_ok(a0, a1)) continue;
+        arg_program(body, a0, a1, text, sizeof text);
+        char what[64];
+        snprintf(what, sizeof what, "variadic body %zu a(%d,%d)", body, a0, a1);
+        bad += compare(text, in, 1, 2, what) != 0;
+        runs++;
+        /* no fallback to replication, and the operand is never gathered where the op can
+         * work on its parts (every case but a split sorted dim) */
+        lm_spmd_info *info;
+        char *ex = explain_of(text, &info);
+        bool sorted_split = (body == 2 && a0) || (body == 3 && a1);
+        if (strstr(ex, "fallback:") || (!sorted_split && strstr(ex, "all_gather operand")) ||
+            (sorted_split && !strstr(ex, "sorted along split dim")))
+          fail_msg("%s explain:\n%s", what, ex);
+        free(ex);
+        lm_spmd_info_free(info);
+      }
+  free(in[0].data);
+  fprintf(stderr, "variadic sweep: %zu partitioned runs, %zu differ from the unpartitioned run\n", runs, bad);
+  assert_true(runs >= 44);
+  assert_int_equal(bad, 0);
+}
+
+/* argmax over a split dim: each device reduces its own block (the iota made with this shard's
+ * offsets, not whole), then the partial (value, index) pairs are gathered and reduced again. */
+static void test_argmax_plan(void **state) {
+  (void)state;
+  char text[8192];
+  lm_spmd_info *info;
+  char *ex = explain_of(arg_program(0, 1, 2, text, sizeof text), &info); /* [{"x"}, {"y"}] */
+  assert_int_equal(info->inputs[0].local.dims[0], 4);
+  assert_int_equal(info->inputs[0].local.dims[1], 4);
+  if (!strstr(ex, "iota offset by this shard's position along dim 1") ||
+      !strstr(ex, "partial results combined over {\"y\"}: gathered, then reduced again with the op's body") ||
+      !strstr(ex, "all_gather partial result 0 over {\"y\"}: 48 bytes received per device") ||
+      !strstr(ex, "all_gather partial result 1 over {\"y\"}") || !strstr(ex, "total: 2 collectives") ||
+      strstr(ex, "fallback:") || strstr(ex, "all_gather operand"))
+    fail_msg("explain:\n%s", ex);
+  assert_int_equal(info->outputs[1].local.dims[0], 4); /* the rows' split is kept: [{"x"}] */
+  free(ex);
+  lm_spmd_info_free(info);
+  /* along a dim the sharding leaves whole: no communication at all */
+  ex = explain_of(arg_program(0, 3, 0, text, sizeof text), &info); /* [{"x", "y"}, {}] */
+  if (!strstr(ex, "total: 0 collectives") || strstr(ex, "fallback:")) fail_msg("explain:\n%s", ex);
+  assert_int_equal(info->outputs[0].local.dims[0], 1);
+  free(ex);
+  lm_spmd_info_free(info);
+  /* top_k along a split last dim: the split moves to the rows by an all_to_all (no gather) */
+  ex = explain_of(arg_program(3, 0, 3, text, sizeof text), &info);
+  if (!strstr(ex, "sorted along split dim 1: its split moved to dim 0 by all_to_all") ||
+      !strstr(ex, "all_to_all operand 0 dim 1 -> dim 0 over {\"x\", \"y\"}") || strstr(ex, "all_gather") ||
+      strstr(ex, "fallback:"))
+    fail_msg("explain:\n%s", ex);
+  assert_int_equal(info->outputs[1].local.dims[0], 1);
+  free(ex);
+  lm_spmd_info_free(info);
+  /* argsort along split rows with the results fixed to the operand's sharding: the values moved
+   * by all_to_all there and both results back (the iota of indices made again in the moved
+   * sharding, not moved) instead of a gather of the whole operand; bit for bit */
+  static const char *fixed =
+      "module @s attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+      "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=4]>\n"
+      "  func.func public @main(%%a: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"y\"}, {}]>}) -> "
+      "(tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"y\"}, {}]>}, tensor<8x16xi32> {sdy.sharding = "
+      "#sdy.sharding<@mesh, [{\"y\"}, {}]>}) {\n%s  }\n}\n";
+  snprintf(text, sizeof text, fixed, k_arg_bodies[2]);
+  ex = explain_of(text, &info);
+  if (!strstr(ex, "sorted along split dim 0: its split moved to dim 1 by all_to_all") ||
+      !strstr(ex, "all_to_all result 0 dim 1 -> dim 0 over {\"y\"}") ||
+      !strstr(ex, "operand 1: iota made again in [{}, {\"y\"}] instead of moving it") || strstr(ex, "all_to_all operand 1") ||
+      strstr(ex, "all_gather") || strstr(ex, "fallback:"))
+    fail_msg("explain:\n%s", ex);
+  free(ex);
+  lm_spmd_info_free(info);
+  garr in[1];
+  fill(&in[0], LOOM_DTYPE_F32, 2, (int64_t[]){8, 16}, 12);
+  assert_int_equal(compare(text, in, 1, 2, "argsort with fixed results"), 0);
+  free(in[0].data);
+}
+
+/* top_k along a split dim no other dim can take the split of (a vector; 3 rows over 2, 4 or 8
+ * processes): each shard's top k gathered and selected again, bit for bit equal to top_k over the
+ * whole (ties between shards included: the values are small integers). */
+static void test_top_k_candidates(void **state) {
+  (void)state;
+  static const char *const specs[] = {"{\"x\"}", "{\"y\"}", "{\"x\", \"y\"}", "{\"y\", \"x\"}"};
+  static const char *const shapes[][3] = {{"64", "3", "[%s]"}, {"3x256", "3x5", "[{}, %s]"}};
+  char text[4096], sh[128];
+  size_t runs = 0;
+  for (int sp = 0; sp < 2; sp++)
+    for (int i = 0; i < 4; i++) {
+      snprintf(sh, sizeof sh, shapes[sp][2], specs[i]);
+      int k = sp ? 5 : 3;
+      snprintf(text, sizeof text,
+               "module @t attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+               "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=4]>\n"
+               "  func.func public @main(%%a: tensor<%sxf32> {sdy.sharding = #sdy.sharding<@mesh, %s>}) -> "
+               "(tensor<%sxf32>, tensor<%sxi32>) {\n"
+               "    %%v, %%x = chlo.top_k(%%a, k = %d) : tensor<%sxf32> -> (tensor<%sxf32>, tensor<%sxi32>)\n"
+               "    return %%v, %%x : tensor<%sxf32>, tensor<%sxi32>\n  }\n}\n",
+               shapes[sp][0], sh, shapes[sp][1], shapes[sp][1], k, shapes[sp][0], shapes[sp][1], shapes[sp][1],
+               shapes[sp][1], shapes[sp][1]);
+      lm_spmd_info *info;
+      char *ex = explain_of(text, &info);
+      if (!strstr(ex, "indices made global) gathered over") || !strstr(ex, "all_gather top_k indices over") ||
+          strstr(ex, "all_gather operand") || strstr(ex, "fallback:"))
+        fail_msg("explain:\n%s\n%s", ex, text);
+      free(ex);
+      lm_spmd_info_free(info);
+      garr in[1];
+      fill(&in[0], LOOM_DTYPE_F32, sp + 1, sp ? (int64_t[]){3, 256} : (int64_t[]){64}, 13 + (unsigned)i);
+      assert_int_equal(compare(text, in, 1, 2, "top_k candidates"), 0);
+      free(in[0].data);
+      runs++;
+    }
+  assert_int_equal(runs, 8);
+}
+
 int main(void) {
   lm_spmd_local_register();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_propagation_and_explain),
       cmocka_unit_test(test_errors_and_uneven),
       cmocka_unit_test(test_sweep),
+      cmocka_unit_test(test_variadic_sweep),
+      cmocka_unit_test(test_argmax_plan),
+      cmocka_unit_test(test_top_k_candidates),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

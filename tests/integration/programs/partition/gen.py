@@ -2,11 +2,12 @@
 no shard_map), their inputs and their unpartitioned results (the same function jitted on one
 device). The tests read the checked-in files, so they do not need JAX:
 
-    python3 tests/integration/programs/partition/gen.py
+    python3 tests/integration/programs/partition/gen.py [NAME...]
 
 Each case NAME writes NAME.mlir (what `jax.jit(f, in_shardings, out_shardings).lower(...)` prints
 on 8 CPU devices) and NAME.npz (in0, in1, ... and out0, out1, ...)."""
 import os
+import sys
 from pathlib import Path
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
@@ -19,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 rng = np.random.default_rng(7)
 WRITE = True   # bench/bench_partition.py sets False and reads CASES instead
 CASES = []     # (name, f, mesh, ins, in_specs, out_specs) of every case, in order
+ONLY = set(sys.argv[1:]) if __name__ == "__main__" else set()  # gen.py NAME...: write only those
 
 
 def r(*shape):
@@ -41,7 +43,7 @@ def lowering(f, mesh, ins, in_specs, out_specs=None):
 
 def case(name, f, mesh, ins, in_specs, out_specs=None):
     CASES.append((name, f, mesh, ins, in_specs, out_specs))
-    if not WRITE:
+    if not WRITE or (ONLY and name not in ONLY):
         return
     (HERE / f"{name}.mlir").write_text(lowering(f, mesh, ins, in_specs, out_specs).as_text())
     ins = [np.asarray(jnp.asarray(a)) for a in ins]  # Python scalars as JAX types them (f32)
@@ -178,6 +180,23 @@ def main():
     case("top_k_rows", lambda a: jax.lax.top_k(a, 3)[0], m8, [a], [P("d")], P("d"))
     # plain jit over a sharded array and a Python scalar: JAX puts the scalar on @empty_mesh
     case("scalar_on_empty_mesh", lambda a, b: a * b + 1, m8, [a, 3.0], [P("d"), None])
+
+    # argmax / argmin (a variadic reduce of values and an iota) over split dims: each device
+    # reduces its part with global indices, the partial pairs are gathered and reduced again;
+    # values rounded so that ties (smallest index wins) occur across shards
+    t = np.round(r(16, 32) * 1.5).astype(np.float32)
+    case("argmax_split_cols", lambda a: jnp.argmax(a, axis=1), m8, [t], [P(None, "d")])
+    case("argmin_2d", lambda a: (jnp.argmin(a, axis=0), jnp.min(a, axis=0)), mxy, [t], [P("x", "y")])
+    case("argmax_rows_kept", lambda a: jnp.argmax(a, axis=1), m8, [t], [P("d")], P("d"))
+    # argsort (a variadic sort) along a dim left whole, a sort along the split dim (gathered
+    # first), top_k's values and indices along a dim left whole and along the split dim
+    case("argsort_cols", lambda a: jnp.argsort(a, axis=0), m8, [t], [P(None, "d")], P(None, "d"))
+    case("sort_split_dim", lambda a: jnp.sort(a, axis=1), m8, [t], [P(None, "d")])
+    case("top_k_both", lambda a: jax.lax.top_k(a, 4), mxy, [t], [P(("x", "y"))], P(("x", "y")))
+    case("top_k_split_dim", lambda a: jax.lax.top_k(a, 3), m8, [t], [P(None, "d")])
+    # top_k of a split vector (no other dim to move the split to): each shard's top k gathered
+    case("top_k_vector", lambda v: jax.lax.top_k(v, 5), mxy, [np.round(r(512) * 3).astype(np.float32)],
+         [P(("x", "y"))])
 
 
 if __name__ == "__main__":
