@@ -307,8 +307,10 @@ static int bench_allreduce(const char *self) {
       printf(" %12.2f %12.3f | %8.2fx", mpi[s] * 1e6, bw * size_at(s) / mpi[s] / 1e9, mpi[s] / loom[s]);
     printf("\n");
   }
-  printf("(keyed: peers with pair keys, every message's sender proven by a MAC, as under a controller;\n"
-         " keyed/Loom > 1: the MACs cost that much. Loom/MPI, hier/MPI > 1: Loom is faster)\n");
+  if (g_keyed_too)
+    printf("(keyed: peers with pair keys, every message's sender proven by a MAC, as under a controller;\n"
+           " keyed/Loom > 1: the MACs cost that much)\n");
+  printf("(Loom/MPI, hier/MPI > 1: Loom is faster)\n");
   free(loom);
   free(mpi);
   free(keyed);
