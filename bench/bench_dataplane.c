@@ -1,14 +1,17 @@
 /* Data-plane benchmark: all_reduce bus bandwidth from 4 B to 64 MiB on P worker processes x D
- * devices (default 4 x 1), beside OpenMPI's MPI_Allreduce on P ranks of the same machine run
+ * devices (default 4 x 1), flat and hierarchical (the workers labelled as H hosts, default 2:
+ * 2 hosts x 2 workers), beside OpenMPI's MPI_Allreduce on P ranks of the same machine run
  * in the same invocation; then one-sided put and get bandwidth between two worker processes
  * beside a plain memcpy of the same sizes. Figures are the best of --runs sweeps.
  *
  *   build/bench/bench_dataplane [--procs P] [--devices D] [--max-bytes N] [--runs R]
- *                               [--no-mpi] [--no-keyed] [--only allreduce|put]
+ *                               [--no-mpi] [--no-keyed] [--no-hier] [--hosts H]
+ *                               [--only allreduce|put]
  *
  * The all_reduce sweep runs twice: with keyless peers, and keyed as under a controller (every
  * message carries a MAC of its header proving its sender: docs/dataplane.md), side by side;
- * --no-keyed skips the second.
+ * --no-keyed skips the second. A third sweep runs the hierarchical algorithm (docs/dataplane.md)
+ * with workers 0..P/H-1 labelled host 0, and so on; --no-hier skips it.
  *
  * Worker processes are forked from this one and exchange their data-plane addresses through
  * a temporary directory, as the controller would. Results are checked, not only timed. */
@@ -30,6 +33,8 @@
 
 static int g_procs = 4, g_devs = 1, g_runs = 3, g_mpi = 1, g_keyed_too = 1;
 static int g_keyed; /* this round's workers use pair keys */
+static int g_hier_too = 1, g_hosts = 2;
+static int g_hier; /* this round's workers use the hierarchical algorithm */
 static size_t g_max = 64u << 20;
 static const char *g_only = NULL;
 static char g_dir[PATH_MAX];
@@ -133,6 +138,10 @@ static void ar_worker(int me) {
   c.self_id = (uint64_t)me + 1;
   c.num_devices = (uint32_t)g_devs;
   c.require_keys = g_keyed;
+  c.coll_algo = g_hier ? LM_DP_COLL_HIER : LM_DP_COLL_FLAT;
+  char host[32];
+  snprintf(host, sizeof host, "h%d", me * g_hosts / g_procs);
+  if (g_hier) c.host_label = host;
   lm_dp *dp;
   lm_err e;
   if (lm_dp_create(&c, &dp, &e) < 0) die("lm_dp_create", &e);
@@ -158,7 +167,7 @@ static void ar_worker(int me) {
   }
   if (me == 0) {
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s.txt", g_dir, g_keyed ? "keyed" : "loom");
+    snprintf(path, sizeof path, "%s/%s.txt", g_dir, g_hier ? "hier" : g_keyed ? "keyed" : "loom");
     FILE *f = fopen(path, "w");
     for (int s = 0; s < nsizes; s++) fprintf(f, "%zu %.9f\n", size_at(s), best[s]);
     fclose(f);
@@ -257,24 +266,31 @@ static void read_times(const char *name, double *t, int nsizes) {
 static int bench_allreduce(const char *self) {
   int nsizes = 0;
   while (size_at(nsizes) <= g_max) nsizes++;
-  for (g_keyed = 0; g_keyed <= g_keyed_too; g_keyed++) {
+  for (int round = 0; round < 3; round++) {
+    if ((round == 1 && !g_keyed_too) || (round == 2 && !g_hier_too)) continue;
+    g_keyed = round == 1;
+    g_hier = round == 2;
     clear_addresses();
     if (run_children(ar_worker, g_procs)) {
-      fprintf(stderr, "bench_dataplane: a Loom worker failed%s\n", g_keyed ? " (keyed)" : "");
+      fprintf(stderr, "bench_dataplane: a Loom worker failed%s\n", g_keyed ? " (keyed)" : g_hier ? " (hierarchical)" : "");
       return 1;
     }
   }
-  g_keyed = 0;
+  g_keyed = g_hier = 0;
   double *loom = calloc(nsizes, sizeof *loom), *mpi = calloc(nsizes, sizeof *mpi), *keyed = calloc(nsizes, sizeof *keyed);
+  double *hier = calloc(nsizes, sizeof *hier);
   read_times("loom", loom, nsizes);
   if (g_keyed_too) read_times("keyed", keyed, nsizes);
+  if (g_hier_too) read_times("hier", hier, nsizes);
   int have_mpi = g_mpi && g_devs == 1 ? run_mpi(self, mpi, nsizes) == 0 : 0;
   int n = g_procs * g_devs;
   double bw = 2.0 * (n - 1) / n;
   printf("\nall_reduce f32 sum, %d processes x %d devices (best of %d; busbw = 2(n-1)/n * bytes / time)\n", g_procs,
          g_devs, g_runs);
+  if (g_hier_too) printf("(Loom: flat; hier: hierarchical, the workers labelled as %d hosts)\n", g_hosts);
   printf("%10s | %12s %12s |", "size", "Loom us", "Loom GB/s");
   if (g_keyed_too) printf(" %12s %9s |", "keyed us", "keyed/Loom");
+  if (g_hier_too) printf(" %12s %12s %9s |", "hier us", "hier GB/s", "hier/MPI");
   if (have_mpi) printf(" %12s %12s | %9s", "MPI us", "MPI GB/s", "Loom/MPI");
   printf("\n");
   for (int s = 0; s < nsizes; s++) {
@@ -282,15 +298,23 @@ static int bench_allreduce(const char *self) {
     fmt_size(size_at(s), b, sizeof b);
     printf("%10s | %12.2f %12.3f |", b, loom[s] * 1e6, bw * size_at(s) / loom[s] / 1e9);
     if (g_keyed_too) printf(" %12.2f %9.2fx |", keyed[s] * 1e6, keyed[s] / loom[s]);
+    if (g_hier_too) {
+      printf(" %12.2f %12.3f", hier[s] * 1e6, bw * size_at(s) / hier[s] / 1e9);
+      if (have_mpi && mpi[s] > 0) printf(" %8.2fx |", mpi[s] / hier[s]);
+      else printf(" %9s |", "-");
+    }
     if (have_mpi && mpi[s] > 0)
       printf(" %12.2f %12.3f | %8.2fx", mpi[s] * 1e6, bw * size_at(s) / mpi[s] / 1e9, mpi[s] / loom[s]);
     printf("\n");
   }
-  printf("(keyed: peers with pair keys, every message's sender proven by a MAC, as under a controller;\n"
-         " keyed/Loom > 1: the MACs cost that much. Loom/MPI > 1: Loom is faster)\n");
+  if (g_keyed_too)
+    printf("(keyed: peers with pair keys, every message's sender proven by a MAC, as under a controller;\n"
+           " keyed/Loom > 1: the MACs cost that much)\n");
+  printf("(Loom/MPI, hier/MPI > 1: Loom is faster)\n");
   free(loom);
   free(mpi);
   free(keyed);
+  free(hier);
   return 0;
 }
 
@@ -411,14 +435,17 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) g_max = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "--no-mpi")) g_mpi = 0;
     else if (!strcmp(argv[i], "--no-keyed")) g_keyed_too = 0;
+    else if (!strcmp(argv[i], "--no-hier")) g_hier_too = 0;
+    else if (!strcmp(argv[i], "--hosts") && i + 1 < argc) g_hosts = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--procs P] [--devices D] [--max-bytes N] [--runs R] [--no-mpi] [--no-keyed] [--only allreduce|put]\n",
+      fprintf(stderr, "usage: %s [--procs P] [--devices D] [--max-bytes N] [--runs R] [--no-mpi] [--no-keyed] [--no-hier] [--hosts H] [--only allreduce|put]\n",
               argv[0]);
       return 2;
     }
   }
-  if (g_procs < 2 || g_procs > 64 || g_devs < 1 || g_devs > 64 || g_runs < 1 || g_max < 4) {
+  if (g_procs < 2 || g_procs > 64 || g_devs < 1 || g_devs > 64 || g_runs < 1 || g_max < 4 || g_hosts < 1 ||
+      g_hosts > g_procs) {
     fprintf(stderr, "bench_dataplane: bad arguments\n");
     return 2;
   }

@@ -39,6 +39,15 @@ struct lm_dp_group {
   uint32_t nlocal;            /* members on this worker */
   uint32_t *local_pos;        /* [n] rank -> position among the local members, or DP_NONE */
   bool contiguous;            /* every node's ranks form one run */
+  /* the hierarchical all_reduce's plan for this worker (dp_hier_plan) */
+  bool hier;                  /* all_reduce with a built-in op goes hierarchically */
+  uint32_t nlev;              /* levels below the top: 1 (hosts) or 2 (hosts, then slices) */
+  uint32_t lev_n[2];          /* members of this worker's group at each level (0: not in it) */
+  uint32_t lev_idx[2];        /* this worker's index there (the leader is the last member) */
+  uint32_t *lev_nodes[2];     /* [lev_n[l]] the members, nodes in order */
+  uint32_t top_n, top_idx;    /* the top level: the last level's leaders; top_idx DP_NONE if
+                                 this worker is not among them */
+  uint32_t *top_nodes;        /* [top_n] */
 };
 
 static uint64_t dp_group_key(const lm_dp_member *m, uint32_t n) {
@@ -58,7 +67,83 @@ static void dp_group_free(lm_dp_group *g) {
   free(g->run_start);
   free(g->runs);
   free(g->local_pos);
+  free(g->lev_nodes[0]);
+  free(g->lev_nodes[1]);
+  free(g->top_nodes);
   free(g);
+}
+
+/* The plan of the hierarchical all_reduce (docs/dataplane.md): nodes grouped by (slice, host),
+ * then, when the group's nodes name more than one slice, the hosts' leaders by slice. At each
+ * level a group's members are in node order and its leader is the last; the next level's
+ * participants are the leaders, groups in order of first appearance. The leaders of the last
+ * level form the top. Depends only on the member list and the topology keys, which every
+ * worker of the group sees alike (address blobs), so all of them compute the same plan. */
+static int dp_hier_plan(lm_dp_group *g, const uint64_t *host, const uint64_t *slice, int algo) {
+  uint32_t P = g->nnodes;
+  bool slices = false;
+  for (uint32_t k = 1; k < P; k++)
+    if (slice[k] != slice[0]) slices = true;
+  g->nlev = slices ? 2 : 1;
+  uint32_t *part = malloc(P * sizeof *part), *next = malloc(P * sizeof *next);
+  uint64_t *key = malloc(P * sizeof *key);
+  if (!part || !next || !key) {
+    free(part);
+    free(next);
+    free(key);
+    return LOOM_NO_MEMORY;
+  }
+  uint32_t np = P;
+  for (uint32_t k = 0; k < P; k++) part[k] = k;
+  bool in = true; /* this worker takes part at the current level */
+  uint32_t ngroups0 = 0;
+  for (uint32_t l = 0; l < g->nlev; l++) {
+    for (uint32_t i = 0; i < np; i++) key[i] = l == 0 ? dp_mix(host[part[i]], slice[part[i]]) : slice[part[i]];
+    uint32_t nn = 0, mine = 0;
+    for (uint32_t i = 0; i < np; i++) {
+      bool first = true;
+      for (uint32_t j = 0; j < i && first; j++)
+        if (key[j] == key[i]) first = false;
+      if (!first) continue;
+      uint32_t last = i;
+      for (uint32_t j = i; j < np; j++)
+        if (key[j] == key[i]) last = j;
+      next[nn++] = part[last];
+    }
+    if (l == 0) ngroups0 = nn;
+    if (in) {
+      for (uint32_t i = 0; i < np; i++)
+        if (part[i] == g->self_node) mine = i;
+      uint32_t cnt = 0;
+      for (uint32_t i = 0; i < np; i++)
+        if (key[i] == key[mine]) cnt++;
+      g->lev_nodes[l] = malloc(cnt * sizeof(uint32_t));
+      if (!g->lev_nodes[l]) {
+        free(part);
+        free(next);
+        free(key);
+        return LOOM_NO_MEMORY;
+      }
+      g->lev_n[l] = 0;
+      for (uint32_t i = 0; i < np; i++)
+        if (key[i] == key[mine]) {
+          if (part[i] == g->self_node) g->lev_idx[l] = g->lev_n[l];
+          g->lev_nodes[l][g->lev_n[l]++] = part[i];
+        }
+      in = g->lev_idx[l] == g->lev_n[l] - 1;
+    }
+    memcpy(part, next, nn * sizeof *part);
+    np = nn;
+  }
+  g->top_n = np;
+  g->top_idx = DP_NONE;
+  g->top_nodes = part;
+  for (uint32_t i = 0; i < np; i++)
+    if (in && part[i] == g->self_node) g->top_idx = i;
+  free(next);
+  free(key);
+  g->hier = algo == LM_DP_COLL_HIER || (algo == LM_DP_COLL_AUTO && P > 1 && (ngroups0 > 1 || slices));
+  return 0;
 }
 
 void dp_groups_free(lm_dp *dp) {
@@ -160,18 +245,40 @@ int lm_dp_group_get(lm_dp *dp, const lm_dp_member *members, uint32_t n, lm_dp_gr
       g->nlocal = g->node_start[k + 1] - g->node_start[k];
       for (uint32_t a = 0; a < g->nlocal; a++) g->local_pos[g->node_members[g->node_start[k] + a]] = a;
     }
+  uint64_t *hk = malloc(g->nnodes * sizeof *hk), *sk = malloc(g->nnodes * sizeof *sk);
+  if (!hk || !sk) {
+    free(hk);
+    free(sk);
+    rc = lm_errf(err, LOOM_NO_MEMORY, "data plane: out of memory");
+    goto fail;
+  }
   pthread_mutex_lock(&dp->mu);
   for (uint32_t k = 0; k < g->nnodes; k++) {
-    if (k == g->self_node) continue;
+    if (k == g->self_node) {
+      hk[k] = dp->host_key;
+      sk[k] = dp->slice_key;
+      continue;
+    }
     g->node_peer[k] = dp_peer_find_locked(dp, g->node_worker[k]);
     if (!g->node_peer[k]) {
       pthread_mutex_unlock(&dp->mu);
+      free(hk);
+      free(sk);
       rc = lm_errf(err, LOOM_NOT_FOUND, "data plane: group names worker %" PRIu64 ", which is not a known peer",
                    g->node_worker[k]);
       goto fail;
     }
+    hk[k] = g->node_peer[k]->host_key;
+    sk[k] = g->node_peer[k]->slice_key;
   }
   pthread_mutex_unlock(&dp->mu);
+  if (g->self_node != DP_NONE && dp->coll_algo != LM_DP_COLL_FLAT) rc = dp_hier_plan(g, hk, sk, dp->coll_algo);
+  free(hk);
+  free(sk);
+  if (rc) {
+    rc = lm_errf(err, LOOM_NO_MEMORY, "data plane: out of memory");
+    goto fail;
+  }
 
   /* intern it (another thread may have raced us to the same list) */
   pthread_mutex_lock(&dp->gmu);
@@ -383,12 +490,14 @@ static void dp_chunk(size_t count, uint32_t parts, uint32_t c, size_t *off, size
 }
 
 /* all_reduce among nodes by recursive doubling; dst holds this node's value on entry (src was
- * copied in) and the result on exit. Order: nodes pair (0,1), (2,3), ... while their count
+ * copied in) and the result on exit. The nodes are nodes[0..P) (NULL: 0..P-1), this one is
+ * nodes[me]; slots start at slot0. Order: nodes pair (0,1), (2,3), ... while their count
  * exceeds a power of two, then partners at distance 1, 2, 4, ... combine with the lower node's
- * value on the left: a tree whose in-order traversal is the node order. */
-static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red) {
-  lm_dp_group *g = cc->g;
-  uint32_t P = g->nnodes, me = g->self_node;
+ * value on the left: a tree whose in-order traversal is the node order. Scratch: one buffer of
+ * the message's size (used up to LOOM_DP_RD_MAX bytes). */
+static int ar_rd_list(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red, const uint32_t *nodes,
+                      uint32_t P, uint32_t me, uint32_t slot0) {
+#define RDN(i) (nodes ? nodes[i] : (i))
   size_t esz = lm_dtype_size(red->dtype), nbytes = count * esz;
   uint32_t pof2 = 1;
   while (pof2 * 2 <= P) pof2 *= 2;
@@ -398,11 +507,11 @@ static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red)
   int64_t vr;
   if (me < 2 * rem) {
     if (me & 1) {
-      dp_req *s = cc_send(cc, me - 1, 3, dst, nbytes);
+      dp_req *s = cc_send(cc, RDN(me - 1), slot0 + 3, dst, nbytes);
       cc_wait1(cc, s);
       vr = -1;
     } else {
-      dp_req *r = cc_recv(cc, me + 1, 3, tmp, nbytes);
+      dp_req *r = cc_recv(cc, RDN(me + 1), slot0 + 3, tmp, nbytes);
       if (cc_wait1(cc, r) == 0) cc_reduce(cc, red, dst, tmp, dst, count);
       vr = me / 2;
     }
@@ -414,19 +523,24 @@ static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red)
       uint32_t vp = (uint32_t)vr ^ mask;
       uint32_t partner = vp < rem ? vp * 2 : vp + rem;
       dp_req *rs[2];
-      rs[0] = cc_recv(cc, partner, 16 + step, tmp, nbytes);
-      rs[1] = cc_send(cc, partner, 16 + step, dst, nbytes);
+      rs[0] = cc_recv(cc, RDN(partner), slot0 + 16 + step, tmp, nbytes);
+      rs[1] = cc_send(cc, RDN(partner), slot0 + 16 + step, dst, nbytes);
       if (cc_wait(cc, rs, 2)) break;
       if (vp < (uint32_t)vr) cc_reduce(cc, red, tmp, dst, dst, count);
       else cc_reduce(cc, red, dst, tmp, dst, count);
     }
   }
   if (!cc->rc && me < 2 * rem) {
-    if (me & 1) cc_wait1(cc, cc_recv(cc, me - 1, 4, dst, nbytes));
-    else cc_wait1(cc, cc_send(cc, me + 1, 4, dst, nbytes));
+    if (me & 1) cc_wait1(cc, cc_recv(cc, RDN(me - 1), slot0 + 4, dst, nbytes));
+    else cc_wait1(cc, cc_send(cc, RDN(me + 1), slot0 + 4, dst, nbytes));
   }
   dp_scratch_put(cc->dp, tmp);
   return cc->rc;
+#undef RDN
+}
+
+static int ar_rd(dp_cc *cc, void *dst, size_t count, const lm_dp_reduction *red) {
+  return ar_rd_list(cc, dst, count, red, NULL, cc->g->nnodes, cc->g->self_node, 0);
 }
 
 /* all_reduce among nodes by a direct reduce-scatter and all-gather: node c owns chunk c of the
@@ -527,12 +641,192 @@ static int ar_pairwise(dp_cc *cc, const void *src, void *dst, size_t count, cons
   return cc->rc;
 }
 
+/* ---- the hierarchical all_reduce (docs/dataplane.md, "Hierarchical all_reduce") ----
+ *
+ * Slots: chain reduce 0x5 / broadcast 0x6 (level in bits 24-27), ring reduce-scatter 0x7 and
+ * all-gather 0x8 (step in bits 16-27), recursive doubling 0x9, in the top four bits. Segment
+ * numbers wrap; messages with equal slots match in the order they were sent. */
+#define HS_CHAIN 0x50000000u
+#define HS_BCAST 0x60000000u
+#define HS_RS 0x70000000u
+#define HS_AG 0x80000000u
+#define HS_RD 0x90000000u
+
+/* Waits for reqs[0..n) and empties the list. */
+static int hs_flush(dp_cc *cc, dp_req **reqs, size_t *n) {
+  cc_wait(cc, reqs, *n);
+  *n = 0;
+  return cc->rc;
+}
+
+/* Reduce to the last member of nodes[0..k) (this worker is nodes[idx]) along a chain: member i
+ * takes the fold of members 0..i-1 from member i-1, segment by segment, folds its own value
+ * on the right and passes the result on, so the leader (the last) gets x0 op x1 op ... op
+ * x(k-1), folded left to right. src is this member's value (may be dst); members after the
+ * first write the fold into dst. Scratch: two segments. */
+static int hs_chain(dp_cc *cc, const uint32_t *nodes, uint32_t k, uint32_t idx, uint32_t lev, const void *src,
+                    void *dst, size_t count, const lm_dp_reduction *red) {
+  size_t esz = lm_dtype_size(red->dtype);
+  if (k == 1) {
+    if (src != dst) memcpy(dst, src, count * esz);
+    return 0;
+  }
+  size_t seg = cc->dp->seg_bytes / esz ? cc->dp->seg_bytes / esz : 1, nseg = (count + seg - 1) / seg;
+  uint32_t base = HS_CHAIN | lev << 24;
+  const uint8_t *s8 = src;
+  uint8_t *d8 = dst;
+  dp_req **sends = calloc(nseg + 1, sizeof *sends), *rr[2] = {NULL, NULL};
+  uint8_t *buf = idx > 0 ? dp_scratch_get(cc->dp, 2 * seg * esz) : NULL;
+  if (!sends || (idx > 0 && !buf)) {
+    free(sends);
+    dp_scratch_put(cc->dp, buf);
+    return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (all_reduce chain)");
+  }
+  size_t ns = 0;
+  if (idx == 0) {
+    for (size_t q = 0; q < nseg && !cc->rc; q++) {
+      size_t n = count - q * seg < seg ? count - q * seg : seg;
+      sends[ns++] = cc_send(cc, nodes[1], base | (uint32_t)(q & 0xffffff), s8 + q * seg * esz, n * esz);
+    }
+  } else {
+    for (size_t q = 0; q < nseg && q < 2; q++) {
+      size_t n = count - q * seg < seg ? count - q * seg : seg;
+      rr[q] = cc_recv(cc, nodes[idx - 1], base | (uint32_t)(q & 0xffffff), buf + q * seg * esz, n * esz);
+    }
+    for (size_t q = 0; q < nseg && !cc->rc; q++) {
+      size_t n = count - q * seg < seg ? count - q * seg : seg;
+      uint8_t *in = buf + (q & 1) * seg * esz;
+      if (cc_wait1(cc, rr[q & 1])) break;
+      if (cc_reduce(cc, red, in, s8 + q * seg * esz, d8 + q * seg * esz, n)) break;
+      if (idx + 1 < k) sends[ns++] = cc_send(cc, nodes[idx + 1], base | (uint32_t)(q & 0xffffff), d8 + q * seg * esz, n * esz);
+      if (q + 2 < nseg) {
+        size_t n2 = count - (q + 2) * seg < seg ? count - (q + 2) * seg : seg;
+        rr[q & 1] = cc_recv(cc, nodes[idx - 1], base | (uint32_t)((q + 2) & 0xffffff), in, n2 * esz);
+      }
+    }
+  }
+  hs_flush(cc, sends, &ns);
+  free(sends);
+  dp_scratch_put(cc->dp, buf);
+  return cc->rc;
+}
+
+/* Broadcast buf from the last member of nodes[0..k) to the others: a binomial tree rooted
+ * there. Receives land in buf; no scratch. */
+static int hs_bcast(dp_cc *cc, const uint32_t *nodes, uint32_t k, uint32_t idx, uint32_t lev, void *buf,
+                    size_t nbytes) {
+  if (k == 1 || cc->rc) return cc->rc;
+  uint32_t root = k - 1, vr = (idx + k - root) % k, mask = 1, slot = HS_BCAST | lev << 24;
+  while (mask < k && !(vr & mask)) mask <<= 1;
+  if (vr != 0 && cc_wait1(cc, cc_recv(cc, nodes[((vr & ~mask) + root) % k], slot, buf, nbytes))) return cc->rc;
+  if (vr == 0) {
+    mask = 1;
+    while (mask < k) mask <<= 1;
+  }
+  dp_req *rs[32];
+  size_t n = 0;
+  for (mask >>= 1; mask > 0 && n < 32; mask >>= 1)
+    if (vr + mask < k) rs[n++] = cc_send(cc, nodes[(vr + mask + root) % k], slot, buf, nbytes);
+  return hs_flush(cc, rs, &n);
+}
+
+/* all_reduce among nodes[0..M) (this worker is nodes[me]) by a ring: M-1 reduce-scatter steps
+ * (at step s node i sends chunk i-s to node i+1 and folds chunk i-s-1 coming from node i-1,
+ * the incoming partial on the left), so chunk c is folded x_c, x_(c+1), ..., x_(c-1) left to
+ * right; then M-1 all-gather steps. dst holds this node's value and, at the end, the result.
+ * Scratch: two segments, whatever M. */
+static int hs_ring(dp_cc *cc, const uint32_t *nodes, uint32_t M, uint32_t me, void *dst, size_t count,
+                   const lm_dp_reduction *red) {
+  size_t esz = lm_dtype_size(red->dtype);
+  size_t seg = cc->dp->seg_bytes / esz ? cc->dp->seg_bytes / esz : 1;
+  uint32_t right = nodes[(me + 1) % M], left = nodes[(me + M - 1) % M];
+  uint8_t *d8 = dst, *buf = dp_scratch_get(cc->dp, 2 * seg * esz);
+  size_t maxc = count / M + 1, cap = (maxc + seg - 1) / seg + 2;
+  dp_req **sends = calloc(cap, sizeof *sends);
+  if (!buf || !sends) {
+    free(sends);
+    dp_scratch_put(cc->dp, buf);
+    return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (all_reduce ring)");
+  }
+  size_t ns = 0;
+  for (uint32_t s = 0; s + 1 < M && !cc->rc; s++) {
+    uint32_t cs = (me + M - s % M) % M, cr = (me + 2 * M - s % M - 1) % M;
+    uint32_t base = HS_RS | (s & 0xfff) << 16;
+    size_t so, sl, ro, rl;
+    dp_chunk(count, M, cs, &so, &sl);
+    dp_chunk(count, M, cr, &ro, &rl);
+    for (size_t q = 0; q * seg < sl && !cc->rc; q++) {
+      size_t n = sl - q * seg < seg ? sl - q * seg : seg;
+      sends[ns++] = cc_send(cc, right, base | (uint32_t)(q & 0xffff), d8 + (so + q * seg) * esz, n * esz);
+    }
+    size_t nseg = (rl + seg - 1) / seg;
+    dp_req *rr[2] = {NULL, NULL};
+    for (size_t q = 0; q < nseg && q < 2; q++) {
+      size_t n = rl - q * seg < seg ? rl - q * seg : seg;
+      rr[q] = cc_recv(cc, left, base | (uint32_t)(q & 0xffff), buf + q * seg * esz, n * esz);
+    }
+    for (size_t q = 0; q < nseg && !cc->rc; q++) {
+      size_t n = rl - q * seg < seg ? rl - q * seg : seg;
+      uint8_t *in = buf + (q & 1) * seg * esz, *own = d8 + (ro + q * seg) * esz;
+      if (cc_wait1(cc, rr[q & 1])) break;
+      if (cc_reduce(cc, red, in, own, own, n)) break;
+      if (q + 2 < nseg) {
+        size_t n2 = rl - (q + 2) * seg < seg ? rl - (q + 2) * seg : seg;
+        rr[q & 1] = cc_recv(cc, left, base | (uint32_t)((q + 2) & 0xffff), in, n2 * esz);
+      }
+    }
+    hs_flush(cc, sends, &ns);
+  }
+  for (uint32_t s = 0; s + 1 < M && !cc->rc; s++) {
+    uint32_t cs = (me + 1 + M - s % M) % M, cr = (me + M - s % M) % M, slot = HS_AG | (s & 0xfff) << 16;
+    size_t so, sl, ro, rl;
+    dp_chunk(count, M, cs, &so, &sl);
+    dp_chunk(count, M, cr, &ro, &rl);
+    dp_req *rs[2];
+    size_t n = 0;
+    if (rl) rs[n++] = cc_recv(cc, left, slot, d8 + ro * esz, rl * esz);
+    if (sl) rs[n++] = cc_send(cc, right, slot, d8 + so * esz, sl * esz);
+    cc_wait(cc, rs, n);
+  }
+  free(sends);
+  dp_scratch_put(cc->dp, buf);
+  return cc->rc;
+}
+
+/* Hierarchical all_reduce of a built-in operation: chain reduce inside each host (then each
+ * slice), the top level's leaders all-reduce by recursive doubling (up to LOOM_DP_RD_MAX
+ * bytes) or a ring, then binomial broadcasts back down. */
+static int ar_hier(dp_cc *cc, const void *src, void *dst, size_t count, const lm_dp_reduction *red) {
+  lm_dp_group *g = cc->g;
+  size_t esz = lm_dtype_size(red->dtype), nbytes = count * esz;
+  const void *own = src;
+  uint32_t l;
+  for (l = 0; l < g->nlev; l++) {
+    if (hs_chain(cc, g->lev_nodes[l], g->lev_n[l], g->lev_idx[l], l, own, dst, count, red)) return cc->rc;
+    own = dst;
+    if (g->lev_idx[l] + 1 != g->lev_n[l]) break; /* not this level's leader */
+  }
+  if (l == g->nlev) {
+    if (g->top_n > 1) {
+      if (nbytes <= cc->dp->rd_max || count < g->top_n)
+        ar_rd_list(cc, dst, count, red, g->top_nodes, g->top_n, g->top_idx, HS_RD);
+      else
+        hs_ring(cc, g->top_nodes, g->top_n, g->top_idx, dst, count, red);
+    }
+    l = g->nlev - 1;
+  }
+  for (int32_t b = (int32_t)l; b >= 0 && !cc->rc; b--)
+    hs_bcast(cc, g->lev_nodes[b], g->lev_n[b], g->lev_idx[b], (uint32_t)b, dst, nbytes);
+  return cc->rc;
+}
+
 static int ar_nodes(dp_cc *cc, const void *src, void *dst, size_t count, const lm_dp_reduction *red) {
   size_t esz = lm_dtype_size(red->dtype);
   if (cc->g->nnodes == 1) {
     if (src != dst && count) memcpy(dst, src, count * esz);
     return 0;
   }
+  if (cc->g->hier && red->op != LM_DP_CUSTOM) return ar_hier(cc, src, dst, count, red);
   if (count * esz <= cc->dp->rd_max || count < cc->g->nnodes) {
     if (src != dst && count) memcpy(dst, src, count * esz);
     return ar_rd(cc, dst, count, red);
@@ -958,7 +1252,9 @@ int lm_dp_all_reduce(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *se
   void *r1;
   int64_t x0, x1;
   /* the thresholds pick the algorithm: workers configured differently must not match */
-  uint64_t sig = dp_sig(1, count, red->dtype, dp_mix(dp_mix(red->op, g->dp->rd_max), g->dp->seg_bytes));
+  uint64_t sig = dp_sig(1, count, red->dtype,
+                        dp_mix(dp_mix(dp_mix(red->op, g->dp->rd_max), g->dp->seg_bytes),
+                               g->hier && red->op != LM_DP_CUSTOM));
   int rc = dp_begin(&c, g, rank, tag, sig, "all_reduce", send, recv, 0, 0, call, err, &s1, &r1, &x0, &x1);
   if (rc) return dp_end(&c, rc);
   if (red->op == LM_DP_CUSTOM && !g->contiguous) return dp_end(&c, dp_ar_gather_fold(&c, count, red));

@@ -38,7 +38,21 @@ typedef struct lm_dp_config {
                                controller); 0 (default): keys are optional (tests, benchmarks) */
   int32_t idle_close_ms;    /* connections to UCX's TCP port that send nothing for this long are
                                shut down (UCX accepts them itself; see reap.c); 0 = 5000, < 0 never */
+  /* Topology for hierarchical collectives (docs/dataplane.md, "Hierarchical all_reduce"): workers
+   * with the same host label are one host; the slice label, when workers of a group name
+   * different slices, is the outer level. NULL host label: env LOOM_DP_HOST, else the host's boot
+   * id and pid namespace. NULL slice label: env LOOM_DP_SLICE, else none. Both travel in the
+   * address blob, so every member of a group sees the same layout. */
+  const char *host_label;
+  const char *slice_label;
+  int32_t coll_algo;        /* LM_DP_COLL_*; 0 (auto) reads env LOOM_DP_COLL (flat, hier, auto) */
 } lm_dp_config;
+
+/* How all_reduce goes between workers. AUTO: hierarchical when a group spans more than one host
+ * (or slice), flat otherwise. FLAT: every worker's leader exchanges with every other (the
+ * algorithms of docs/dataplane.md). HIER: always hierarchical. Part of a call's signature:
+ * workers configured differently get a clear error. */
+enum { LM_DP_COLL_AUTO = 0, LM_DP_COLL_FLAT = 1, LM_DP_COLL_HIER = 2 };
 
 void lm_dp_config_init(lm_dp_config *c);
 

@@ -27,6 +27,9 @@
  *   0  u32 magic 'LMDA'  4 u16 version (1)  6 u16 zero  8 u64 worker id  16 u32 pid
  *   20 u32 UCX address length  24 u64 process start time (clock ticks after boot)
  *   32 16 bytes boot id  48 u64 pid namespace inode  56 UCX worker address
+ *   then a topology trailer of the length at offset 6 (0 or DP_ADDR_TOPO bytes):
+ *   u64 host key, u64 slice key (0: no slice); without it the host key comes from the boot id
+ *   and pid namespace (dp_host_key_of).
  *
  * Memory blob (lm_dp_mem_blob):
  *   0  u32 magic 'LMDM'  4 u32 packed rkey length  8 u64 address  16 u64 length
@@ -40,6 +43,7 @@
 #define DP_VERSION 2        /* message headers */
 #define DP_ADDR_VERSION 1   /* address blobs */
 #define DP_ADDR_HDR 56
+#define DP_ADDR_TOPO 16
 #define DP_MEM_HDR 32
 #define DP_AM_ID 7
 #define DP_ABORT_MAX 480
@@ -99,6 +103,7 @@ typedef struct dp_peer {
   uint32_t pid;
   uint64_t start_time;
   bool same_host;             /* same boot id and pid namespace: liveness by /proc */
+  uint64_t host_key, slice_key; /* its topology (the blob's trailer) */
   bool err_peer;              /* its UCX endpoint reports peer failures (remote hosts) */
   ucp_ep_h ep;                /* NULL until first use */
   bool failed;
@@ -191,6 +196,8 @@ struct lm_dp {
   size_t rd_max;               /* all_reduce: recursive doubling up to this many bytes */
   size_t seg_bytes;            /* all_reduce: reduce-scatter segment */
   size_t eager_max;            /* messages up to this size are sent eagerly (0: UCX decides) */
+  int coll_algo;               /* LM_DP_COLL_* (resolved from the config and LOOM_DP_COLL) */
+  uint64_t host_key, slice_key; /* this worker's topology, as in its address blob */
   /* UCX; every call on the worker is made holding mu */
   pthread_mutex_t mu;
   struct evp_mac_st *siphash;  /* OpenSSL's SipHash, for the peers' MAC contexts */

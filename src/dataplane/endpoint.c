@@ -189,6 +189,21 @@ static uint64_t dp_pidns(void) {
   return (uint64_t)st.st_ino;
 }
 
+/* The host key of a blob without a topology trailer: its boot id and pid namespace. */
+static uint64_t dp_host_key_of(const uint8_t *b) {
+  uint64_t h = dp_mix(0x686f73746b657931ull, dp_get64(b + 48));
+  h = dp_mix(h, dp_get64(b + 32));
+  h = dp_mix(h, dp_get64(b + 40));
+  return h ? h : 1;
+}
+
+/* A topology label's key (never 0: 0 means "no slice"). */
+static uint64_t dp_label_key(uint64_t seed, const char *s) {
+  uint64_t h = seed;
+  for (; *s; s++) h = dp_mix(h, (uint8_t)*s);
+  return h ? h : 1;
+}
+
 /* ---- configuration and creation ---- */
 
 void lm_dp_config_init(lm_dp_config *c) {
@@ -231,6 +246,23 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   if ((v = getenv("LOOM_DP_RD_MAX")) && *v) dp->rd_max = strtoull(v, NULL, 0);
   if ((v = getenv("LOOM_DP_SEG")) && *v && strtoull(v, NULL, 0) >= 64) dp->seg_bytes = strtoull(v, NULL, 0);
   if ((v = getenv("LOOM_DP_EAGER_MAX")) && *v) dp->eager_max = strtoull(v, NULL, 0);
+  dp->coll_algo = c->coll_algo;
+  if (dp->coll_algo == LM_DP_COLL_AUTO && (v = getenv("LOOM_DP_COLL")) && *v) {
+    if (!strcmp(v, "flat")) dp->coll_algo = LM_DP_COLL_FLAT;
+    else if (!strcmp(v, "hier")) dp->coll_algo = LM_DP_COLL_HIER;
+    else if (strcmp(v, "auto")) {
+      free(dp);
+      return lm_errf(err, LOOM_INVALID_ARGUMENT, "data plane: LOOM_DP_COLL is flat, hier or auto, not '%s'", v);
+    }
+  }
+  if (dp->coll_algo < LM_DP_COLL_AUTO || dp->coll_algo > LM_DP_COLL_HIER) {
+    int a = dp->coll_algo;
+    free(dp);
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "data plane: coll_algo %d is not one of LM_DP_COLL_*", a);
+  }
+  const char *host_label = c->host_label, *slice_label = c->slice_label;
+  if (!host_label && (v = getenv("LOOM_DP_HOST")) && *v) host_label = v;
+  if (!slice_label && (v = getenv("LOOM_DP_SLICE")) && *v) slice_label = v;
   pthread_mutex_init(&dp->mu, NULL);
   pthread_mutex_init(&dp->gmu, NULL);
   dp->siphash = EVP_MAC_fetch(NULL, "SIPHASH", NULL); /* checked where a key needs it */
@@ -307,7 +339,7 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
     lm_errf(err, LOOM_INTERNAL, "data plane: ucp_worker_get_address: %s", ucs_status_string(st));
     goto fail;
   }
-  dp->addr_len = DP_ADDR_HDR + ualen;
+  dp->addr_len = DP_ADDR_HDR + ualen + DP_ADDR_TOPO;
   dp->addr_blob = calloc(1, dp->addr_len);
   if (!dp->addr_blob) {
     ucp_worker_release_address(dp->w, ua);
@@ -328,6 +360,11 @@ int lm_dp_create(const lm_dp_config *c, lm_dp **out, lm_err *err) {
   dp_put64(b + 48, dp_pidns());
   memcpy(b + DP_ADDR_HDR, ua, ualen);
   ucp_worker_release_address(dp->w, ua);
+  b[6] = DP_ADDR_TOPO;
+  dp->host_key = host_label && *host_label ? dp_label_key(0x686f73746c61626cull, host_label) : dp_host_key_of(b);
+  dp->slice_key = slice_label && *slice_label ? dp_label_key(0x736c6963656c6162ull, slice_label) : 0;
+  dp_put64(b + DP_ADDR_HDR + ualen, dp->host_key);
+  dp_put64(b + DP_ADDR_HDR + ualen + 8, dp->slice_key);
 
   if (c->progress_thread) {
     if (pthread_create(&dp->bg, NULL, dp_bg_main, dp) != 0) {
@@ -360,8 +397,11 @@ static int dp_blob_check(const void *blob, size_t len, lm_err *err) {
   if (dp_get32(b) != DP_ADDR_MAGIC) return lm_errf(err, LOOM_PROTOCOL, "data plane address: bad magic");
   if (b[4] != DP_ADDR_VERSION)
     return lm_errf(err, LOOM_VERSION_MISMATCH, "data plane address: version %u, this build speaks %u", b[4], DP_ADDR_VERSION);
-  uint32_t ulen = dp_get32(b + 20);
-  if (ulen == 0 || ulen != len - DP_ADDR_HDR)
+  uint32_t ulen = dp_get32(b + 20), tlen = b[6] | (uint32_t)b[7] << 8;
+  if (tlen != 0 && tlen != DP_ADDR_TOPO)
+    return lm_errf(err, LOOM_PROTOCOL, "data plane address: topology trailer of %u bytes (0 or %d allowed)", tlen,
+                   DP_ADDR_TOPO);
+  if (ulen == 0 || len < DP_ADDR_HDR + (size_t)tlen || ulen != len - DP_ADDR_HDR - tlen)
     return lm_errf(err, LOOM_PROTOCOL, "data plane address: UCX address length %u does not match the blob (%zu)", ulen,
                    len);
   return 0;
@@ -642,6 +682,13 @@ int lm_dp_peer_add_keyed(lm_dp *dp, const void *blob, size_t len, const uint8_t 
   p->pid = dp_get32(b + 16);
   p->start_time = dp_get64(b + 24);
   p->same_host = same;
+  if (b[6]) {
+    p->host_key = dp_get64(b + len - DP_ADDR_TOPO);
+    p->slice_key = dp_get64(b + len - DP_ADDR_TOPO + 8);
+  } else {
+    p->host_key = dp_host_key_of(b);
+    p->slice_key = 0;
+  }
   p->failed = false;
   p->retry = false;
   p->connect_failures = 0;

@@ -210,6 +210,7 @@ static void start_dataplane(wk *w) {
   if (interface_of(w->data_addr, ifname, sizeof ifname)) dc.net_devices = ifname;
   dc.num_devices = w->cfg.devices;
   dc.require_keys = 1; /* peers come from the controller with pair keys; messages must prove their sender */
+  dc.slice_label = w->cfg.slice; /* the outer level of hierarchical collectives (LOOM_DP_HOST: the host) */
   lm_err err;
   if (lm_dp_create(&dc, &w->dp, &err) < 0) {
     w->dp = NULL;

@@ -53,6 +53,10 @@ typedef struct h_opts {
   uint32_t expect_killed;     /* bit i: child i is expected to die by SIGKILL */
   int keyed;                  /* peers added with pair keys (h_pair_key), endpoints require them */
   int late_peer;              /* > 0: proc 0 adds this proc only when its body calls h_add_peer */
+  const char *const *hosts;   /* [nproc] host labels (lm_dp_config.host_label), or NULL */
+  const char *const *slices;  /* [nproc] slice labels, or NULL */
+  int coll;                   /* lm_dp_config.coll_algo */
+  const int *colls;           /* [nproc] per-process coll_algo instead, or NULL */
 } h_opts;
 
 /* The test's data-plane key of processes a and b (what the controller derives in a cluster). */
@@ -119,6 +123,9 @@ static inline void h_child(const h_opts *o, int proc, const char *dir) {
   c.num_devices = (uint32_t)o->ndev;
   c.timeout_ms = o->timeout_ms ? o->timeout_ms : 20000;
   c.require_keys = o->keyed;
+  c.host_label = o->hosts ? o->hosts[proc] : NULL;
+  c.slice_label = o->slices ? o->slices[proc] : NULL;
+  c.coll_algo = o->colls ? o->colls[proc] : o->coll;
   lm_err e;
   if (lm_dp_create(&c, &w.dp, &e) < 0) {
     fprintf(stderr, "child %d: lm_dp_create: %s\n", proc, e.msg);

@@ -176,6 +176,27 @@ static void test_endpoint_and_addresses(void **state) {
   memcpy(bad, blob, len);
   bad[20] ^= 1; /* UCX address length disagrees */
   assert_int_equal(lm_dp_peer_add(dp, bad, len, NULL, &e), LOOM_PROTOCOL);
+  memcpy(bad, blob, len);
+  bad[6] = 7; /* a topology trailer of a length other than 0 or 16 */
+  assert_int_equal(lm_dp_peer_add(dp, bad, len, NULL, &e), LOOM_PROTOCOL);
+  memcpy(bad, blob, len);
+  bad[6] = 0; /* no trailer: the 16 bytes would be taken as UCX address, which disagrees */
+  assert_int_equal(lm_dp_peer_add(dp, bad, len, NULL, &e), LOOM_PROTOCOL);
+  bad[6] = 16;
+  bad[7] = 1; /* a trailer length of 272 */
+  assert_int_equal(lm_dp_address_id(bad, 20, &id, &e), LOOM_PROTOCOL);
+  /* LOOM_DP_COLL must name an algorithm */
+  setenv("LOOM_DP_COLL", "ring", 1);
+  lm_dp *bad_dp = NULL;
+  lm_dp_config_init(&c);
+  c.self_id = 99;
+  assert_int_equal(lm_dp_create(&c, &bad_dp, &e), LOOM_INVALID_ARGUMENT);
+  assert_non_null(strstr(e.msg, "LOOM_DP_COLL"));
+  unsetenv("LOOM_DP_COLL");
+  lm_dp_config_init(&c);
+  c.coll_algo = 7;
+  assert_int_equal(lm_dp_create(&c, &bad_dp, &e), LOOM_INVALID_ARGUMENT);
+  assert_null(bad_dp);
   assert_int_equal(lm_dp_peer_add(dp, NULL, 0, NULL, &e), LOOM_PROTOCOL);
   /* its own address is accepted and ignored */
   assert_int_equal(lm_dp_peer_add(dp, blob, len, &id, &e), 0);
