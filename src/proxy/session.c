@@ -800,6 +800,25 @@ static void find_donated(pexec *e, const char *prog, size_t len) {
 
 static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r);
 
+/* The CompileResponse for executable e listed under handle h (a ready future with it). */
+static Xla__Ifrt__Proxy__CompileResponse *compile_reply(px_session *s, Resp *r, uint64_t h, const char *name,
+                                                        const pexec *e) {
+  Xla__Ifrt__Proxy__CompileResponse *o =
+      NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
+  o->has_loaded_executable_handle = 1;
+  o->loaded_executable_handle = h;
+  o->name = astr(s, name);
+  o->has_num_devices = 1;
+  o->num_devices = e->num_devices;
+  o->n_device_ids = o->n_addressable_device_ids = (size_t)e->num_devices;
+  o->device_ids = o->addressable_device_ids = e->devices;
+  o->has_ready_future_handle = 1;
+  o->ready_future_handle = ready_future(s);
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
+  r->compile_response = o;
+  return o;
+}
+
 static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
   if (!q->program || !q->program->type_name) return fail(s, PX_INVALID_ARGUMENT, "Compile without a program");
   if (!strcmp(q->program->type_name, "xla::ifrt::PluginProgram")) return compile_plugin(s, q, r);
@@ -865,25 +884,12 @@ static int do_compile(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, 
   *e = (pexec){.exe = exe, .num_inputs = info.num_inputs, .num_outputs = info.num_outputs,
                .num_devices = info.num_devices, .devices = dl};
   find_donated(e, (const char *)q->program->data.data, q->program->data.len);
-  uint64_t fh = ready_future(s);
-  Xla__Ifrt__Proxy__CompileResponse *o =
-      NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
-  o->has_loaded_executable_handle = 1;
-  o->loaded_executable_handle = h;
-  o->name = astr(s, name);
-  o->has_num_devices = 1;
-  o->num_devices = info.num_devices;
-  o->n_device_ids = o->n_addressable_device_ids = (size_t)info.num_devices;
-  o->device_ids = o->addressable_device_ids = dl;
+  Xla__Ifrt__Proxy__CompileResponse *o = compile_reply(s, r, h, name, e);
   char fp[32];
   snprintf(fp, sizeof fp, "%016" PRIx64, info.fingerprint);
   o->fingerprint_case = XLA__IFRT__PROXY__COMPILE_RESPONSE__FINGERPRINT_FINGERPRINT_VALUE;
   o->fingerprint_value.data = (uint8_t *)astr(s, fp);
   o->fingerprint_value.len = strlen(fp);
-  o->has_ready_future_handle = 1;
-  o->ready_future_handle = fh;
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
-  r->compile_response = o;
   return 0;
 }
 
@@ -1038,19 +1044,7 @@ static int plugin_compiled(px_session *s, pexec *e, const char *name, Resp *r) {
     pexec_free(e);
     return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
-  Xla__Ifrt__Proxy__CompileResponse *o =
-      NEW(Xla__Ifrt__Proxy__CompileResponse, XLA__IFRT__PROXY__COMPILE_RESPONSE__INIT);
-  o->has_loaded_executable_handle = 1;
-  o->loaded_executable_handle = h;
-  o->name = astr(s, name);
-  o->has_num_devices = 1;
-  o->num_devices = e->num_devices; /* execute_sharded wants each argument in one shard per device */
-  o->n_device_ids = o->n_addressable_device_ids = (size_t)e->num_devices;
-  o->device_ids = o->addressable_device_ids = e->devices;
-  o->has_ready_future_handle = 1;
-  o->ready_future_handle = ready_future(s);
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_COMPILE_RESPONSE;
-  r->compile_response = o;
+  compile_reply(s, r, h, name, e); /* execute_sharded wants each argument in one shard per device */
   return 0;
 }
 
