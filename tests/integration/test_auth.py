@@ -450,6 +450,8 @@ def test_a_thousand_idle_connections_lock_nobody_out(acluster):
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
     host, port = acluster.addr.rsplit(":", 1)
     w = acluster.workers[0]
+    # its data port, and UCX's once its data plane is up (after registration: wait for both)
+    wait_for(lambda: len(listening_addresses(w.pid)) >= 2, 30, what="the worker's data port and UCX's port")
     wports = [p for ip, p in listening_addresses(w.pid)]
     targets = [(host, int(port))] + [("127.0.0.1", p) for p in wports]
     socks = {t: [] for t in targets}
