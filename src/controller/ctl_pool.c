@@ -686,23 +686,40 @@ static bool take_devices(uint32_t *fl, uint32_t *nfree, const uint32_t *devs, ui
 /* Preempts lower-class sessions (the lowest class first, the latest admitted first) so that s
  * fits: they become SUSPENDING (their new requests held) and SUSPENDED once their launches in
  * flight are done. Returns true when it fits once they are (or were already being) suspended. */
+/* A time-sharing group is preempted whole: every other running member must be of a lower class
+ * than s, connected and past min_run too. */
+static bool group_preemptible(const ctl_pool *P, const pool_sess *v, const pool_sess *s, uint64_t now) {
+  for (const pool_sess *g = P->head; g; g = g->next)
+    if (g != v && same_group(g, v) && (g->cls <= s->cls || !g->p || now - g->admitted_loop_ms < P->min_run_ms))
+      return false;
+  return true;
+}
+
+/* Sharer v's devices are already counted: an earlier session of the list in that state shares them. */
+static bool counted_before(const ctl_pool *P, const pool_sess *v, int state) {
+  for (const pool_sess *g = P->head; g && g != v; g = g->next)
+    if (g->state == state && on_devs(g, v)) return true;
+  return false;
+}
+
 static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
   ctl_pool *P = c->pool;
   uint64_t now = ctl_now_ms(c);
   if (now - s->opened_loop_ms < P->preempt_grace_ms) return false; /* [pool] preempt_grace */
   uint32_t avail = nfree;
   for (pool_sess *v = P->head; v; v = v->next)
-    if (v->state == PS_SUSPENDING) avail += v->ndev;
+    if (v->state == PS_SUSPENDING && !(v->weight && counted_before(P, v, PS_SUSPENDING))) avail += v->ndev;
   if (avail >= s->asked) return true;
   pool_sess *pick[64];
   uint32_t npick = 0;
   while (avail < s->asked && npick < 64) {
     pool_sess *best = NULL;
     for (pool_sess *v = P->head; v; v = v->next) {
-      if (v->state != PS_RUNNING || v->cls <= s->cls || !v->p || v->weight) continue; /* sharers: not yet */
+      if (v->state != PS_RUNNING || v->cls <= s->cls || !v->p) continue;
       if (now - v->admitted_loop_ms < P->min_run_ms) continue; /* [pool] min_run */
+      if (v->weight && !group_preemptible(P, v, s, now)) continue;
       bool taken = false;
-      for (uint32_t i = 0; i < npick; i++) taken |= pick[i] == v;
+      for (uint32_t i = 0; i < npick; i++) taken |= pick[i] == v || (v->weight && on_devs(pick[i], v));
       if (taken) continue;
       if (!best || v->cls > best->cls || (v->cls == best->cls && v->admitted_loop_ms >= best->admitted_loop_ms))
         best = v;
@@ -710,6 +727,8 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
     if (!best) return false; /* nothing lower to make room with: it waits */
     pick[npick++] = best;
     avail += best->ndev;
+    for (pool_sess *g = P->head; best->weight && g && npick < 64; g = g->next) /* its whole sharing group */
+      if (g != best && same_group(g, best)) pick[npick++] = g;
   }
   if (avail < s->asked) return false;
   for (uint32_t i = 0; i < npick; i++) {
@@ -805,7 +824,11 @@ static void pool_admit_once(ctl *c, bool *again) {
       if (s->state != PS_SUSPENDED || s->cls != cls || !s->p) continue;
       bool higher = false;
       for (pool_sess *q = P->head; q && !higher; q = q->next) higher = q->state == PS_QUEUED && q->p && q->cls < cls;
-      if (!higher && take_devices(fl, &nfree, s->devs, s->ndev)) resume(c, s);
+      if (!higher && take_devices(fl, &nfree, s->devs, s->ndev)) {
+        resume(c, s);
+        for (pool_sess *g = P->head; s->weight && g; g = g->next) /* a sharing group resumes whole */
+          if (g != s && g->state == PS_SUSPENDED && g->p && on_devs(g, s)) resume(c, g);
+      }
     }
   bool blocked = false;
   uint32_t pos = 0;

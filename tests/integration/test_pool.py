@@ -399,6 +399,64 @@ def test_a_suspended_session_gives_back_its_device_memory(procs, tmp_path):
     b.close()
 
 
+def test_a_sharing_group_is_preempted_and_resumes_whole(procs, tmp_path):
+    """Two batch sessions time-sharing 4 devices, each in a chain of launches, are suspended
+    together for a prod session that needs the devices, and resume together when it is done: no
+    error in either client, and each chain's result bitwise that of the same chain undisturbed."""
+    c = start(procs, tmp_path, workers=1)
+    sh = loom.Sharding.named(np.arange(4), ("d",), ("d",))
+    x0 = np.arange(8, dtype=np.float32) * 0.37 + 0.5
+    runs = []
+    for w in (1, 2):
+        cl = loom.connect(c.addr, devices=4, weight=w, priority="batch", progress=False, timeout=120)
+        runs.append({"cl": cl, "exe": cl.compile(STEP_4), "n": 0, "stop": False, "err": None, "x": None})
+
+    def chain(r):
+        try:
+            x = r["cl"].put(x0, sharding=sh)
+            while not r["stop"]:
+                (x,), fut = r["exe"].launch(x)
+                fut.result(timeout=120)
+                r["n"] += 1
+            r["x"] = x.numpy()
+        except Exception as e:  # noqa: BLE001 (checked below)
+            r["err"] = e
+
+    ts = [threading.Thread(target=chain, args=(r,), daemon=True) for r in runs]
+    for t in ts:
+        t.start()
+    wait_for(lambda: all(r["n"] >= 5 for r in runs), 30, what="both sharing chains running")
+    p = loom.connect(c.addr, devices=4, priority="prod", name="urgent", progress=False, timeout=60)
+    st = {x["session"]: x for x in pool_json(c.addr)["sessions"]}
+    assert [st[r["cl"].session]["state"] for r in runs] == ["suspended", "suspended"], st
+    at = [r["n"] for r in runs]
+    (out,), fut = p.compile(ADD_ONE_4).launch(np.arange(8, dtype=np.int32))
+    fut.result(timeout=30)
+    assert np.array_equal(out.numpy(), np.arange(1, 9, dtype=np.int32))
+    time.sleep(0.5)
+    assert all(r["n"] <= a + 1 for r, a in zip(runs, at))  # held while suspended
+    p.close()
+    wait_for(lambda: all(r["n"] >= a + 5 for r, a in zip(runs, at)), 30, what="both chains resumed")
+    for r in runs:
+        r["stop"] = True
+    for t in ts:
+        t.join(60)
+    assert [r["err"] for r in runs] == [None, None], [r["err"] for r in runs]
+    st = {x["session"]: x for x in pool_json(c.addr)["sessions"]}
+    assert all(st[r["cl"].session]["state"] == "running" and st[r["cl"].session]["suspensions"] == 1 for r in runs), st
+    for r in runs:
+        r["cl"].close()
+    ref = loom.connect(c.addr, devices=4, progress=False)
+    e2 = ref.compile(STEP_4)
+    for r in runs:
+        y = ref.put(x0, sharding=sh)
+        for _ in range(r["n"]):
+            (y,), f = e2.launch(y)
+            f.result(timeout=30)
+        assert r["x"].tobytes() == y.numpy().tobytes()
+    ref.close()
+
+
 def spin_program(nd, k):
     return (PROGRAMS / "spin_4.mlir").read_text().replace("dense<1000000>", f"dense<{k}>") if nd == 4 else None
 
