@@ -273,7 +273,6 @@ static bool port_free(uint32_t port) {
   return ok;
 }
 
-/* Starts the controller and the workers and waits until every device has registered. */
 /* Writes the cluster's record (LM_STATE_FILE) that `loom down`, `loom status` and clients read. */
 static int update_state_file(sup *s, lm_err *err) {
   char state[16384], pids[8192] = ""; /* up to 256 workers */
@@ -333,6 +332,7 @@ static int restart_controller(sup *s) {
   return 0;
 }
 
+/* Starts the controller and the workers and waits until every device has registered. */
 static int startup(sup *s, lm_err *err) {
   uint64_t deadline = lm_now_ms() + s->timeout_ms;
   char addrfile[4200], listen[LM_ADDR_MAX], num[3][32];

@@ -284,6 +284,10 @@ int ctl_worker_send(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const 
  * no longer needed (also when nothing is sent). */
 int ctl_worker_send_ref(ctl *c, uint32_t worker, unsigned type, uint64_t rid, const ProtobufCMessage *m,
                         const void *payload, uint64_t plen, void (*release)(void *), void *release_arg, lm_err *err);
+/* Reads a wire sharding for an array of rank dims (w NULL: the whole array on device dev0) and
+ * checks its form; *devs_out (malloc'd) is s->devices. The devices themselves are not checked. */
+int ctl_sharding_read(const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s, uint32_t **devs_out,
+                      uint32_t dev0, lm_err *err);
 /* Every device of devs exists, appears once and is healthy; `what` names the list in errors. */
 int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what, lm_err *err);
 /* "worker 1 (host pid 123)" */
@@ -508,6 +512,8 @@ int ctl_worker_slot(ctl *c, uint32_t id);
 /* restoring (ctl_programs.c, ctl_launch.c) */
 struct Lmj__Program;
 c_program *ctl_program_restore(ctl *c, const struct Lmj__Program *jp, lm_err *err);
+/* The loaded program with that id, or NULL. */
+c_program *ctl_program_find(ctl *c, uint64_t id);
 int ctl_exe_restore(ctl *c, lm_session *s, uint64_t id, c_program *prog, lm_err *err);
 /* A resumed session's COMPILE of an executable it has: answered again (true). */
 bool ctl_compile_again(peer *p, const lm_frame *f, const Lmw__Compile *m);

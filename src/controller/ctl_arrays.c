@@ -60,9 +60,8 @@ int ctl_check_devices(ctl *c, const uint32_t *devs, uint32_t n, const char *what
   return rc;
 }
 
-/* Reads and checks a wire sharding for an array of rank dims against the device table. */
-static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s,
-                              uint32_t **devs_out, uint32_t dev0, lm_err *err) {
+int ctl_sharding_read(const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s, uint32_t **devs_out,
+                      uint32_t dev0, lm_err *err) {
   *devs_out = NULL;
   lm_sharding_init(s);
   if (!w) { /* default: the whole array on device 0 (the session's first) */
@@ -107,7 +106,18 @@ static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const in
     *devs_out = d;
   }
   int rc = lm_sharding_check(s, rank, dims, err);
-  if (rc == 0) rc = ctl_check_devices(c, s->devices, s->ndev, "the sharding", err);
+  if (rc < 0) {
+    free(*devs_out);
+    *devs_out = NULL;
+  }
+  return rc;
+}
+
+/* Reads and checks a wire sharding for an array of rank dims against the device table. */
+static int sharding_from_wire(ctl *c, const Lmw__Sharding *w, int rank, const int64_t *dims, lm_sharding *s,
+                              uint32_t **devs_out, uint32_t dev0, lm_err *err) {
+  LM_TRY(ctl_sharding_read(w, rank, dims, s, devs_out, dev0, err));
+  int rc = ctl_check_devices(c, s->devices, s->ndev, "the sharding", err);
   if (rc < 0) {
     free(*devs_out);
     *devs_out = NULL;

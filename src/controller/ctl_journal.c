@@ -750,41 +750,25 @@ static j_detached *find_detached(ctl *c, uint64_t id) {
   return NULL;
 }
 
-static c_program *find_program(ctl *c, uint64_t id) {
-  for (c_program *p = c->programs; p; p = p->next)
-    if (p->id == id) return p;
-  return NULL;
-}
-
 /* An array from its record (devices as recorded; their workers come back later). */
 static int restore_array(ctl *c, lm_session *s, const Lmj__Array *ja, bool pending, lm_err *err) {
   const Lmw__ArrayCreate *m = ja->create;
-  if (!m || !m->sharding || m->n_dims > LM_SHARD_MAX_RANK || !lm_dtype_valid((int)m->dtype) ||
-      m->sharding->n_devices == 0 || m->sharding->n_devices > LM_SHARD_MAX_DEVICES ||
-      m->sharding->n_mesh_shape > LM_MESH_MAX_AXES || m->sharding->n_dims > m->n_dims)
+  if (!m || !m->sharding || m->n_dims > LM_SHARD_MAX_RANK || !lm_dtype_valid((int)m->dtype))
     return lm_errf(err, LOOM_IO, "array record of session %llu is invalid", (unsigned long long)s->id);
   c_array *a = calloc(1, sizeof *a);
-  uint32_t *devs = malloc(m->sharding->n_devices * sizeof *devs);
-  if (!a || !devs) {
-    free(a), free(devs);
-    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
-  }
+  if (!a) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   a->id = m->id;
   a->dtype = (lm_dtype)m->dtype;
   a->rank = (int)m->n_dims;
   for (int d = 0; d < a->rank; d++) a->dims[d] = (int64_t)m->dims[d];
-  lm_sharding_init(&a->sh);
-  a->sh.mesh_rank = (int32_t)m->sharding->n_mesh_shape;
-  for (size_t i = 0; i < m->sharding->n_mesh_shape; i++) a->sh.mesh_shape[i] = (int64_t)m->sharding->mesh_shape[i];
-  for (size_t d = 0; d < m->sharding->n_dims; d++)
-    for (size_t k = 0; k < m->sharding->dims[d]->n_axes && k < LM_MESH_MAX_AXES; k++)
-      a->sh.dim_axes[d][k] = (int8_t)m->sharding->dims[d]->axes[k];
-  a->sh.ndev = (uint32_t)m->sharding->n_devices;
-  memcpy(devs, m->sharding->devices, m->sharding->n_devices * sizeof *devs);
-  a->sh.devices = devs;
-  a->devs = devs;
-  uint32_t ndevs = lm_registry_device_count(c->reg);
-  int rc = lm_sharding_check(&a->sh, a->rank, a->dims, err);
+  lm_err e;
+  int rc = ctl_sharding_read(m->sharding, a->rank, a->dims, &a->sh, &a->devs, 0, &e);
+  if (rc < 0) {
+    free(a);
+    return lm_errf(err, rc == LOOM_NO_MEMORY ? rc : LOOM_IO, "array record of session %llu is invalid: %s",
+                   (unsigned long long)s->id, e.msg);
+  }
+  uint32_t *devs = a->devs, ndevs = lm_registry_device_count(c->reg);
   for (uint32_t i = 0; rc == 0 && i < a->sh.ndev; i++)
     if (devs[i] >= ndevs) rc = lm_errf(err, LOOM_IO, "array %llu names device %u, which the journal does not have",
                                        (unsigned long long)a->id, devs[i]);
@@ -864,7 +848,7 @@ static int restore(ctl *c, j_load *L, lm_err *err) {
   }
   for (size_t i = 0; i < L->nexes; i++) {
     j_detached *d = find_detached(c, L->exe_session[i]);
-    c_program *p = find_program(c, L->exes[i]->program);
+    c_program *p = ctl_program_find(c, L->exes[i]->program);
     lm_err e2;
     if (!d || !p || ctl_exe_restore(c, d->s, L->exe_id[i], p, &e2) < 0)
       lm_warn("executable %llu of session %llu is not restored (%s)", (unsigned long long)L->exe_id[i],
@@ -887,7 +871,7 @@ static int restore(ctl *c, j_load *L, lm_err *err) {
   for (size_t i = 0; i < L->nlaunches; i++) {
     const Lmj__Launch *jl = L->launches[i];
     j_detached *d = find_detached(c, jl->session);
-    c_program *p = find_program(c, jl->program);
+    c_program *p = ctl_program_find(c, jl->program);
     c_launch *l = d && p ? ctl_launch_restore(c, d->s, p, jl->seq, jl->inputs, jl->n_inputs, jl->outputs,
                                               jl->n_outputs) : NULL;
     if (l) jr->held[jr->nheld++] = l;

@@ -108,6 +108,7 @@ typedef struct ctl_pool {
   uint32_t nquotas;
   pool_sess *head, *tail;
   uint32_t nclosed;
+  uint32_t stash_replies;            /* STASH answers not yet in (worker replies skip the sessions when 0) */
   struct ctl *ctl;
 } ctl_pool;
 
@@ -737,7 +738,8 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
     v->suspended_at = ctl_now_ms(c);
     v->suspensions++;
     v->u.held_dev_s += (double)v->ndev * (double)(v->suspended_at - v->admitted_loop_ms) / 1000.0;
-    lm_info("session %llu (user %s, %s) is preempted for session %llu (%s): its requests wait, its arrays stay",
+    lm_info("session %llu (user %s, %s) is preempted for session %llu (%s): its requests wait, its shards go to "
+            "host memory",
             (unsigned long long)v->id, user_label(v->user), P->classes[v->cls].name, (unsigned long long)s->id,
             P->classes[s->cls].name);
   }
@@ -766,15 +768,19 @@ static void send_stash(ctl *c, pool_sess *s, bool restore) {
     s->stash_nrid++;
     const lm_reg_worker *rw = lm_registry_worker(c->reg, w);
     bool connected = rw && rw->state == LM_WORKER_ALIVE && w < c->worker_peer_cap && c->worker_peer[w];
-    if (connected && ctl_worker_send(c, w, LM_MSG_STASH, rid, &m.base, NULL, 0, NULL) == 0) s->stash_wait++;
+    if (connected && ctl_worker_send(c, w, LM_MSG_STASH, rid, &m.base, NULL, 0, NULL) == 0) {
+      s->stash_wait++;
+      c->pool->stash_replies++;
+    }
   }
 }
 
 bool ctl_pool_on_reply(ctl *c, peer *w, const lm_frame *f) {
-  if (!c->pool) return false;
+  if (!c->pool || !c->pool->stash_replies) return false;
   uint64_t rid = f->h.request_id;
   for (pool_sess *s = c->pool->head; s; s = s->next) {
     if (!s->stash_nrid || rid < s->stash_rid || rid >= s->stash_rid + s->stash_nrid) continue;
+    c->pool->stash_replies--;
     if (f->h.type == LM_MSG_ERROR) {
       lm_err e;
       lm_msg_error_status(f, &e);

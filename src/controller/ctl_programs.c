@@ -734,3 +734,9 @@ bool ctl_compile_again(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   send_compile_reply(p->ctl, p, f->h.request_id, e->prog, true);
   return true;
 }
+
+c_program *ctl_program_find(ctl *c, uint64_t id) {
+  for (c_program *p = c->programs; p; p = p->next)
+    if (p->id == id) return p;
+  return NULL;
+}

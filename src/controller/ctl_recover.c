@@ -268,6 +268,14 @@ static bool same_region(const c_array *a, uint32_t i, uint32_t j) {
   return !memcmp(oi, oj, (size_t)a->rank * sizeof *oi) && !memcmp(si, sj, (size_t)a->rank * sizeof *si);
 }
 
+/* Marks a failed with that status and message (its clients' gets and launches see them). */
+static void array_fail(c_array *a, int code, const char *msg) {
+  a->state = A_FAILED;
+  a->code = code;
+  free(a->msg);
+  a->msg = strdup(msg);
+}
+
 static uint32_t dev_worker(ctl *c, uint32_t v) { return lm_registry_device(c->reg, v)->worker; }
 
 /* Sends the two halves of a shard copy: from (src, its device src_local or its snapshot of
@@ -633,10 +641,7 @@ static void fail_lost(ctl *c, lm_session *s, c_array *a, uint32_t dev, const cha
            "no snapshot to restore it from, and %.600s",
            (unsigned long long)a->id, dev, r->dead, r->why, why);
   event(c, true, "session %llu: %s", (unsigned long long)s->id, msg);
-  a->state = A_FAILED;
-  a->code = LOOM_WORKER_LOST;
-  free(a->msg);
-  a->msg = strdup(msg);
+  array_fail(a, LOOM_WORKER_LOST, msg);
   r->lost_arrays++;
 }
 
@@ -736,12 +741,6 @@ static rec_target *target_of(ctl *c, const c_array *a) {
   return NULL;
 }
 
-static c_program *program_by_id(ctl *c, uint64_t id) {
-  for (c_program *p = c->programs; p; p = p->next)
-    if (p->id == id) return p;
-  return NULL;
-}
-
 static void replay_free(c_replay_t *rp) {
   if (!rp) return;
   free(rp->in), free(rp->outs), free(rp->scratch), free(rp->targets);
@@ -765,8 +764,10 @@ static c_launch *replay_for(ctl *c, lm_session *s, const c_log_entry *e, c_progr
     rp->scratch = malloc((e->nout + 1) * sizeof *rp->scratch);
     rp->targets = malloc((e->nout + 1) * sizeof *rp->targets);
   }
-  if (!l || !rp || !rp->in || !rp->outs || !rp->scratch || !rp->targets) {
+  uint64_t *rin = malloc((e->nin + 1) * sizeof *rin); /* what it reads, as a launch (ctl_launch_reads) */
+  if (!l || !rp || !rp->in || !rp->outs || !rp->scratch || !rp->targets || !rin) {
     free(l);
+    free(rin);
     replay_free(rp);
     return NULL;
   }
@@ -785,9 +786,9 @@ static c_launch *replay_for(ctl *c, lm_session *s, const c_log_entry *e, c_progr
   l->prog = prog;
   prog->refs++;
   l->replay = rp;
-  l->r_inputs = malloc((e->nin + 1) * sizeof *l->r_inputs);
-  if (l->r_inputs) memcpy(l->r_inputs, e->ids, e->nin * sizeof *l->r_inputs);
-  l->r_nin = l->r_inputs ? e->nin : 0;
+  memcpy(rin, e->ids, e->nin * sizeof *rin);
+  l->r_inputs = rin;
+  l->r_nin = e->nin;
   r->replays[r->nreplays++] = l;
   return l;
 }
@@ -812,7 +813,7 @@ static int resolve(ctl *c, rec_target *t, int depth) {
              "launches, and starts empty when the controller restarts)", seq, LM_LAUNCH_LOG_MAX);
   else if (e->status != 0)
     snprintf(why, sizeof why, "launch %llu, which computed it, did not complete", seq);
-  else if (!(prog = program_by_id(c, e->program)) || prog->state != P_READY || !prog->info ||
+  else if (!(prog = ctl_program_find(c, e->program)) || prog->state != P_READY || !prog->info ||
            prog->info->nproc != e->ndev)
     snprintf(why, sizeof why, "the program of launch %llu, which computed it, is no longer loaded", seq);
   for (uint32_t i = 0; !why[0] && i < e->nin; i++) {
@@ -837,7 +838,7 @@ static int resolve(ctl *c, rec_target *t, int depth) {
   c_launch *l = why[0] ? NULL : replay_for(c, s, e, prog);
   if (!why[0] && !l) snprintf(why, sizeof why, "the controller ran out of host memory planning its recomputation");
   if (why[0]) {
-    fail_lost(c, s, a, t->dev, why[0] ? why : "");
+    fail_lost(c, s, a, t->dev, why);
     return t->st = T_BROKEN;
   }
   c_replay_t *rp = l->replay;
@@ -870,10 +871,7 @@ static void plan_replays(ctl *c) {
     snprintf(msg, sizeof msg, "array %llu (deleted, kept for replays) lost its shard on device %u with worker %u (%s), "
              "and no replay needed it then", (unsigned long long)t->a->id, t->dev, r->dead, r->why);
     lm_debug("recovery: session %llu: %s", (unsigned long long)t->s->id, msg);
-    t->a->state = A_FAILED;
-    t->a->code = LOOM_WORKER_LOST;
-    free(t->a->msg);
-    t->a->msg = strdup(msg);
+    array_fail(t->a, LOOM_WORKER_LOST, msg);
   }
   /* a launch before the ones reading what it computes: inputs come from earlier launches */
   if (r->nreplays) qsort(r->replays, r->nreplays, sizeof *r->replays, cmp_replay);
@@ -890,13 +888,10 @@ static void replay_discard(ctl *c, c_launch *l, const char *why) {
   for (uint32_t i = 0; why && rp->s && i < rp->ntargets; i++) {
     c_array *a = find_array(c, rp->s, rp->targets[i]);
     if (!a || a->state == A_FAILED) continue;
-    a->state = A_FAILED;
-    a->code = LOOM_WORKER_LOST;
-    free(a->msg);
     char msg[LM_ERR_MSG_MAX];
     snprintf(msg, sizeof msg, "array %llu was lost with worker %u and could not be recomputed: %.800s",
              (unsigned long long)a->id, rp->dead, why);
-    a->msg = strdup(msg);
+    array_fail(a, LOOM_WORKER_LOST, msg);
   }
   ctl_program_release(c, l->prog);
   replay_free(rp);
@@ -947,10 +942,7 @@ void ctl_replay_failed(ctl *c, c_launch *l, int code, const char *msg) {
     snprintf(full, sizeof full, "array %llu was lost with worker %u and recomputing it (launch %llu replayed as "
              "launch %llu) failed: %.700s", (unsigned long long)a->id, rp->dead, (unsigned long long)rp->orig_seq,
              (unsigned long long)l->seq, msg);
-    a->state = A_FAILED;
-    a->code = code;
-    free(a->msg);
-    a->msg = strdup(full);
+    array_fail(a, code, full);
   }
 }
 

@@ -19,6 +19,7 @@ struct lm_pjrt_cut {
   cut_step *steps;      /* [plan->nseg] */
   lm_buffer **given;    /* [plan->ngiven]: returned constants made once (NULL for process ids) */
   uint32_t live, compiled;
+  uint32_t most;        /* the most inputs or outputs of a segment (at least 1): the run's scratch */
 };
 
 void lm_pjrt_cut_free(lm_pjrt_cut *c) {
@@ -60,6 +61,11 @@ int lm_pjrt_cut_create(lm_pjrt *p, lm_cut *plan, void (*note)(void *user, uint32
     return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   }
   c->plan = plan;
+  c->most = 1;
+  for (uint32_t s = 0; s < plan->nseg; s++) {
+    if (plan->seg[s].nin > c->most) c->most = plan->seg[s].nin;
+    if (plan->seg[s].nout > c->most) c->most = plan->seg[s].nout;
+  }
   int rc = 0;
   if (!(c->steps = calloc(plan->nseg ? plan->nseg : 1, sizeof *c->steps)) ||
       !(c->given = calloc(plan->ngiven ? plan->ngiven : 1, sizeof *c->given)))
@@ -114,11 +120,7 @@ int lm_pjrt_cut_run(const lm_pjrt_cut *c, int device, const lm_run_opts *opts, l
   if (nargs != plan->nargs || nresults != plan->nresults)
     return lm_errf(err, LOOM_INVALID_ARGUMENT, "the program takes %u arguments and has %u results (%u, %u given)",
                    plan->nargs, plan->nresults, nargs, nresults);
-  uint32_t most = 1;
-  for (uint32_t s = 0; s < plan->nseg; s++) {
-    if (plan->seg[s].nin > most) most = plan->seg[s].nin;
-    if (plan->seg[s].nout > most) most = plan->seg[s].nout;
-  }
+  uint32_t most = c->most;
   lm_buffer **val = calloc(plan->nvalues ? plan->nvalues : 1, sizeof *val);
   lm_buffer **ins = calloc(most, sizeof *ins), **outs = calloc(most, sizeof *outs);
   if (!val || !ins || !outs) {

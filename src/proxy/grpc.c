@@ -858,7 +858,6 @@ static void *conn_main(void *arg) {
       (void)r;
     }
     uint64_t now = lm_now_ms();
-    px_hb_trim(now, 0);
     for (px_stream *st = c->streams; st; st = st->next) {
       if (st->lookup_parked) {
         if (try_lookup(st)) {

@@ -85,7 +85,7 @@ void *px_hb_alloc(size_t n) {
   if (best != SIZE_MAX) p = cache_remove(best);
   size_t kept = g_ncache;
   pthread_mutex_unlock(&g_cmu);
-  lm_log(LM_LOG_DEBUG, "proxy: host buffer of %zu bytes: %s (%zu kept)", n, p ? "reused" : "new", kept);
+  lm_debug("proxy: host buffer of %zu bytes: %s (%zu kept)", n, p ? "reused" : "new", kept);
   if (p) return p;
   if (posix_memalign(&p, HUGE_PAGE, n)) return NULL;
   madvise(p, n & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice: ignored where huge pages are off */

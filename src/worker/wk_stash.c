@@ -50,7 +50,8 @@ static void stash_work(uv_work_t *r) {
   wk_slot **v;
   long n = wk_store_session_slots(st, j->session, &v);
   if (n < 0) {
-    lm_errf(&j->err, LOOM_NO_MEMORY, "out of host memory");
+    j->failed = 1; /* none of them: the list itself did not fit */
+    lm_errf(&j->err, LOOM_NO_MEMORY, "out of host memory listing the session's shards");
     return;
   }
   for (long i = 0; i < n; i++) {
