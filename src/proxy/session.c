@@ -26,7 +26,7 @@
 #include "hlo/parse.h"
 #include "loom/loom.h"
 #include "proxy/proxy.h"
-#include "proxy/persist.h"
+#include "proxy/plugin.h"
 #include "loom/compile_options_subset.pb-c.h"
 #include "xla/pjrt/proto/executable_metadata.pb-c.h"
 #include "xla/python/ifrt_proxy/common/grpc_ifrt_service.pb-c.h"
@@ -147,7 +147,8 @@ typedef struct pexec {
   int calls;                   /* executes so far */
   char *request;               /* the profileRequest object as JSON (written beside the trace) */
   char session_name[72];       /* the trace's directory under the trace dir */
-  px_persist *persist;         /* a persistence write or read (persist.c) */
+  px_persist *persist;         /* a persistence write or read (plugin.c) */
+  px_reshard *reshard;         /* a reshardRequest (plugin.c): each argument moved into a new sharding */
 } pexec;
 
 typedef struct pfuture {
@@ -224,6 +225,7 @@ static void pexec_free(pexec *e) {
   if (!e) return;
   free(e->request);
   px_persist_free(e->persist);
+  px_reshard_free(e->reshard);
   loom_executable_destroy(e->exe);
   free(e->devices);
   free(e->donated);
@@ -928,8 +930,9 @@ static int metadata_reply(px_session *s, Xla__Ifrt__Proxy__LoadedExecutableMetad
   return 0;
 }
 
-/* A profile or persistence executable's metadata: no input shardings; its outputs (with
- * xprofTraceOptions one (1,) array; a read's arrays) in device memory with the default layout. */
+/* A profile, persistence or reshard executable's metadata: no input shardings; its outputs (with
+ * xprofTraceOptions one (1,) array; a read's or a reshard's arrays) in device memory with the
+ * default layout. */
 static int profile_metadata(px_session *s, const pexec *e, Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse *o,
                             Resp *r) {
   Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse__OutputMemoryKind *mk =
@@ -956,7 +959,7 @@ static int do_metadata(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableMe
   if (!e) return rc;
   typedef Xla__Ifrt__Proxy__LoadedExecutableMetadataResponse M;
   M *o = NEW(M, XLA__IFRT__PROXY__LOADED_EXECUTABLE_METADATA_RESPONSE__INIT);
-  if (e->profile || e->persist) return profile_metadata(s, e, o, r);
+  if (e->profile || e->persist || e->reshard) return profile_metadata(s, e, o, r);
   if (e->num_devices > 1) {
     for (int io = 0; io < 2; io++) {
       int32_t n = io ? e->num_outputs : e->num_inputs;
@@ -1018,13 +1021,14 @@ static void donate_inputs(px_session *s, const pexec *e, const Xla__Ifrt__Proxy_
 
 /* ---- PluginProgram: pathwaysutils' side channel ----
  * data = "__serialized_plugin_program " + JSON. {"profileRequest": {...}} (the profiler's
- * start_trace/stop_trace) and persistence write/read requests (persist.c) are served; reshard
- * requests get UNIMPLEMENTED naming them. */
+ * start_trace/stop_trace), persistence write/read requests and reshard requests (plugin.c) are
+ * served; anything else gets UNIMPLEMENTED naming it. */
 
 #define PLUGIN_PREFIX "__serialized_plugin_program "
 
 static int add_new_array(px_session *s, const parray *t, loom_array *arr, uint64_t *h, const int32_t *list,
                          int32_t nlist);
+static uint8_t *fetch(px_session *s, parray *a, size_t *n, int *rc);
 
 /* A session name safe as one path component: [A-Za-z0-9_.-], 1..64, not starting with a dot. */
 static bool safe_name(const char *n) {
@@ -1048,6 +1052,25 @@ static int plugin_compiled(px_session *s, pexec *e, const char *name, Resp *r) {
   return 0;
 }
 
+/* e->devices: every device items[0..n) name, in the order first named; 0 or a failure. */
+static int plugin_devices(px_session *s, pexec *e, const px_persist_item *items, int32_t n) {
+  size_t all = 0;
+  for (int32_t i = 0; i < n; i++) all += (size_t)items[i].ndevices;
+  e->devices = malloc(sizeof(int32_t) * (all ? all : 1));
+  pmap seen = {0};
+  bool oom = !e->devices;
+  for (int32_t i = 0; !oom && i < n; i++)
+    for (int32_t k = 0; !oom && k < items[i].ndevices; k++) {
+      int32_t d = items[i].devices[k];
+      if (pm_get(&seen, (uint64_t)d + 1)) continue;
+      oom = pm_put(&seen, (uint64_t)d + 1, e) < 0;
+      e->devices[e->num_devices++] = d;
+    }
+  free(seen.keys);
+  free(seen.vals);
+  return oom ? fail(s, PX_RESOURCE_EXHAUSTED, "out of memory") : 0;
+}
+
 /* A persistence write (its arguments are the arrays) or read (its outputs are). */
 static int compile_persist(px_session *s, px_persist *pp, Resp *r) {
   pexec *e = calloc(1, sizeof *e);
@@ -1056,28 +1079,33 @@ static int compile_persist(px_session *s, px_persist *pp, Resp *r) {
     return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
   e->persist = pp;
-  /* its devices: every device a request names, in the order first named */
-  size_t all = 0;
-  for (int32_t i = 0; i < pp->n; i++) all += (size_t)pp->items[i].ndevices;
-  e->devices = malloc(sizeof(int32_t) * (all ? all : 1));
-  pmap seen = {0};
-  bool oom = !e->devices;
-  for (int32_t i = 0; !oom && i < pp->n; i++)
-    for (int32_t k = 0; !oom && k < pp->items[i].ndevices; k++) {
-      int32_t d = pp->items[i].devices[k];
-      if (pm_get(&seen, (uint64_t)d + 1)) continue;
-      oom = pm_put(&seen, (uint64_t)d + 1, e) < 0;
-      e->devices[e->num_devices++] = d;
-    }
-  free(seen.keys);
-  free(seen.vals);
-  if (oom) {
+  int rc = plugin_devices(s, e, pp->items, pp->n);
+  if (rc) {
     pexec_free(e);
-    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+    return rc;
   }
   e->num_inputs = pp->write ? pp->n : 0;
   e->num_outputs = pp->write ? 0 : pp->n;
   return plugin_compiled(s, e, pp->write ? "loom_persistence_write" : "loom_persistence_read", r);
+}
+
+/* A reshard: n arguments in, the same n arrays out in their new shardings. */
+static int compile_reshard(px_session *s, px_reshard *rp, Resp *r) {
+  pexec *e = calloc(1, sizeof *e);
+  if (!e) {
+    px_reshard_free(rp);
+    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  e->reshard = rp;
+  /* its devices are the arguments' (JAX's execute_sharded wants every argument to have a shard
+   * on each of the executable's devices; the results go where outSharding says) */
+  int rc = plugin_devices(s, e, rp->in, rp->n);
+  if (rc) {
+    pexec_free(e);
+    return rc;
+  }
+  e->num_inputs = e->num_outputs = rp->n;
+  return plugin_compiled(s, e, "loom_reshard", r);
 }
 
 static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
@@ -1097,6 +1125,11 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
     cJSON_Delete(root);
     return prc ? prc : compile_persist(s, pp, r);
   }
+  px_reshard *rp = NULL;
+  if ((prc = px_reshard_parse(root, &rp, s->err, sizeof s->err)) != 1) {
+    cJSON_Delete(root);
+    return prc ? prc : compile_reshard(s, rp, r);
+  }
   cJSON *req = cJSON_GetObjectItemCaseSensitive(root, "profileRequest");
   if (req && !cJSON_IsObject(req)) {
     cJSON_Delete(root);
@@ -1104,7 +1137,7 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
   }
   if (!req) {
     const char *key = root->child && root->child->string ? root->child->string : "(empty)";
-    int rc = fail(s, PX_UNIMPLEMENTED, "%s: %.100s is not supported by the Loom proxy (profileRequest and persistence requests are)", what,
+    int rc = fail(s, PX_UNIMPLEMENTED, "%s: %.100s is not supported by the Loom proxy (profileRequest, persistence and reshard requests are)", what,
                   key);
     cJSON_Delete(root);
     return rc;
@@ -1191,6 +1224,27 @@ static int profile_stop(px_session *s, pexec *e, char *where, size_t cap) {
   return rc;
 }
 
+
+typedef Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output ExecOutput;
+
+/* An execute's output: array handle h of dtype dt and shape dims, in sharding sh over the IFRT
+ * device list list[0..nlist). */
+static ExecOutput *exec_output(px_session *s, loom_dtype dt, int32_t rank, const int64_t *dims,
+                               const loom_sharding *sh, const int32_t *list, int32_t nlist, uint64_t h) {
+  ExecOutput *op = NEW(ExecOutput, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__OUTPUT__INIT);
+  op->dtype = NEW(Xla__Ifrt__DTypeProto, XLA__IFRT__DTYPE_PROTO__INIT);
+  op->dtype->has_kind = 1;
+  op->dtype->kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(dt);
+  op->shape = NEW(Xla__Ifrt__ShapeProto, XLA__IFRT__SHAPE_PROTO__INIT);
+  op->shape->n_dims = (size_t)rank;
+  op->shape->dims = ARR(int64_t, rank);
+  memcpy(op->shape->dims, dims, sizeof(int64_t) * (size_t)rank);
+  op->sharding = sharding_proto(s, sh, rank, list, nlist);
+  op->has_array_handle = 1;
+  op->array_handle = h;
+  return op;
+}
+
 /* The profile executable's execute: the first starts the trace, the second stops and writes it.
  * With xprofTraceOptions each returns one int32 (1,) array on the first device, as pathwaysutils
  * expects (it waits for it: the trace has started, or is written, when it is ready). */
@@ -1227,22 +1281,9 @@ static int execute_profile(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
     parray t = {.dtype = LOOM_DTYPE_S32, .rank = 1, .dims = {1}};
     uint64_t h = q->n_result_array_handle ? q->result_array_handle[0] : 0;
     if ((rc = add_new_array(s, &t, arr, &h, &dev, 1)) != 0) return rc;
-    Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *op =
-        NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output,
-            XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__OUTPUT__INIT);
-    op->dtype = NEW(Xla__Ifrt__DTypeProto, XLA__IFRT__DTYPE_PROTO__INIT);
-    op->dtype->has_kind = 1;
-    op->dtype->kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(LOOM_DTYPE_S32);
-    op->shape = NEW(Xla__Ifrt__ShapeProto, XLA__IFRT__SHAPE_PROTO__INIT);
-    op->shape->n_dims = 1;
-    op->shape->dims = ARR(int64_t, 1);
-    op->shape->dims[0] = 1;
-    op->sharding = sharding_proto(s, &sh, 1, &dev, 1);
-    op->has_array_handle = 1;
-    op->array_handle = h;
     o->n_outputs = 1;
-    o->outputs = ARR(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *, 1);
-    o->outputs[0] = op;
+    o->outputs = ARR(ExecOutput *, 1);
+    o->outputs[0] = exec_output(s, LOOM_DTYPE_S32, 1, dims, &sh, &dev, 1, h);
   }
   if (q->has_result_status_handle && q->result_status_handle) {
     future_put(s, q->result_status_handle, PX_OK, NULL, NULL);
@@ -1308,7 +1349,7 @@ static int execute_persist(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
       NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__INIT);
   if (!rc && !p->write) {
     o->n_outputs = (size_t)p->n;
-    o->outputs = ARR(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *, p->n);
+    o->outputs = ARR(ExecOutput *, p->n);
     for (int32_t i = 0; i < p->n; i++) {
       loom_array *arr = arrs[i];
       arrs[i] = NULL;
@@ -1322,22 +1363,9 @@ static int execute_persist(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
       const int32_t *list = dv + off[i] + p->items[i].ndevices;
       uint64_t h = q->n_result_array_handle ? q->result_array_handle[i] : 0;
       if ((rc = add_new_array(s, &t, arr, &h, list, nlist[i])) != 0) continue;
-      Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *op =
-          NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output,
-              XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__OUTPUT__INIT);
-      op->dtype = NEW(Xla__Ifrt__DTypeProto, XLA__IFRT__DTYPE_PROTO__INIT);
-      op->dtype->has_kind = 1;
-      op->dtype->kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(t.dtype);
-      op->shape = NEW(Xla__Ifrt__ShapeProto, XLA__IFRT__SHAPE_PROTO__INIT);
-      op->shape->n_dims = (size_t)t.rank;
-      op->shape->dims = ARR(int64_t, t.rank);
-      memcpy(op->shape->dims, t.dims, sizeof(int64_t) * (size_t)t.rank);
       loom_sharding sh = {.struct_size = sizeof sh};
       loom_array_sharding(arr, &sh);
-      op->sharding = sharding_proto(s, &sh, t.rank, list, nlist[i]);
-      op->has_array_handle = 1;
-      op->array_handle = h;
-      o->outputs[i] = op;
+      o->outputs[i] = exec_output(s, t.dtype, t.rank, t.dims, &sh, list, nlist[i], h);
     }
   }
   for (int32_t i = 0; !p->write && arrs && i < p->n; i++) loom_array_release(arrs[i]);
@@ -1355,12 +1383,87 @@ static int execute_persist(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
   return 0;
 }
 
+
+/* A reshard execute: each argument's values move into its output sharding (they pass through the
+ * proxy, as ReshardArrays' do: get, then put), and the execute answers once every new array is in
+ * device memory. With donateInput the arguments are deleted after. */
+static int execute_reshard(px_session *s, pexec *e, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q,
+                           Resp *r) {
+  const px_reshard *p = e->reshard;
+  const char *what = "Execute (reshardRequest)";
+  if ((int32_t)q->n_args_handles != p->n)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu arguments for %d arrays", what, q->n_args_handles, p->n);
+  if (q->n_result_array_handle && (int32_t)q->n_result_array_handle != p->n)
+    return fail(s, PX_INVALID_ARGUMENT, "%s: %zu result handles for %d arrays", what, q->n_result_array_handle, p->n);
+  Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse *o =
+      NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__INIT);
+  o->n_outputs = (size_t)p->n;
+  o->outputs = ARR(ExecOutput *, p->n);
+  int32_t *dv = malloc(sizeof(int32_t) * 8192); /* an output's sharding devices, then its IFRT list (dv + 4096) */
+  int rc = dv ? 0 : fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
+  for (int32_t i = 0; i < p->n && !rc; i++) {
+    parray *a = array_get(s, q->args_handles[i], &rc);
+    if (!a) break;
+    const px_persist_item *it = &p->out[i];
+    uint8_t *hs = NULL;
+    size_t hl = 0;
+    rc = px_persist_sharding(it, &hs, &hl, s->err, sizeof s->err);
+    if (rc) break;
+    Xla__Ifrt__Serialized ser = XLA__IFRT__SERIALIZED__INIT;
+    ser.type_name = "xla::ifrt::HloSharding";
+    ser.has_data = 1;
+    ser.data.data = hs;
+    ser.data.len = hl;
+    Xla__Ifrt__ShardingProto sp = XLA__IFRT__SHARDING_PROTO__INIT;
+    sp.serialized_sharding = &ser;
+    loom_sharding sh;
+    int32_t nlist = 0;
+    rc = sharding_from_proto(s, &sp, a->rank, &sh, dv, 4096, dv + 4096, &nlist);
+    free(hs);
+    if (rc) {
+      char m[sizeof s->err];
+      snprintf(m, sizeof m, "%s", s->err);
+      rc = fail(s, rc, "%s: argument %d: %s", what, i, m);
+      break;
+    }
+    size_t n = 0;
+    uint8_t *buf = fetch(s, a, &n, &rc);
+    if (!buf) break;
+    loom_array *arr = NULL;
+    int st = put_array(s, a->dtype, a->rank, a->dims, &sh, buf, n, NULL, &arr);
+    px_hb_free(buf);
+    if (st != LOOM_OK) {
+      rc = loom_fail(s, st, what);
+      break;
+    }
+    parray t = {.dtype = a->dtype, .rank = a->rank};
+    memcpy(t.dims, a->dims, sizeof t.dims);
+    uint64_t h = q->n_result_array_handle ? q->result_array_handle[i] : 0;
+    if ((rc = add_new_array(s, &t, arr, &h, dv + 4096, nlist)) != 0) break;
+    o->outputs[i] = exec_output(s, t.dtype, t.rank, t.dims, &sh, dv + 4096, nlist, h);
+  }
+  free(dv);
+  if (rc) return rc;
+  for (int32_t i = 0; p->donate && i < p->n; i++) {
+    parray *a = pm_get(&s->arrays, q->args_handles[i]);
+    if (a && !a->err) parray_delete(a);
+  }
+  uint64_t fh = q->has_result_status_handle && q->result_status_handle ? q->result_status_handle : new_handle(s);
+  future_put(s, fh, PX_OK, NULL, NULL);
+  o->has_status_handle = 1;
+  o->status_handle = fh;
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
+  r->loaded_executable_execute_response = o;
+  return 0;
+}
+
 static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q, Resp *r) {
   int rc = 0;
   pexec *e = exec_get(s, q->loaded_executable_handle, &rc);
   if (!e) return rc;
   if (e->profile) return execute_profile(s, e, q, r);
   if (e->persist) return execute_persist(s, e, q, r);
+  if (e->reshard) return execute_reshard(s, e, q, r);
   if ((int32_t)q->n_args_handles != e->num_inputs)
     return fail(s, PX_INVALID_ARGUMENT, "Execute: %zu arguments for a program of %d", q->n_args_handles, e->num_inputs);
   if (q->n_result_array_handle && (int32_t)q->n_result_array_handle != e->num_outputs)
@@ -1394,11 +1497,8 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
   Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse *o =
       NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse, XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__INIT);
   o->n_outputs = (size_t)e->num_outputs;
-  o->outputs = ARR(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *, e->num_outputs);
+  o->outputs = ARR(ExecOutput *, e->num_outputs);
   for (int32_t i = 0; i < e->num_outputs; i++) {
-    Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output *op =
-        NEW(Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse__Output,
-            XLA__IFRT__PROXY__LOADED_EXECUTABLE_EXECUTE_RESPONSE__OUTPUT__INIT);
     parray *a = calloc(1, sizeof *a);
     base *b = calloc(1, sizeof *b);
     if (!a || !b) {
@@ -1427,19 +1527,7 @@ static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExe
       loom_future_destroy(f);
       return rc;
     }
-    loom_sharding sh = {.struct_size = sizeof sh};
-    loom_array_sharding(out[i], &sh);
-    op->dtype = NEW(Xla__Ifrt__DTypeProto, XLA__IFRT__DTYPE_PROTO__INIT);
-    op->dtype->has_kind = 1;
-    op->dtype->kind = (Xla__Ifrt__DTypeProto__Kind)dtype_to_ifrt(a->dtype);
-    op->shape = NEW(Xla__Ifrt__ShapeProto, XLA__IFRT__SHAPE_PROTO__INIT);
-    op->shape->n_dims = (size_t)a->rank;
-    op->shape->dims = ARR(int64_t, a->rank);
-    memcpy(op->shape->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
-    op->sharding = sharding_proto(s, &sh, a->rank, e->devices, e->num_devices);
-    op->has_array_handle = 1;
-    op->array_handle = h;
-    o->outputs[i] = op;
+    o->outputs[i] = exec_output(s, a->dtype, a->rank, a->dims, &osh, e->devices, e->num_devices, h);
   }
   free(out);
   if (q->has_result_status_handle && q->result_status_handle) {

@@ -1,4 +1,4 @@
-"""Persistence through the IFRT proxy: pathwaysutils.persistence.helper.write_arrays / read_arrays
+"""Persistence and resharding through the IFRT proxy (pathwaysutils plugin programs): pathwaysutils.persistence.helper.write_arrays / read_arrays
 send persistence plugin programs; the proxy runs them as Loom checkpoints in location/name, the
 workers writing and reading their shards in parallel. JAX clients run unmodified
 (JAX_PLATFORMS=proxy) against a real `loom up` cluster (controller, 2 workers x 4 devices, proxy:
@@ -215,3 +215,55 @@ def test_overwrite_and_errors_keep_the_proxy_serving(cluster, tmp_path):
     # one save per name: the older save's files of "v" are gone
     assert len(list((loc / "v").glob("*.safetensors"))) == 2
     assert not (tmp_path / "escape").exists()
+
+
+def test_sidechannel_reshard(cluster, tmp_path):
+    """pathwaysutils.experimental.reshard sends a reshardRequest plugin program: arrays move into
+    other shardings (other device counts, a reversed mesh, replicated), several at once, bitwise;
+    donateInput deletes the arguments; the results feed a jit; malformed requests and a memory
+    kind Loom has not get clear errors and the session goes on."""
+    res = run_jax(cluster, tmp_path, """
+        from pathwaysutils.experimental import reshard as xr
+        from pathwaysutils import plugin_executable
+        a = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+        b = (np.arange(32, dtype=np.float32) / 7).astype(jnp.bfloat16)
+        c = np.arange(16 * 4, dtype=np.int32).reshape(16, 4)
+        x = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+        y = jax.device_put(b, NamedSharding(mesh, P(("x", "y"))))
+        z = jax.device_put(c, NamedSharding(mesh, P(None, "y")))
+        four = Mesh(np.array(devs[:4]), ("a",))
+        rev = Mesh(np.array(devs[::-1]).reshape(4, 2), ("p", "q"))
+        out = {}
+        x4 = xr.reshard(x, NamedSharding(four, P("a")))
+        out["four"] = same(x4, a) and [s.device.id for s in x4.addressable_shards] == [0, 1, 2, 3] \\
+            and x4.addressable_shards[0].data.shape == (16, 8)
+        yr, zr = xr.reshard([y, z], [NamedSharding(rev, P()), NamedSharding(rev, P("p", "q"))], donate=True)
+        out["several"] = same(yr, b) and same(zr, c) and zr.addressable_shards[0].device.id == 7 \\
+            and zr.addressable_shards[0].data.shape == (4, 2)
+        out["jit"] = int(np.asarray(jax.jit(lambda u: (u * 2).sum())(zr))) == 2 * int(c.sum())
+
+        def err(f):
+            try:
+                f()
+            except Exception as e:  # the client's JaxRuntimeError
+                return type(e).__name__ + ": " + str(e).splitlines()[0]
+            return "no error"
+
+        out["donated"] = err(lambda: np.asarray(z))
+        good = {"devices": {"device_ids": [0, 1]}, "xla_hlo_sharding": ""}
+        bad = [{"reshardRequest": {"inSharding": [], "outSharding": []}},
+               {"reshardRequest": {"inSharding": [good], "outSharding": 3}},
+               {"reshardRequest": {"inSharding": [good], "outSharding": [good, good]}},
+               {"reshardRequest": {"inSharding": [good], "outSharding": [dict(good, xla_hlo_sharding="%%")]}},
+               {"reshardRequest": {"inSharding": [good], "outSharding": [dict(good, devices={"device_ids": [-1]})]}}]
+        out["malformed"] = [err(lambda r=r: plugin_executable.PluginExecutable(json.dumps(r))) for r in bad]
+        out["pinned"] = err(lambda: plugin_executable.PluginExecutable(json.dumps(
+            {"reshardRequest": {"inSharding": [good], "outSharding": [dict(good, memory_kind="pinned_host")]}})))
+        out["after"] = same(xr.reshard(x4, NamedSharding(mesh, P(None, ("x", "y")))), a)
+        print("RESULT " + json.dumps(out))
+    """)
+    assert res["four"] and res["several"] and res["jit"], res
+    assert "was deleted" in res["donated"], res
+    assert all("INVALID_ARGUMENT" in m for m in res["malformed"]), res["malformed"]
+    assert "UNIMPLEMENTED" in res["pinned"] and "pinned_host" in res["pinned"], res
+    assert res["after"], res

@@ -1,7 +1,8 @@
-/* pathwaysutils' persistence plugin programs (persist.c): parsing, and running them as Loom
- * checkpoints in directories of their own. session.c compiles and executes them. */
-#ifndef LM_PROXY_PERSIST_H
-#define LM_PROXY_PERSIST_H
+/* pathwaysutils' plugin programs (plugin.c): persistence requests (parsed, and run as Loom
+ * checkpoints in directories of their own) and reshard requests (parsed). session.c compiles and
+ * executes them. */
+#ifndef LM_PROXY_PLUGIN_H
+#define LM_PROXY_PLUGIN_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -40,5 +41,17 @@ int px_persist_write(loom_client *c, const px_persist *p, loom_array *const *arr
  * error none is kept). */
 int px_persist_read(loom_client *c, const px_persist *p, const loom_sharding *const *shardings, loom_array **out,
                     char *msg, size_t cap);
+
+/* A reshardRequest: argument i's values, moved into out[i]'s sharding (in[i] is the sharding
+ * the client says it has; the items' name, sharding and devices only). */
+typedef struct px_reshard {
+  bool donate;               /* donateInput: the arguments are deleted once moved */
+  int32_t n;
+  px_persist_item *in, *out;
+} px_reshard;
+
+/* As px_persist_parse, for a reshardRequest. */
+int px_reshard_parse(const cJSON *root, px_reshard **out, char *msg, size_t cap);
+void px_reshard_free(px_reshard *p);
 
 #endif

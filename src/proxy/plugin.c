@@ -1,8 +1,11 @@
-/* pathwaysutils' persistence plugin programs (pathwaysutils.persistence.helper write_arrays /
- * read_arrays): the JSON of a {bulk_,}persistence{Write,Read}Request parsed and checked here, and
- * run as Loom checkpoints in a directory of their own, location/name (the workers write and read
- * their shards in parallel, the load reshards onto the devices asked for). session.c compiles and
- * executes them; this file knows nothing of the session's objects. docs/proxy.md "Persistence". */
+/* pathwaysutils' plugin programs other than profiling, parsed and checked here:
+ * - persistence (pathwaysutils.persistence.helper write_arrays / read_arrays): the JSON of a
+ *   {bulk_,}persistence{Write,Read}Request, run as Loom checkpoints in a directory of their own,
+ *   location/name (the workers write and read their shards in parallel, the load reshards onto
+ *   the devices asked for). docs/proxy.md "Persistence".
+ * - reshard (pathwaysutils.experimental.reshard): a reshardRequest's output shardings; session.c
+ *   moves each argument's values into them. docs/proxy.md "Resharding".
+ * session.c compiles and executes them; this file knows nothing of the session's objects. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
@@ -12,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "proxy/persist.h"
+#include "proxy/plugin.h"
 #include "xla/python/ifrt/sharding_serdes.pb-c.h"
 #include "xla/python/pjrt_ifrt/xla_sharding.pb-c.h"
 
@@ -85,6 +88,23 @@ static int dims_of(const cJSON *arr, px_persist_item *it, const char *what, char
   return 0;
 }
 
+/* q's devices.device_ids (1 to 4096 of them) into it->devices. */
+static int device_ids(const cJSON *q, px_persist_item *it, const char *what, char *msg, size_t cap) {
+  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(q, "devices"), "device_ids");
+  int nd = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : -1;
+  if (nd < 1 || nd > 4096) return errf(msg, cap, PX_INVALID_ARGUMENT, "%s: devices.device_ids must list 1 to 4096 devices", what);
+  it->devices = malloc(sizeof(int32_t) * (size_t)nd);
+  if (!it->devices) return errf(msg, cap, PX_RESOURCE_EXHAUSTED, "out of memory");
+  it->ndevices = nd;
+  int i = 0;
+  for (const cJSON *d = ids->child; d; d = d->next, i++) {
+    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > INT32_MAX || d->valuedouble != (double)(int32_t)d->valuedouble)
+      return errf(msg, cap, PX_INVALID_ARGUMENT, "%s: device id %d is not a device id", what, i);
+    it->devices[i] = (int32_t)d->valuedouble;
+  }
+  return 0;
+}
+
 /* One write or read request object into it. */
 static int parse_item(const cJSON *q, bool write, int idx, px_persist_item *it, char *msg, size_t cap) {
   char what[64];
@@ -139,19 +159,7 @@ static int parse_item(const cJSON *q, bool write, int idx, px_persist_item *it, 
     rc = dims_of(cJSON_GetObjectItemCaseSensitive(shape, "dimensions"), it, what, msg, cap);
   }
   if (rc) return rc;
-  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(q, "devices"), "device_ids");
-  int nd = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : -1;
-  if (nd < 1 || nd > 4096) return errf(msg, cap, PX_INVALID_ARGUMENT, "%s: devices.device_ids must list 1 to 4096 devices", what);
-  it->devices = malloc(sizeof(int32_t) * (size_t)nd);
-  if (!it->devices) return errf(msg, cap, PX_RESOURCE_EXHAUSTED, "out of memory");
-  it->ndevices = nd;
-  int i = 0;
-  for (const cJSON *d = ids->child; d; d = d->next, i++) {
-    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > INT32_MAX || d->valuedouble != (double)(int32_t)d->valuedouble)
-      return errf(msg, cap, PX_INVALID_ARGUMENT, "%s: device id %d is not a device id", what, i);
-    it->devices[i] = (int32_t)d->valuedouble;
-  }
-  return 0;
+  return device_ids(q, it, what, msg, cap);
 }
 
 int px_persist_parse(const cJSON *root, px_persist **out, char *msg, size_t cap) {
@@ -200,15 +208,88 @@ int px_persist_parse(const cJSON *root, px_persist **out, char *msg, size_t cap)
   return 0;
 }
 
+static void items_free(px_persist_item *items, int32_t n) {
+  for (int32_t i = 0; items && i < n; i++) {
+    free(items[i].dir);
+    free(items[i].name);
+    free(items[i].sharding);
+    free(items[i].devices);
+  }
+  free(items);
+}
+
 void px_persist_free(px_persist *p) {
   if (!p) return;
-  for (int32_t i = 0; i < p->n; i++) {
-    free(p->items[i].dir);
-    free(p->items[i].name);
-    free(p->items[i].sharding);
-    free(p->items[i].devices);
+  items_free(p->items, p->n);
+  free(p);
+}
+
+/* ---- reshardRequest: {"donateInput": bool, "inSharding": [S...], "outSharding": [S...]}, where
+ * S = {"devices": {"device_ids": [...]}, "xla_hlo_sharding": base64 xla.OpSharding,
+ * "memory_kind": "device" (optional)} and argument i moves from inSharding[i] to outSharding[i] */
+
+/* Sharding S (the list's i-th, named by where) into it. */
+static int parse_sharding(const cJSON *q, const char *where, int i, px_persist_item *it, char *msg, size_t cap) {
+  char what[64];
+  snprintf(what, sizeof what, "reshardRequest %s[%d]", where, i);
+  if (!cJSON_IsObject(q)) return errf(msg, cap, PX_INVALID_ARGUMENT, "%s is not a JSON object", what);
+  it->name = strdup(what);
+  it->sharding = b64_decode(cJSON_GetObjectItemCaseSensitive(q, "xla_hlo_sharding"), &it->sharding_len);
+  if (!it->name || !it->sharding)
+    return errf(msg, cap, it->name ? PX_INVALID_ARGUMENT : PX_RESOURCE_EXHAUSTED, "%s: %s", what,
+                it->name ? "xla_hlo_sharding is missing or not base64" : "out of memory");
+  const cJSON *mk = cJSON_GetObjectItemCaseSensitive(q, "memory_kind");
+  if (mk && (!cJSON_IsString(mk) || strcmp(mk->valuestring, "device")))
+    return errf(msg, cap, PX_UNIMPLEMENTED, "%s: memory kind '%.40s': Loom arrays live in device memory only", what,
+                cJSON_IsString(mk) ? mk->valuestring : "?");
+  return device_ids(q, it, what, msg, cap);
+}
+
+int px_reshard_parse(const cJSON *root, px_reshard **out, char *msg, size_t cap) {
+  *out = NULL;
+  const cJSON *req = cJSON_GetObjectItemCaseSensitive(root, "reshardRequest");
+  if (!req) return 1;
+  if (!cJSON_IsObject(req)) return errf(msg, cap, PX_INVALID_ARGUMENT, "reshardRequest must be a JSON object");
+  const cJSON *ins = cJSON_GetObjectItemCaseSensitive(req, "inSharding");
+  const cJSON *outs = cJSON_GetObjectItemCaseSensitive(req, "outSharding");
+  const cJSON *don = cJSON_GetObjectItemCaseSensitive(req, "donateInput");
+  if (!cJSON_IsArray(ins) || !cJSON_IsArray(outs))
+    return errf(msg, cap, PX_INVALID_ARGUMENT, "reshardRequest: inSharding and outSharding must be lists");
+  if (don && !cJSON_IsBool(don)) return errf(msg, cap, PX_INVALID_ARGUMENT, "reshardRequest: donateInput must be a bool");
+  int n = cJSON_GetArraySize(ins);
+  if (n != cJSON_GetArraySize(outs))
+    return errf(msg, cap, PX_INVALID_ARGUMENT, "reshardRequest: %d input shardings, %d output shardings", n,
+                cJSON_GetArraySize(outs));
+  if (n < 1 || n > PS_ITEMS_MAX)
+    return errf(msg, cap, PX_INVALID_ARGUMENT, "reshardRequest: 1 to %d arrays, not %d", PS_ITEMS_MAX, n);
+  px_reshard *p = calloc(1, sizeof *p);
+  if (p) p->in = calloc((size_t)n, sizeof *p->in), p->out = calloc((size_t)n, sizeof *p->out);
+  if (!p || !p->in || !p->out) {
+    px_reshard_free(p);
+    return errf(msg, cap, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
-  free(p->items);
+  p->n = n;
+  p->donate = cJSON_IsTrue(don);
+  int rc = 0, i = 0;
+  size_t ids = 0;
+  for (const cJSON *a = ins->child, *b = outs->child; a && b && !rc; a = a->next, b = b->next, i++) {
+    rc = parse_sharding(a, "inSharding", i, &p->in[i], msg, cap);
+    if (!rc) rc = parse_sharding(b, "outSharding", i, &p->out[i], msg, cap);
+    if (!rc && (ids += (size_t)(p->in[i].ndevices + p->out[i].ndevices)) > PS_DEVICES_MAX)
+      rc = errf(msg, cap, PX_INVALID_ARGUMENT, "reshardRequest: more than %d device ids in all", PS_DEVICES_MAX);
+  }
+  if (rc) {
+    px_reshard_free(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+void px_reshard_free(px_reshard *p) {
+  if (!p) return;
+  items_free(p->in, p->n);
+  items_free(p->out, p->n);
   free(p);
 }
 
