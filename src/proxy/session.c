@@ -1071,41 +1071,28 @@ static int plugin_devices(px_session *s, pexec *e, const px_persist_item *items,
   return oom ? fail(s, PX_RESOURCE_EXHAUSTED, "out of memory") : 0;
 }
 
-/* A persistence write (its arguments are the arrays) or read (its outputs are). */
-static int compile_persist(px_session *s, px_persist *pp, Resp *r) {
+/* A persistence write (its arguments are the arrays) or read (its outputs are), or (pp NULL) a
+ * reshard: n arguments in, the same n arrays out in their new shardings. */
+static int compile_items(px_session *s, px_persist *pp, px_reshard *rp, Resp *r) {
   pexec *e = calloc(1, sizeof *e);
   if (!e) {
     px_persist_free(pp);
-    return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  e->persist = pp;
-  int rc = plugin_devices(s, e, pp->items, pp->n);
-  if (rc) {
-    pexec_free(e);
-    return rc;
-  }
-  e->num_inputs = pp->write ? pp->n : 0;
-  e->num_outputs = pp->write ? 0 : pp->n;
-  return plugin_compiled(s, e, pp->write ? "loom_persistence_write" : "loom_persistence_read", r);
-}
-
-/* A reshard: n arguments in, the same n arrays out in their new shardings. */
-static int compile_reshard(px_session *s, px_reshard *rp, Resp *r) {
-  pexec *e = calloc(1, sizeof *e);
-  if (!e) {
     px_reshard_free(rp);
     return fail(s, PX_RESOURCE_EXHAUSTED, "out of memory");
   }
+  e->persist = pp;
   e->reshard = rp;
-  /* its devices are the arguments' (JAX's execute_sharded wants every argument to have a shard
-   * on each of the executable's devices; the results go where outSharding says) */
-  int rc = plugin_devices(s, e, rp->in, rp->n);
+  int32_t n = pp ? pp->n : rp->n;
+  /* a reshard's devices are its arguments' (JAX's execute_sharded wants every argument to have
+   * a shard on each of the executable's devices; the results go where outSharding says) */
+  int rc = plugin_devices(s, e, pp ? pp->items : rp->in, n);
   if (rc) {
     pexec_free(e);
     return rc;
   }
-  e->num_inputs = e->num_outputs = rp->n;
-  return plugin_compiled(s, e, "loom_reshard", r);
+  e->num_inputs = !pp || pp->write ? n : 0;
+  e->num_outputs = !pp || !pp->write ? n : 0;
+  return plugin_compiled(s, e, !pp ? "loom_reshard" : pp->write ? "loom_persistence_write" : "loom_persistence_read", r);
 }
 
 static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest *q, Resp *r) {
@@ -1123,12 +1110,12 @@ static int compile_plugin(px_session *s, const Xla__Ifrt__Proxy__CompileRequest 
   int prc = px_persist_parse(root, &pp, s->err, sizeof s->err);
   if (prc != 1) {
     cJSON_Delete(root);
-    return prc ? prc : compile_persist(s, pp, r);
+    return prc ? prc : compile_items(s, pp, NULL, r);
   }
   px_reshard *rp = NULL;
   if ((prc = px_reshard_parse(root, &rp, s->err, sizeof s->err)) != 1) {
     cJSON_Delete(root);
-    return prc ? prc : compile_reshard(s, rp, r);
+    return prc ? prc : compile_items(s, NULL, rp, r);
   }
   cJSON *req = cJSON_GetObjectItemCaseSensitive(root, "profileRequest");
   if (req && !cJSON_IsObject(req)) {

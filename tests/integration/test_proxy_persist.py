@@ -41,6 +41,13 @@ PRELUDE = textwrap.dedent("""
     def same(a, b):
         return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(bits(a), bits(b)))
 
+    def err(f):  # the first line of the error f raises (the client's JaxRuntimeError)
+        try:
+            f()
+        except Exception as e:
+            return type(e).__name__ + ": " + str(e).splitlines()[0]
+        return "no error"
+
     def read(loc, names, like, shardings, devices):
         arrs, fut = helper.read_arrays(loc, names, [x.dtype for x in like], [x.shape for x in like],
                                        shardings, devices, T)
@@ -167,13 +174,6 @@ def test_overwrite_and_errors_keep_the_proxy_serving(cluster, tmp_path):
         helper.write_arrays(loc, ["v"], [jax.device_put(b, sh)], T).result()
         out = {"overwritten": same(read(loc, ["v"], [b], [sh], devs)[0], b)}
 
-        def err(f):
-            try:
-                f()
-            except Exception as e:  # the client's JaxRuntimeError
-                return type(e).__name__ + ": " + str(e).splitlines()[0]
-            return "no error"
-
         out["missing"] = err(lambda: read(loc, ["nope"], [a], [sh], devs))
         out["dtype"] = err(lambda: read(loc, ["v"], [a.astype(np.int32)], [sh], devs))
         out["shape"] = err(lambda: read(loc, ["v"], [a.reshape(32, 16)], [sh], devs))
@@ -241,13 +241,6 @@ def test_sidechannel_reshard(cluster, tmp_path):
         out["several"] = same(yr, b) and same(zr, c) and zr.addressable_shards[0].device.id == 7 \\
             and zr.addressable_shards[0].data.shape == (4, 2)
         out["jit"] = int(np.asarray(jax.jit(lambda u: (u * 2).sum())(zr))) == 2 * int(c.sum())
-
-        def err(f):
-            try:
-                f()
-            except Exception as e:  # the client's JaxRuntimeError
-                return type(e).__name__ + ": " + str(e).splitlines()[0]
-            return "no error"
 
         out["donated"] = err(lambda: np.asarray(z))
         good = {"devices": {"device_ids": [0, 1]}, "xla_hlo_sharding": ""}
