@@ -1282,6 +1282,26 @@ static int execute_profile(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
   return 0;
 }
 
+/* A plugin request's sharding (an xla.OpSharding over its device ids) for a rank-`rank` array:
+ * *sh, with its devices in d[0..cap) and the IFRT list in d[cap..2 cap). */
+static int item_sharding(px_session *s, const px_persist_item *it, int32_t rank, loom_sharding *sh, int32_t *d,
+                         int32_t cap, int32_t *nlist) {
+  uint8_t *hs = NULL;
+  size_t hl = 0;
+  int rc = px_persist_sharding(it, &hs, &hl, s->err, sizeof s->err);
+  if (rc) return rc;
+  Xla__Ifrt__Serialized ser = XLA__IFRT__SERIALIZED__INIT;
+  ser.type_name = "xla::ifrt::HloSharding";
+  ser.has_data = 1;
+  ser.data.data = hs;
+  ser.data.len = hl;
+  Xla__Ifrt__ShardingProto sp = XLA__IFRT__SHARDING_PROTO__INIT;
+  sp.serialized_sharding = &ser;
+  rc = sharding_from_proto(s, &sp, rank, sh, d, cap, d + cap, nlist);
+  free(hs);
+  return rc;
+}
+
 /* A persistence execute: runs the whole write or read before answering (the status future is
  * then done; an error fails the execute itself, so no output handle is left dangling). A write
  * takes the arrays as its arguments; a read's outputs are the arrays in the shardings asked. */
@@ -1309,20 +1329,8 @@ static int execute_persist(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
     if (!rc) rc = px_persist_write(s->client, p, arrs, s->err, sizeof s->err);
   } else if (!rc) {
     for (int32_t i = 0; i < p->n && !rc; i++) {
-      uint8_t *hs = NULL;
-      size_t hl = 0;
-      rc = px_persist_sharding(&p->items[i], &hs, &hl, s->err, sizeof s->err);
-      if (rc) break;
-      Xla__Ifrt__Serialized ser = XLA__IFRT__SERIALIZED__INIT;
-      ser.type_name = "xla::ifrt::HloSharding";
-      ser.has_data = 1;
-      ser.data.data = hs;
-      ser.data.len = hl;
-      Xla__Ifrt__ShardingProto sp = XLA__IFRT__SHARDING_PROTO__INIT;
-      sp.serialized_sharding = &ser;
       int32_t *d = dv + off[i], nd = p->items[i].ndevices;
-      rc = sharding_from_proto(s, &sp, p->items[i].rank, &shs[i], d, nd, d + nd, &nlist[i]);
-      free(hs);
+      rc = item_sharding(s, &p->items[i], p->items[i].rank, &shs[i], d, nd, &nlist[i]);
       if (rc) {
         char m[sizeof s->err];
         snprintf(m, sizeof m, "%s", s->err);
@@ -1391,22 +1399,9 @@ static int execute_reshard(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
   for (int32_t i = 0; i < p->n && !rc; i++) {
     parray *a = array_get(s, q->args_handles[i], &rc);
     if (!a) break;
-    const px_persist_item *it = &p->out[i];
-    uint8_t *hs = NULL;
-    size_t hl = 0;
-    rc = px_persist_sharding(it, &hs, &hl, s->err, sizeof s->err);
-    if (rc) break;
-    Xla__Ifrt__Serialized ser = XLA__IFRT__SERIALIZED__INIT;
-    ser.type_name = "xla::ifrt::HloSharding";
-    ser.has_data = 1;
-    ser.data.data = hs;
-    ser.data.len = hl;
-    Xla__Ifrt__ShardingProto sp = XLA__IFRT__SHARDING_PROTO__INIT;
-    sp.serialized_sharding = &ser;
     loom_sharding sh;
     int32_t nlist = 0;
-    rc = sharding_from_proto(s, &sp, a->rank, &sh, dv, 4096, dv + 4096, &nlist);
-    free(hs);
+    rc = item_sharding(s, &p->out[i], a->rank, &sh, dv, 4096, &nlist);
     if (rc) {
       char m[sizeof s->err];
       snprintf(m, sizeof m, "%s", s->err);
