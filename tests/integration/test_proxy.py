@@ -251,21 +251,24 @@ def test_profiling_client_gone_mid_trace(cluster, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_plugin_programs_other_than_profiling_and_persistence_are_unimplemented(cluster, tmp_path):
-    """A reshard request: UNIMPLEMENTED naming it; bad JSON and a persistence request missing its
-    fields: INVALID_ARGUMENT (persistence itself: test_proxy_persist.py); the session goes on."""
+def test_unknown_and_malformed_plugin_programs(cluster, tmp_path):
+    """A plugin program Loom does not know: UNIMPLEMENTED naming it; bad JSON, and persistence and
+    reshard requests missing their fields: INVALID_ARGUMENT (the requests themselves:
+    test_proxy_persist.py); the session goes on."""
     script = tmp_path / "persist.py"
     script.write_text(
         "import pathwaysutils\npathwaysutils.initialize()\nimport jax\n"
         "from pathwaysutils import plugin_executable\n"
         "for prog in ['{\"reshardRequest\": {}}', '{\"persistenceWriteRequest\": {}}', 'not json', '[1, 2]',\n"
+        "             '{\"elasticRequest\": {\"x\": 1}}',\n"
         "             '{\"profileRequest\": 3}']:\n"
         "    try:\n        plugin_executable.PluginExecutable(prog)\n        print('accepted:', prog)\n"
         "    except Exception as e:\n        print('error:', str(e)[:300])\n"
         "import jax.numpy as jnp\nprint('still serving', int(jnp.arange(3).sum()))\n")
     r = run_jax(cluster, script)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "UNIMPLEMENTED" in r.stdout and "reshardRequest is not supported by the Loom proxy" in r.stdout, r.stdout
+    assert "UNIMPLEMENTED" in r.stdout and "elasticRequest is not supported by the Loom proxy" in r.stdout, r.stdout
+    assert "reshardRequest: inSharding and outSharding must be lists" in r.stdout, r.stdout
     assert "persistence write request 0: b64_location is missing" in r.stdout, r.stdout + r.stderr
     assert "its JSON does not parse" in r.stdout and "its JSON is not an object" in r.stdout, r.stdout
     assert "profileRequest must be a JSON object" in r.stdout and "accepted" not in r.stdout, r.stdout
