@@ -1,7 +1,8 @@
 """Unmodified JAX through Loom's IFRT proxy, beside its peers, in one run:
   - per-call latency of a tiny jitted function (x + 1 on one device, result fetched) and of the
     seed's pmap on 8 devices, and the chained rate without fetching: through the proxy (a `loom up`
-    cluster of 2 workers x 4 devices) and with plain JAX on 8 local CPU devices;
+    cluster of 2 workers x 4 devices), with Loom's own client (the same x + 1 through libloom's
+    Python binding: the issue's yardstick) and with plain JAX on 8 local CPU devices;
   - host->device (jax.device_put, waited for) and device->host (np.asarray of a fresh result)
     bandwidth of a 256 MiB f32 array split over the 8 devices, through the proxy, beside Loom's own
     client (libloom's put/get through its Python binding, straight from and into numpy memory) on
@@ -98,8 +99,32 @@ print("RESULT " + json.dumps(out), flush=True)
 
 LOOM_CLIENT = r'''
 import json, sys, time, numpy as np, loom
-mib, reps = int(sys.argv[1]), int(sys.argv[2])
+mib, reps, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 c = loom.connect()
+out = {}
+if n:  # the same x + 1 on one device, through libloom: launch and fetch, and chained launches
+    inc = c.compile("""
+func.func public @main(%x: tensor<1xf32>) -> tensor<1xf32> {
+  %one = stablehlo.constant dense<1.0> : tensor<1xf32>
+  %y = stablehlo.add %x, %one : tensor<1xf32>
+  return %y : tensor<1xf32>
+}""", devices=[0])
+    x = c.put(np.zeros((1,), np.float32), 0)
+    inc(x).numpy()
+    def fetched():
+        t = time.perf_counter()
+        for _ in range(n):
+            inc(x).numpy()
+        return (time.perf_counter() - t) / n
+    def chained():
+        t = time.perf_counter()
+        y = x
+        for _ in range(n):
+            y = inc(y)
+        y.numpy()
+        return (time.perf_counter() - t) / n
+    out["jit_fetched_us"] = min(fetched() for _ in range(3)) * 1e6
+    out["jit_chained_us"] = min(chained() for _ in range(3)) * 1e6
 sh = loom.Sharding((8,), range(8), ((0,),))
 big = np.random.default_rng(0).random((8, mib * 1024 * 256 // 8), dtype=np.float32)
 h, d = [], []
@@ -108,7 +133,8 @@ for _ in range(reps):
     t = time.perf_counter(); y = a.numpy(); d.append(time.perf_counter() - t)  # a fresh numpy array each time
     assert y[-1, -1] == big[-1, -1]
     del a, y
-print("RESULT " + json.dumps({"h2d_s": h, "d2h_s": d}), flush=True)
+out.update(h2d_s=h, d2h_s=d)
+print("RESULT " + json.dumps(out), flush=True)
 '''
 
 
@@ -174,19 +200,21 @@ def main():
         cenv = dict(env, JAX_PLATFORMS="cpu")
         cmds = {"proxy": lambda r: run([sys.executable, "-c", CLIENT, "proxy", str(n if r == 0 else 0), str(mib), str(reps)], penv),
                 "cpu": lambda r: run([sys.executable, "-c", CLIENT, "cpu", str(n if r == 0 else 0), str(mib), str(reps)], cenv),
-                "loom": lambda r: run([sys.executable, "-c", LOOM_CLIENT, str(mib), str(reps)], env)}
+                "loom": lambda r: run([sys.executable, "-c", LOOM_CLIENT, str(mib), str(reps), str(n if r == 0 else 0)], env)}
         order = ["proxy", "loom", "cpu"]
         for r in range(rounds):
             for k in order[r % 3:] + order[:r % 3]:
                 res[k].append(cmds[k](r))
     finally:
         subprocess.run([LOOM, "down"], env=env, capture_output=True)
-    proxy, jaxcpu = res["proxy"][0], res["cpu"][0]
+    proxy, jaxcpu, lc = res["proxy"][0], res["cpu"][0], res["loom"][0]
     if n:
-        print(f"{'':36}{'Loom IFRT proxy':>18}{'plain JAX (8 CPU)':>20}")
+        print(f"{'':36}{'Loom IFRT proxy':>18}{'Loom client':>14}{'plain JAX (8 CPU)':>20}{'proxy/client':>14}")
         for k, what in (("jit_fetched_us", "jit x+1, 1 device, fetched (us)"), ("jit_chained_us", "jit x+1 chained (us/call)"),
                         ("pmap_fetched_us", "pmap psum, 8 devices, fetched (us)")):
-            print(f"{what:36}{proxy[k]:>18.0f}{jaxcpu[k]:>20.0f}")
+            c = f"{lc[k]:>14.0f}" if k in lc else f"{'-':>14}"
+            ratio = f"{proxy[k] / lc[k]:>13.1f}x" if k in lc else ""
+            print(f"{what:36}{proxy[k]:>18.0f}{c}{jaxcpu[k]:>20.0f}{ratio}")
         print()
     def col(k, key):
         v = [x for r in res[k] for x in r.get(key, [])]
