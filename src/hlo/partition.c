@@ -1153,6 +1153,179 @@ static uint32_t index_along(pt *P, const int8_t *axes, int nax, int64_t scale) {
 
 static void put_axes_ex(pt *P, const int8_t *axes, int n) { put_axes(P, &P->ex, axes, n); }
 
+/* vals[p] for this process p, as an i32 scalar (a constant table indexed by partition_id). */
+static uint32_t proc_value(pt *P, const int64_t *vals) {
+  uint32_t id = pid(P);
+  uint32_t table = nid(P), sl = nid(P), res = nid(P);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.constant\"() {value = dense<[", table);
+  for (uint32_t p = 0; p < P->nproc; p++) lm_tb_put(&P->out, "%s%lld", p ? ", " : "", (long long)vals[p]);
+  lm_tb_put(&P->out, "]> : tensor<%uxi32>} : () -> tensor<%uxi32>\n", P->nproc, P->nproc);
+  lm_tb_put(&P->out,
+            "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u, %%p%u) {slice_sizes = array<i64: 1>} : (tensor<%uxi32>, "
+            "tensor<i32>) -> tensor<1xi32>\n",
+            sl, table, id, P->nproc);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (tensor<1xi32>) -> tensor<i32>\n", res, sl);
+  return res;
+}
+
+static void mesh_coord(const pt *P, int64_t pos, int64_t *coord) {
+  for (int a = P->ms.rank - 1; a >= 0; a--) {
+    coord[a] = pos % P->ms.sizes[a];
+    pos /= P->ms.sizes[a];
+  }
+}
+
+static int64_t coord_index(const pt *P, const int64_t *coord, const int8_t *axes, int nax) {
+  int64_t idx = 0;
+  for (int j = 0; j < nax; j++) idx = idx * P->ms.sizes[axes[j]] + coord[axes[j]];
+  return idx;
+}
+
+static uint32_t pad_dim(pt *P, uint32_t id, lm_type *t, int d, int64_t n);
+
+/* A plan to split dim d further, from C's split (axes A, blocks of b1) to T's (A then more
+ * axes E, blocks of b2), where one of them is uneven so local slices do not line up: each
+ * target block lies inside one source block, taken from the process that holds it (itself
+ * where it can, else one of the processes along E holding that block, each sending once) by a
+ * collective_permute. Per process p: src[p] the process it receives from (-1: none, or itself
+ * when self[p]), send_off[p] / self_off[p] the offsets along d in its local block of what it
+ * sends / keeps. False when some target block straddles two source blocks. */
+typedef struct perm_plan {
+  int64_t *src, *send_off, *self_off, *self;
+  int64_t need; /* local length along d the slices reach (the block padded to it) */
+  uint32_t npairs;
+} perm_plan;
+
+static void perm_free(perm_plan *pl) {
+  free(pl->src);
+  pl->src = NULL;
+}
+
+static bool perm_plan_make(pt *P, const lm_type *g, const vsh *C, const vsh *T, int d, perm_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  uint32_t np = P->nproc;
+  int na = vsh_nax(C, d), nt = vsh_nax(T, d);
+  int64_t n = g->dims[d], pc = vsh_parts(P, C, d), ptt = vsh_parts(P, T, d);
+  int64_t b1 = (n + pc - 1) / pc, b2 = (n + ptt - 1) / ptt;
+  if (!na || nt <= na || !is_prefix(C, d, T, d) || b2 <= 0) return false;
+  int64_t *mem = calloc(5 * (size_t)np, sizeof *mem);
+  if (!mem) return false;
+  pl->src = mem;
+  pl->send_off = mem + np;
+  pl->self_off = mem + 2 * np;
+  pl->self = mem + 3 * np;
+  int64_t *sending = mem + 4 * np; /* 1 when process p already sends */
+  pl->need = b1;
+  for (uint32_t p = 0; p < np; p++) pl->src[p] = -1;
+  int64_t coord[NA], sc[NA];
+  for (uint32_t t = 0; t < np; t++) {
+    mesh_coord(P, P->proc_pos[t], coord);
+    int64_t j = coord_index(P, coord, T->ax[d], nt), lo = j * b2;
+    if (lo >= n) continue; /* all padding: receives nothing (zeros) */
+    int64_t hi = lo + b2 < n ? lo + b2 : n, i = lo / b1;
+    if ((hi - 1) / b1 != i) {
+      perm_free(pl);
+      return false;
+    }
+    int64_t off = lo - i * b1;
+    if (off + b2 > pl->need) pl->need = off + b2;
+    if (coord_index(P, coord, C->ax[d], na) == i) {
+      pl->self[t] = 1;
+      pl->self_off[t] = off;
+      continue;
+    }
+    /* a process along E (same coordinates elsewhere) holding block i, not sending yet */
+    memcpy(sc, coord, sizeof sc);
+    int64_t rest = i;
+    for (int k = na - 1; k >= 0; k--) {
+      sc[C->ax[d][k]] = rest % P->ms.sizes[C->ax[d][k]];
+      rest /= P->ms.sizes[C->ax[d][k]];
+    }
+    int64_t ne = ptt / pc, found = -1;
+    for (int64_t e = 0; e < ne && found < 0; e++) {
+      int64_t x = e;
+      for (int k = nt - 1; k >= na; k--) {
+        sc[T->ax[d][k]] = x % P->ms.sizes[T->ax[d][k]];
+        x /= P->ms.sizes[T->ax[d][k]];
+      }
+      int64_t pos = 0;
+      for (int a = 0; a < P->ms.rank; a++) pos = pos * P->ms.sizes[a] + sc[a];
+      uint32_t s = P->mesh_procs[pos];
+      if (!sending[s]) found = s;
+    }
+    if (found < 0) {
+      perm_free(pl);
+      return false;
+    }
+    sending[found] = 1;
+    pl->src[t] = found;
+    pl->send_off[found] = off;
+    pl->npairs++;
+  }
+  return true;
+}
+
+/* Carries out perm_plan_make's plan on local value id (local type *lt, dim d); *lt gets the
+ * new local type. */
+static uint32_t perm_apply(pt *P, uint32_t id, lm_type *lt, const lm_type *g, int d, int64_t b2, const perm_plan *pl,
+                           const int8_t *axes, int nax, const char *what) {
+  if (pl->need > lt->dims[d]) id = pad_dim(P, id, lt, d, pl->need);
+  lm_type o = *lt;
+  o.dims[d] = b2;
+  bool anyself = false;
+  for (uint32_t p = 0; p < P->nproc; p++) anyself |= pl->self[p] != 0;
+  uint32_t offs[2] = {0, 0}, sl[2] = {0, 0};
+  for (int w = 0; w < 2; w++) {
+    if (w == 0 ? !pl->npairs : !anyself) continue;
+    uint32_t off = proc_value(P, w == 0 ? pl->send_off : pl->self_off);
+    offs[w] = off;
+    sl[w] = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u", sl[w], id);
+    for (int e = 0; e < lt->rank; e++) lm_tb_put(&P->out, ", %%p%u", e == d ? off : zero(P));
+    lm_tb_put(&P->out, ") {slice_sizes = array<i64");
+    for (int e = 0; e < lt->rank; e++) lm_tb_put(&P->out, "%s %lld", e ? "," : ":", (long long)o.dims[e]);
+    lm_tb_put(&P->out, ">} : (%s", ts(lt));
+    for (int e = 0; e < lt->rank; e++) lm_tb_put(&P->out, ", tensor<i32>");
+    lm_tb_put(&P->out, ") -> %s\n", ts(&o));
+  }
+  (void)offs;
+  uint32_t res = anyself ? sl[1] : 0;
+  if (pl->npairs) {
+    uint32_t r = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.collective_permute\"(%%p%u) {source_target_pairs = dense<[", r, sl[0]);
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < P->nproc; t++)
+      if (pl->src[t] >= 0 && !pl->self[t])
+        lm_tb_put(&P->out, "%s[%lld, %u]", k++ ? ", " : "", (long long)pl->src[t], t);
+    lm_tb_put(&P->out, "]> : tensor<%ux2xi64>, channel_handle = #stablehlo.channel_handle<handle = %u, type = 1>} : (%s) -> %s\n",
+              pl->npairs, ++P->channel, ts(&o), ts(&o));
+    lm_tb_put(&P->ex, "    collective_permute %s dim %d into uneven shards over ", what, d);
+    put_axes_ex(P, axes, nax);
+    size_t es = lm_dtype_size((lm_dtype)g->dtype);
+    note_bytes(P, (double)pl->npairs * (double)lm_type_numel(&o) * (double)es / (double)P->ms.ndev);
+    res = r;
+    if (anyself) { /* processes keeping their own block take the local slice instead */
+      uint32_t flag = proc_value(P, pl->self), c0 = zero(P), pr = nid(P), bp = nid(P), se = nid(P);
+      lm_type pt_ = o;
+      pt_.dtype = LOOM_DTYPE_PRED;
+      lm_tb_put(&P->out,
+                "    %%p%u = \"stablehlo.compare\"(%%p%u, %%p%u) {comparison_direction = #stablehlo<comparison_direction NE>, "
+                "compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<i32>, tensor<i32>) -> tensor<i1>\n",
+                pr, flag, c0);
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                         "(tensor<i1>) -> %s\n",
+                bp, pr, ts(&pt_));
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.select\"(%%p%u, %%p%u, %%p%u) : (%s, %s, %s) -> %s\n", se, bp, sl[1], r,
+                ts(&pt_), ts(&o), ts(&o), ts(&o));
+      res = se;
+    }
+  } else {
+    lm_tb_put(&P->ex, "    local slice %s dim %d into uneven shards (no communication)\n", what, d);
+  }
+  *lt = o;
+  return res;
+}
+
 /* A scalar constant of dtype dt: zero (or false). */
 static uint32_t zero_of(pt *P, lm_dtype dt) {
   uint32_t r = nid(P);
@@ -1285,6 +1458,11 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
     int n = vsh_nax(&C, d);
     if (!n || (is_prefix(&C, d, T, d) && (vsh_dim_eq(&C, d, T, d) || (!uneven(P, &C, g, d) && !uneven(P, T, g, d)))))
       continue;
+    perm_plan pl;
+    if (perm_plan_make(P, g, &C, T, d, &pl)) { /* split further by a collective_permute below */
+      perm_free(&pl);
+      continue;
+    }
     lm_type in, out;
     local_of(P, g, &C, &in);
     vsh N = C;
@@ -1314,6 +1492,14 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
   lm_type in, out;
   local_of(P, g, &C, &in);
   local_of(P, g, T, &out);
+  for (int d = 0; d < rank; d++) {
+    int n = vsh_nax(&C, d), nt = vsh_nax(T, d);
+    perm_plan pl;
+    if (!n || nt <= n || (!uneven(P, &C, g, d) && !uneven(P, T, g, d)) || !perm_plan_make(P, g, &C, T, d, &pl)) continue;
+    id = perm_apply(P, id, &in, g, d, out.dims[d], &pl, &T->ax[d][n], nt - n, what);
+    perm_free(&pl);
+    memcpy(C.ax[d], T->ax[d], NA);
+  }
   for (int d = 0; d < rank; d++) {
     int n = vsh_nax(&C, d), nt = vsh_nax(T, d);
     if (nt == n) {

@@ -112,6 +112,10 @@ def explain(name):
     ("uneven_argmax", ["operand 1: padding of its uneven reduced dims masked with the init value",
                        "partial results combined over {\"y\"}: gathered, then reduced again", "0 fallbacks"],
      ["all_gather operand"]),
+    # 12 rows in 2 blocks of 6 (over "x") constrained to 8 shards of 2 (over "x", "y"): each shard
+    # lies inside one block, so one collective_permute brings the shard a process lacks
+    ("uneven_sum", ["collective_permute operand dim 0 into uneven shards over {\"y\"}: 6 bytes received per device",
+                    "total: 2 collectives moving 384 bytes", "0 fallbacks"], ["all_gather"]),
     ("uneven_norm_cols", ["-> local tensor<5x2xf32>", "masked with the init value", "0 fallbacks"], ["fallback:"]),
     ("conv_batch", ["0 collectives", "0 fallbacks"], []),
     ("maxpool_grad", ["0 collectives", "0 fallbacks"], []),

@@ -385,10 +385,11 @@ static void test_errors_and_uneven(void **state) {
  * devices): shards of ceil(n / k), the last ones padded. The padding is made non-zero (+7) before
  * reductions, contractions, slices, concatenations, reshapes, reverses and a while loop meet it,
  * so a missing mask or a padded element that leaks shows as a wrong number. Every combination
- * of the constraint and the argument's (even) sharding, bit for bit against the unpartitioned run. */
+ * of the constraint and the argument's (even) sharding, bit for bit against the unpartitioned run;
+ * among them 6 columns in blocks of 3 split into 8 shards of 1 (a collective_permute). */
 static const char *const k_uneven_specs[] = {
     "[{\"y\"}, {}]", "[{\"x\", \"y\"}, {}]", "[{\"y\"}, {\"x\"}]", "[{}, {\"y\"}]", "[{\"x\"}, {\"y\"}]", "[{\"y\", \"x\"}, {}]",
-    "[{\"x\"}, {}]",
+    "[{\"x\"}, {}]", "[{}, {\"x\", \"y\"}]",
 };
 static const char *const k_uneven_args[] = {"[{}, {}]", "[{}, {\"x\"}]", "[{\"x\"}, {}]"};
 
@@ -534,6 +535,22 @@ static void test_uneven_plan(void **state) {
   assert_int_equal(lm_partition(m, info, NULL, &ex, &err), 0);
   if (!strstr(ex, "padding of its uneven contracting dims masked with zeros") || !strstr(ex, "0 fallbacks"))
     fail_msg("explain:\n%s", ex);
+  free(ex);
+  lm_spmd_info_free(info);
+  lm_module_free(m);
+  /* 6 columns in 2 blocks of 3 (over "x") split into 8 shards of 1 (over "x", "y"): each shard
+   * lies inside one block: a collective_permute moves the one shard (column 3) whose process
+   * lacks its block; the others are local slices */
+  uneven_text(text, sizeof text, k_uneven_args[1], "[{}, {\"x\", \"y\"}]", 0);
+  m = parse(text, &err);
+  assert_non_null(m);
+  assert_int_equal(lm_spmd_analyze(m, &info, &err), 0);
+  assert_int_equal(lm_partition(m, info, &out, &ex, &err), 0);
+  if (!strstr(ex, "collective_permute operand dim 1 into uneven shards over {\"y\"}: 5 bytes received per device, 40 in all") ||
+      strstr(ex, "all_gather operand"))
+    fail_msg("explain:\n%s", ex);
+  assert_non_null(strstr(out, "\"stablehlo.collective_permute\""));
+  free(out);
   free(ex);
   lm_spmd_info_free(info);
   lm_module_free(m);
