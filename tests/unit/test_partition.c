@@ -467,6 +467,35 @@ static const struct {
      "      stablehlo.return %i2, %h3 : tensor<i32>, tensor<10x6xf32>\n"
      "    }) : (tensor<i32>, tensor<10x6xf32>) -> (tensor<i32>, tensor<10x6xf32>)\n"
      "    return %w2#1 : tensor<10x6xf32>\n"},
+    /* an iota with its shard offsets, a sort and a cumulative sum along the other dim, a
+     * dynamic_slice, a sum from a non-identity init (its dim gathered first, padding cut off),
+     * a gather of rows, a contraction over the padded dim and an op without a rule after it
+     * (cholesky, replicated) */
+    {4, "tensor<6xf32>, tensor<10x3xf32>, tensor<4x6xf32>, tensor<6x6xf32>",
+     "    %io = stablehlo.iota dim = 0 : tensor<10x6xf32>\n"
+     "    %a1 = stablehlo.add %e, %io : tensor<10x6xf32>\n"
+     "    %st = \"stablehlo.sort\"(%a1) <{dimension = 1 : i64, is_stable = true}> ({\n"
+     "    ^bb0(%p1: tensor<f32>, %p2: tensor<f32>):\n"
+     "      %2 = stablehlo.compare LT, %p1, %p2, TOTALORDER : (tensor<f32>, tensor<f32>) -> tensor<i1>\n"
+     "      stablehlo.return %2 : tensor<i1>\n"
+     "    }) : (tensor<10x6xf32>) -> tensor<10x6xf32>\n"
+     "    %one = stablehlo.constant dense<1.0> : tensor<f32>\n"
+     "    %s = stablehlo.reduce(%st init: %one) applies stablehlo.add across dimensions = [0] : (tensor<10x6xf32>, tensor<f32>) -> tensor<6xf32>\n"
+     "    %zc = stablehlo.constant dense<0.0> : tensor<f32>\n"
+     "    %cw = \"stablehlo.reduce_window\"(%st, %zc) <{window_dimensions = array<i64: 1, 6>, padding = dense<[[0, 0], [5, 0]]> : tensor<2x2xi64>}> ({\n"
+     "    ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+     "      %ss = stablehlo.add %x, %y : tensor<f32>\n"
+     "      stablehlo.return %ss : tensor<f32>\n"
+     "    }) : (tensor<10x6xf32>, tensor<f32>) -> tensor<10x6xf32>\n"
+     "    %z0 = stablehlo.constant dense<0> : tensor<i32>\n"
+     "    %i2 = stablehlo.constant dense<2> : tensor<i32>\n"
+     "    %ds = \"stablehlo.dynamic_slice\"(%cw, %z0, %i2) {slice_sizes = array<i64: 10, 3>} : (tensor<10x6xf32>, tensor<i32>, tensor<i32>) -> tensor<10x3xf32>\n"
+     "    %ix = stablehlo.constant dense<[[9], [0], [4], [7]]> : tensor<4x1xi32>\n"
+     "    %g = \"stablehlo.gather\"(%cw, %ix) {dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], "
+     "start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1, 6>} : (tensor<10x6xf32>, tensor<4x1xi32>) -> tensor<4x6xf32>\n"
+     "    %sq = stablehlo.dot_general %cw, %cw, contracting_dims = [0] x [0] : (tensor<10x6xf32>, tensor<10x6xf32>) -> tensor<6x6xf32>\n"
+     "    %fb = stablehlo.cholesky %sq, lower = true : tensor<6x6xf32>\n"
+     "    return %s, %ds, %g, %fb : tensor<6xf32>, tensor<10x3xf32>, tensor<4x6xf32>, tensor<6x6xf32>\n"},
 };
 
 static void uneven_text(char *text, size_t cap, const char *arg, const char *spec, int body) {
