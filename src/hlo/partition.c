@@ -380,7 +380,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
   r->kind = R_FALLBACK;
   r->nres = 1;
   r->sort_dim = -1;
-  bool multi = op->code == LM_OP_REDUCE || op->code == LM_OP_SORT || op->code == LM_OP_CHLO_TOP_K;
+  bool multi = op->code == LM_OP_REDUCE || op->code == LM_OP_SORT || op->code == LM_OP_CHLO_TOP_K || op->code == LM_OP_SCATTER;
   if (!op->nout || (op->nout != 1 && !multi) || op->nout > 4 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
   const lm_type *rt = vtype(P, op->out[0]);
   if (rt->kind != LM_TYPE_TENSOR) return;
@@ -680,9 +680,19 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
     case LM_OP_GATHER:
     case LM_OP_SCATTER: {
       /* Operand dims sliced whole and not indexed (offset / window dims that pass through) keep
-       * their split, as do the indices' batch dims (gather); the index vectors stay whole. */
+       * their split, as do the indices' batch dims (gather); the index vectors stay whole. A
+       * scatter has nsc inputs of one shape, the indices, then nsc updates of one shape (up to
+       * 3 of each: variadic scatter), and nsc results. */
       bool sc = op->code == LM_OP_SCATTER;
-      if (op->nin != (sc ? 3u : 2u)) return; /* variadic scatter: fallback */
+      uint32_t nsc = sc ? op->nout : 1;
+      if (op->nin != (sc ? 2 * nsc + 1 : 2u) || (sc && nsc > 3)) return;
+      for (uint32_t k = 1; sc && k < nsc; k++) {
+        const lm_type *a = vtype(P, op->in[0]), *b = vtype(P, op->in[k]);
+        const lm_type *ua = vtype(P, op->in[nsc + 1]), *ub = vtype(P, op->in[nsc + 1 + k]);
+        if (a->rank != b->rank || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) || ua->rank != ub->rank ||
+            memcmp(ua->dims, ub->dims, sizeof(int64_t) * (size_t)ua->rank))
+          return;
+      }
       const lm_attr *dn = lm_op_attr(op, sc ? "scatter_dimension_numbers" : "dimension_numbers");
       int64_t off[LM_MAX_RANK], coll[LM_MAX_RANK], obat[LM_MAX_RANK], ibat[LM_MAX_RANK], smap[LM_MAX_RANK];
       int noff = lm_attr_ints(lm_sp_field(dn, sc ? "update_window_dims" : "offset_dims"), off, LM_MAX_RANK);
@@ -693,7 +703,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       int nmap = lm_attr_ints(lm_sp_field(dn, sc ? "scatter_dims_to_operand_dims" : "start_index_map"), smap, LM_MAX_RANK);
       const lm_attr *iva = lm_sp_field(dn, "index_vector_dim");
       int64_t ivd = iva ? lm_attr_int_or(iva, -1) : 0;
-      const lm_type *ot = vtype(P, op->in[0]), *it = vtype(P, op->in[1]);
+      const lm_type *ot = vtype(P, op->in[0]), *it = vtype(P, op->in[sc ? nsc : 1]);
       if (!dn) return;
       if (noff < 0) noff = 0;
       if (ncoll < 0) ncoll = 0;
@@ -703,7 +713,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       if (noff + ncoll + nobat != ot->rank || (!sc && ot->rank > LM_MAX_RANK)) return;
       int64_t ss[LM_MAX_RANK];
       if (!sc && ints(op, "slice_sizes", ss, LM_MAX_RANK) != ot->rank) return;
-      const lm_type *ut = sc ? vtype(P, op->in[2]) : rt; /* where the window dims are */
+      const lm_type *ut = sc ? vtype(P, op->in[nsc + 1]) : rt; /* where the window dims are */
       int k = 0;
       for (int d = 0; d < ot->rank; d++) {
         bool skip = false;
@@ -715,8 +725,10 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
         for (int j = 0; j < nmap; j++) indexed = indexed || smap[j] == d;
         if (indexed || wdim < 0 || wdim >= ut->rank || ut->dims[wdim] != ot->dims[d] || (!sc && ss[d] != ot->dims[d]))
           continue;
-        r->map[0][d] = (int8_t)(sc ? d : wdim);
-        if (sc) r->map[2][wdim] = (int8_t)d;
+        for (uint32_t k = 0; k < nsc; k++) {
+          r->map[k][d] = (int8_t)(sc ? d : wdim);
+          if (sc) r->map[nsc + 1 + k][wdim] = (int8_t)d;
+        }
         r->prod[sc ? d : wdim] = true;
       }
       if (!sc) { /* the indices' batch dims -> the result's non-offset dims, in order */
