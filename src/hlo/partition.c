@@ -1692,7 +1692,7 @@ static void ex_op_head(pt *P, const lm_op *op, uint32_t k) {
     local_of(P, t, &P->ch[op->out[j]], &l);
     lm_tb_put(&P->ex, "  result %u %s ", j, ts(t));
     put_vsh(P, &P->ex, &P->ch[op->out[j]], t->rank);
-    lm_tb_put(&P->ex, " -> local %s\n", ts(&l));
+    lm_tb_put(&P->ex, " -> local %s%s\n", ts(&l), any_uneven(P, &P->ch[op->out[j]], t) ? " (last shards padded)" : "");
   }
 }
 
