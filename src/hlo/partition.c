@@ -122,10 +122,28 @@ static int vrank(const pt *P, uint32_t v) {
   return t->kind == LM_TYPE_TENSOR ? t->rank : 0;
 }
 
+/* A dimension of size n split k ways: each shard holds ceil(n / k) elements, the last shards
+ * padded past the end (as XLA does); the padding holds unspecified values. */
 static void local_of(const pt *P, const lm_type *g, const vsh *s, lm_type *l) {
   *l = *g;
   if (g->kind != LM_TYPE_TENSOR) return;
-  for (int d = 0; d < g->rank; d++) l->dims[d] = g->dims[d] / vsh_parts(P, s, d);
+  for (int d = 0; d < g->rank; d++) {
+    int64_t k = vsh_parts(P, s, d);
+    l->dims[d] = (g->dims[d] + k - 1) / k;
+  }
+}
+
+/* True when dim d of a value of type g does not split evenly under s (its shards are padded). */
+static bool uneven(const pt *P, const vsh *s, const lm_type *g, int d) {
+  int64_t k = vsh_parts(P, s, d);
+  return k > 1 && g->dims[d] % k != 0;
+}
+
+static bool any_uneven(const pt *P, const vsh *s, const lm_type *g) {
+  if (g->kind != LM_TYPE_TENSOR) return false;
+  for (int d = 0; d < g->rank; d++)
+    if (uneven(P, s, g, d)) return true;
+  return false;
 }
 
 static char *ts(const lm_type *t) {
@@ -152,9 +170,11 @@ static void put_axes(const pt *P, lm_textbuf *b, const int8_t *axes, int n) {
   lm_tb_put(b, "}");
 }
 
-/* Drops from s what does not fit type t: axes used twice, dimensions that do not split evenly
- * (reported on the explain output when what is given). */
-static void vsh_fit(pt *P, vsh *s, const lm_type *t, const char *what) {
+/* Drops from s what does not fit type t: axes used twice and, when `even` (the shardings of
+ * @main's arguments and results, which the runtime holds as equal shards), dimensions that do
+ * not split evenly (reported on the explain output when what is given). Inside the program a
+ * dimension may split unevenly: its shards are padded (local_of). */
+static void vsh_fit(pt *P, vsh *s, const lm_type *t, const char *what, bool even) {
   int rank = t->kind == LM_TYPE_TENSOR ? t->rank : 0;
   uint32_t used = 0;
   for (int d = 0; d < LM_MAX_RANK; d++) {
@@ -170,10 +190,10 @@ static void vsh_fit(pt *P, vsh *s, const lm_type *t, const char *what) {
       mine |= 1u << s->ax[d][j];
     }
     int64_t k = ok ? vsh_parts(P, s, d) : 1;
-    if (ok && (t->dims[d] < 0 || t->dims[d] % k != 0)) {
+    if (ok && (t->dims[d] < 0 || (even && t->dims[d] % k != 0))) {
       if (what && n) {
-        lm_tb_put(&P->ex, "  uneven: %s dimension %d (size %lld) does not split into %lld equal shards: that dimension is "
-                          "replicated instead (fallback)\n",
+        lm_tb_put(&P->ex, "  uneven: %s dimension %d (size %lld) does not split into %lld equal shards, and the runtime "
+                          "holds arguments and results as equal shards: that dimension is replicated instead (fallback)\n",
                   what, d, (long long)t->dims[d], (long long)k);
         P->nfallback++;
       }
@@ -360,7 +380,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
   r->kind = R_FALLBACK;
   r->nres = 1;
   r->sort_dim = -1;
-  bool multi = op->code == LM_OP_REDUCE || op->code == LM_OP_SORT || op->code == LM_OP_CHLO_TOP_K;
+  bool multi = op->code == LM_OP_REDUCE || op->code == LM_OP_SORT || op->code == LM_OP_CHLO_TOP_K || op->code == LM_OP_SCATTER;
   if (!op->nout || (op->nout != 1 && !multi) || op->nout > 4 || op->nin > 8 || op->code == LM_OP_UNKNOWN) return;
   const lm_type *rt = vtype(P, op->out[0]);
   if (rt->kind != LM_TYPE_TENSOR) return;
@@ -660,9 +680,19 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
     case LM_OP_GATHER:
     case LM_OP_SCATTER: {
       /* Operand dims sliced whole and not indexed (offset / window dims that pass through) keep
-       * their split, as do the indices' batch dims (gather); the index vectors stay whole. */
+       * their split, as do the indices' batch dims (gather); the index vectors stay whole. A
+       * scatter has nsc inputs of one shape, the indices, then nsc updates of one shape (up to
+       * 3 of each: variadic scatter), and nsc results. */
       bool sc = op->code == LM_OP_SCATTER;
-      if (op->nin != (sc ? 3u : 2u)) return; /* variadic scatter: fallback */
+      uint32_t nsc = sc ? op->nout : 1;
+      if (op->nin != (sc ? 2 * nsc + 1 : 2u) || (sc && nsc > 3)) return;
+      for (uint32_t k = 1; sc && k < nsc; k++) {
+        const lm_type *a = vtype(P, op->in[0]), *b = vtype(P, op->in[k]);
+        const lm_type *ua = vtype(P, op->in[nsc + 1]), *ub = vtype(P, op->in[nsc + 1 + k]);
+        if (a->rank != b->rank || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) || ua->rank != ub->rank ||
+            memcmp(ua->dims, ub->dims, sizeof(int64_t) * (size_t)ua->rank))
+          return;
+      }
       const lm_attr *dn = lm_op_attr(op, sc ? "scatter_dimension_numbers" : "dimension_numbers");
       int64_t off[LM_MAX_RANK], coll[LM_MAX_RANK], obat[LM_MAX_RANK], ibat[LM_MAX_RANK], smap[LM_MAX_RANK];
       int noff = lm_attr_ints(lm_sp_field(dn, sc ? "update_window_dims" : "offset_dims"), off, LM_MAX_RANK);
@@ -673,7 +703,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       int nmap = lm_attr_ints(lm_sp_field(dn, sc ? "scatter_dims_to_operand_dims" : "start_index_map"), smap, LM_MAX_RANK);
       const lm_attr *iva = lm_sp_field(dn, "index_vector_dim");
       int64_t ivd = iva ? lm_attr_int_or(iva, -1) : 0;
-      const lm_type *ot = vtype(P, op->in[0]), *it = vtype(P, op->in[1]);
+      const lm_type *ot = vtype(P, op->in[0]), *it = vtype(P, op->in[sc ? nsc : 1]);
       if (!dn) return;
       if (noff < 0) noff = 0;
       if (ncoll < 0) ncoll = 0;
@@ -683,7 +713,7 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
       if (noff + ncoll + nobat != ot->rank || (!sc && ot->rank > LM_MAX_RANK)) return;
       int64_t ss[LM_MAX_RANK];
       if (!sc && ints(op, "slice_sizes", ss, LM_MAX_RANK) != ot->rank) return;
-      const lm_type *ut = sc ? vtype(P, op->in[2]) : rt; /* where the window dims are */
+      const lm_type *ut = sc ? vtype(P, op->in[nsc + 1]) : rt; /* where the window dims are */
       int k = 0;
       for (int d = 0; d < ot->rank; d++) {
         bool skip = false;
@@ -695,8 +725,10 @@ static void op_rule(const pt *P, const lm_op *op, rule *r) {
         for (int j = 0; j < nmap; j++) indexed = indexed || smap[j] == d;
         if (indexed || wdim < 0 || wdim >= ut->rank || ut->dims[wdim] != ot->dims[d] || (!sc && ss[d] != ot->dims[d]))
           continue;
-        r->map[0][d] = (int8_t)(sc ? d : wdim);
-        if (sc) r->map[2][wdim] = (int8_t)d;
+        for (uint32_t k = 0; k < nsc; k++) {
+          r->map[k][d] = (int8_t)(sc ? d : wdim);
+          if (sc) r->map[nsc + 1 + k][wdim] = (int8_t)d;
+        }
         r->prod[sc ? d : wdim] = true;
       }
       if (!sc) { /* the indices' batch dims -> the result's non-offset dims, in order */
@@ -752,7 +784,9 @@ static void producible(const pt *P, const rule *r, const lm_type *rt, const vsh 
     for (int j = 0; j < n; j++)
       if (minus & (1u << R->ax[d][j])) ok = false;
     int64_t k = vsh_parts(P, R, d);
-    if (!ok || rt->dims[d] % k || (r->need[d] && r->need[d] % k)) continue;
+    /* a reshape's dim may split unevenly (padded) only where its operand dim has its size */
+    bool same = !r->need[d] || r->need[d] == rt->dims[d];
+    if (!ok || (!same && (rt->dims[d] % k || r->need[d] % k))) continue;
     memcpy(A->ax[d], R->ax[d], NA);
   }
 }
@@ -764,7 +798,7 @@ static bool sort_move(const pt *P, const rule *r, const lm_type *rt, uint32_t in
   int sd = r->sort_dim;
   const vsh *S = &P->ch[in0];
   int nx = vsh_nax(S, sd);
-  if (sd < 0 || !nx || (dim_mask(S, sd) & vsh_used(A, rt->rank))) return false;
+  if (sd < 0 || !nx || (dim_mask(S, sd) & vsh_used(A, rt->rank)) || uneven(P, S, vtype(P, in0), sd)) return false;
   for (int d = 0; d < rt->rank; d++) {
     int n = vsh_nax(A, d);
     if (d == sd || !r->prod[d] || n + nx > NA || rt->dims[d] % (vsh_parts(P, A, d) * vsh_parts(P, S, sd))) continue;
@@ -774,15 +808,17 @@ static bool sort_move(const pt *P, const rule *r, const lm_type *rt, uint32_t in
   return false;
 }
 
-/* The sharding operand i needs to compute result sharding A. */
-static void operand_need(const pt *P, const rule *r, uint32_t i, const lm_type *t, const vsh *A, vsh *O) {
+/* The sharding operand i (type t) needs to compute result sharding A (result type rt). A dim
+ * keeps an uneven split (padded alike) only where it has its result dim's size. */
+static void operand_need(const pt *P, const rule *r, uint32_t i, const lm_type *t, const lm_type *rt, const vsh *A,
+                         vsh *O) {
   vsh_clear(O);
   if (i >= 8) return;
   for (int d = 0; d < t->rank; d++) {
     int rd = r->map[i][d];
     if (rd < 0) continue;
     int64_t k = vsh_parts(P, A, rd);
-    if (t->dims[d] % k) continue;
+    if ((t->dims[d] % k || rt->dims[rd] % k) && t->dims[d] != rt->dims[rd]) continue;
     memcpy(O->ax[d], A->ax[rd], NA);
   }
 }
@@ -839,7 +875,7 @@ static void mark_block(pt *P, const lm_block *b, int depth) {
 
 static bool set_if_new(pt *P, uint32_t v, vsh *s) {
   if (P->known[v] || !P->top[v]) return false;
-  vsh_fit(P, s, vtype(P, v), NULL);
+  vsh_fit(P, s, vtype(P, v), NULL, false);
   if (vsh_is_repl(s, vrank(P, v))) return false;
   P->ch[v] = *s;
   P->known[v] = 1;
@@ -970,7 +1006,7 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
         uint32_t m = dim_mask(o, d);
         if (used & m) continue;
         int64_t k = vsh_parts(P, o, d);
-        if (rt->dims[rd] % k || (r.need[rd] && r.need[rd] % k)) continue;
+        if (t->dims[d] != rt->dims[rd] && (rt->dims[rd] % k || (r.need[rd] && r.need[rd] % k))) continue;
         memcpy(s.ax[rd], o->ax[d], NA);
         used |= m;
       }
@@ -989,7 +1025,7 @@ static bool prop_op(pt *P, const lm_op *op, bool fwd) {
       uint32_t v = op->in[i];
       if (P->known[v]) continue;
       vsh O;
-      operand_need(P, &r, i, vtype(P, v), &A, &O);
+      operand_need(P, &r, i, vtype(P, v), rt, &A, &O);
       /* dot: a contracting dim takes the other side's sharding */
       if (r.kind == R_DOT) {
         uint32_t other = op->in[1 - i];
@@ -1129,19 +1165,281 @@ static uint32_t index_along(pt *P, const int8_t *axes, int nax, int64_t scale) {
 
 static void put_axes_ex(pt *P, const int8_t *axes, int n) { put_axes(P, &P->ex, axes, n); }
 
-/* Reshards local value `id` (global type g) from S to T; returns the new local id. */
+/* vals[p] for this process p, as an i32 scalar (a constant table indexed by partition_id). */
+static uint32_t proc_value(pt *P, const int64_t *vals) {
+  uint32_t id = pid(P);
+  uint32_t table = nid(P), sl = nid(P), res = nid(P);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.constant\"() {value = dense<[", table);
+  for (uint32_t p = 0; p < P->nproc; p++) lm_tb_put(&P->out, "%s%lld", p ? ", " : "", (long long)vals[p]);
+  lm_tb_put(&P->out, "]> : tensor<%uxi32>} : () -> tensor<%uxi32>\n", P->nproc, P->nproc);
+  lm_tb_put(&P->out,
+            "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u, %%p%u) {slice_sizes = array<i64: 1>} : (tensor<%uxi32>, "
+            "tensor<i32>) -> tensor<1xi32>\n",
+            sl, table, id, P->nproc);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (tensor<1xi32>) -> tensor<i32>\n", res, sl);
+  return res;
+}
+
+static void mesh_coord(const pt *P, int64_t pos, int64_t *coord) {
+  for (int a = P->ms.rank - 1; a >= 0; a--) {
+    coord[a] = pos % P->ms.sizes[a];
+    pos /= P->ms.sizes[a];
+  }
+}
+
+static int64_t coord_index(const pt *P, const int64_t *coord, const int8_t *axes, int nax) {
+  int64_t idx = 0;
+  for (int j = 0; j < nax; j++) idx = idx * P->ms.sizes[axes[j]] + coord[axes[j]];
+  return idx;
+}
+
+static uint32_t pad_dim(pt *P, uint32_t id, lm_type *t, int d, int64_t n);
+
+/* A plan to split dim d further, from C's split (axes A, blocks of b1) to T's (A then more
+ * axes E, blocks of b2), where one of them is uneven so local slices do not line up: each
+ * target block lies inside one source block, taken from the process that holds it (itself
+ * where it can, else one of the processes along E holding that block, each sending once) by a
+ * collective_permute. Per process p: src[p] the process it receives from (-1: none, or itself
+ * when self[p]), send_off[p] / self_off[p] the offsets along d in its local block of what it
+ * sends / keeps. False when some target block straddles two source blocks. */
+typedef struct perm_plan {
+  int64_t *src, *send_off, *self_off, *self;
+  int64_t need; /* local length along d the slices reach (the block padded to it) */
+  uint32_t npairs;
+} perm_plan;
+
+static void perm_free(perm_plan *pl) {
+  free(pl->src);
+  pl->src = NULL;
+}
+
+static bool perm_plan_make(pt *P, const lm_type *g, const vsh *C, const vsh *T, int d, perm_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  uint32_t np = P->nproc;
+  int na = vsh_nax(C, d), nt = vsh_nax(T, d);
+  int64_t n = g->dims[d], pc = vsh_parts(P, C, d), ptt = vsh_parts(P, T, d);
+  int64_t b1 = (n + pc - 1) / pc, b2 = (n + ptt - 1) / ptt;
+  if (!na || nt <= na || !is_prefix(C, d, T, d) || b2 <= 0) return false;
+  int64_t *mem = calloc(5 * (size_t)np, sizeof *mem);
+  if (!mem) return false;
+  pl->src = mem;
+  pl->send_off = mem + np;
+  pl->self_off = mem + 2 * np;
+  pl->self = mem + 3 * np;
+  int64_t *sending = mem + 4 * np; /* 1 when process p already sends */
+  pl->need = b1;
+  for (uint32_t p = 0; p < np; p++) pl->src[p] = -1;
+  int64_t coord[NA], sc[NA];
+  for (uint32_t t = 0; t < np; t++) {
+    mesh_coord(P, P->proc_pos[t], coord);
+    int64_t j = coord_index(P, coord, T->ax[d], nt), lo = j * b2;
+    if (lo >= n) continue; /* all padding: receives nothing (zeros) */
+    int64_t hi = lo + b2 < n ? lo + b2 : n, i = lo / b1;
+    if ((hi - 1) / b1 != i) {
+      perm_free(pl);
+      return false;
+    }
+    int64_t off = lo - i * b1;
+    if (off + b2 > pl->need) pl->need = off + b2;
+    if (coord_index(P, coord, C->ax[d], na) == i) {
+      pl->self[t] = 1;
+      pl->self_off[t] = off;
+      continue;
+    }
+    /* a process along E (same coordinates elsewhere) holding block i, not sending yet */
+    memcpy(sc, coord, sizeof sc);
+    int64_t rest = i;
+    for (int k = na - 1; k >= 0; k--) {
+      sc[C->ax[d][k]] = rest % P->ms.sizes[C->ax[d][k]];
+      rest /= P->ms.sizes[C->ax[d][k]];
+    }
+    int64_t ne = ptt / pc, found = -1;
+    for (int64_t e = 0; e < ne && found < 0; e++) {
+      int64_t x = e;
+      for (int k = nt - 1; k >= na; k--) {
+        sc[T->ax[d][k]] = x % P->ms.sizes[T->ax[d][k]];
+        x /= P->ms.sizes[T->ax[d][k]];
+      }
+      int64_t pos = 0;
+      for (int a = 0; a < P->ms.rank; a++) pos = pos * P->ms.sizes[a] + sc[a];
+      uint32_t s = P->mesh_procs[pos];
+      if (!sending[s]) found = s;
+    }
+    if (found < 0) {
+      perm_free(pl);
+      return false;
+    }
+    sending[found] = 1;
+    pl->src[t] = found;
+    pl->send_off[found] = off;
+    pl->npairs++;
+  }
+  return true;
+}
+
+/* Carries out perm_plan_make's plan on local value id (local type *lt, dim d); *lt gets the
+ * new local type. */
+static uint32_t perm_apply(pt *P, uint32_t id, lm_type *lt, const lm_type *g, int d, int64_t b2, const perm_plan *pl,
+                           const int8_t *axes, int nax, const char *what) {
+  if (pl->need > lt->dims[d]) id = pad_dim(P, id, lt, d, pl->need);
+  lm_type o = *lt;
+  o.dims[d] = b2;
+  bool anyself = false;
+  for (uint32_t p = 0; p < P->nproc; p++) anyself |= pl->self[p] != 0;
+  uint32_t offs[2] = {0, 0}, sl[2] = {0, 0};
+  for (int w = 0; w < 2; w++) {
+    if (w == 0 ? !pl->npairs : !anyself) continue;
+    uint32_t off = proc_value(P, w == 0 ? pl->send_off : pl->self_off);
+    offs[w] = off;
+    sl[w] = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u", sl[w], id);
+    for (int e = 0; e < lt->rank; e++) lm_tb_put(&P->out, ", %%p%u", e == d ? off : zero(P));
+    lm_tb_put(&P->out, ") {slice_sizes = array<i64");
+    for (int e = 0; e < lt->rank; e++) lm_tb_put(&P->out, "%s %lld", e ? "," : ":", (long long)o.dims[e]);
+    lm_tb_put(&P->out, ">} : (%s", ts(lt));
+    for (int e = 0; e < lt->rank; e++) lm_tb_put(&P->out, ", tensor<i32>");
+    lm_tb_put(&P->out, ") -> %s\n", ts(&o));
+  }
+  (void)offs;
+  uint32_t res = anyself ? sl[1] : 0;
+  if (pl->npairs) {
+    uint32_t r = nid(P);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.collective_permute\"(%%p%u) {source_target_pairs = dense<[", r, sl[0]);
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < P->nproc; t++)
+      if (pl->src[t] >= 0 && !pl->self[t])
+        lm_tb_put(&P->out, "%s[%lld, %u]", k++ ? ", " : "", (long long)pl->src[t], t);
+    lm_tb_put(&P->out, "]> : tensor<%ux2xi64>, channel_handle = #stablehlo.channel_handle<handle = %u, type = 1>} : (%s) -> %s\n",
+              pl->npairs, ++P->channel, ts(&o), ts(&o));
+    lm_tb_put(&P->ex, "    collective_permute %s dim %d into uneven shards over ", what, d);
+    put_axes_ex(P, axes, nax);
+    size_t es = lm_dtype_size((lm_dtype)g->dtype);
+    note_bytes(P, (double)pl->npairs * (double)lm_type_numel(&o) * (double)es / (double)P->ms.ndev);
+    res = r;
+    if (anyself) { /* processes keeping their own block take the local slice instead */
+      uint32_t flag = proc_value(P, pl->self), c0 = zero(P), pr = nid(P), bp = nid(P), se = nid(P);
+      lm_type pt_ = o;
+      pt_.dtype = LOOM_DTYPE_PRED;
+      lm_tb_put(&P->out,
+                "    %%p%u = \"stablehlo.compare\"(%%p%u, %%p%u) {comparison_direction = #stablehlo<comparison_direction NE>, "
+                "compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<i32>, tensor<i32>) -> tensor<i1>\n",
+                pr, flag, c0);
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                         "(tensor<i1>) -> %s\n",
+                bp, pr, ts(&pt_));
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.select\"(%%p%u, %%p%u, %%p%u) : (%s, %s, %s) -> %s\n", se, bp, sl[1], r,
+                ts(&pt_), ts(&o), ts(&o), ts(&o));
+      res = se;
+    }
+  } else {
+    lm_tb_put(&P->ex, "    local slice %s dim %d into uneven shards (no communication)\n", what, d);
+  }
+  *lt = o;
+  return res;
+}
+
+/* A scalar constant of dtype dt: zero (or false). */
+static uint32_t zero_of(pt *P, lm_dtype dt) {
+  uint32_t r = nid(P);
+  const char *v = lm_dtype_is_pred(dt) ? "false" : lm_dtype_is_complex(dt) ? "(0.000000e+00,0.000000e+00)"
+                                                 : lm_dtype_is_float(dt) ? "0.000000e+00" : "0";
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.constant\"() {value = dense<%s> : tensor<%s>} : () -> tensor<%s>\n", r, v,
+            lm_dtype_name(dt), lm_dtype_name(dt));
+  return r;
+}
+
+/* Pads local value id (type *t) at the end of dim d to size n (zeros); *t gets the new type. */
+static uint32_t pad_dim(pt *P, uint32_t id, lm_type *t, int d, int64_t n) {
+  uint32_t z = zero_of(P, (lm_dtype)t->dtype), r = nid(P);
+  lm_type o = *t;
+  o.dims[d] = n;
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.pad\"(%%p%u, %%p%u) {edge_padding_low = array<i64", r, id, z);
+  for (int e = 0; e < t->rank; e++) lm_tb_put(&P->out, "%s 0", e ? "," : ":");
+  lm_tb_put(&P->out, ">, edge_padding_high = array<i64");
+  for (int e = 0; e < t->rank; e++) lm_tb_put(&P->out, "%s %lld", e ? "," : ":", (long long)(e == d ? n - t->dims[d] : 0));
+  lm_tb_put(&P->out, ">, interior_padding = array<i64");
+  for (int e = 0; e < t->rank; e++) lm_tb_put(&P->out, "%s 0", e ? "," : ":");
+  lm_tb_put(&P->out, ">} : (%s, tensor<%s>) -> %s\n", ts(t), lm_dtype_name((lm_dtype)t->dtype), ts(&o));
+  *t = o;
+  return r;
+}
+
+/* Keeps the first n elements of dim d of local value id (type *t); *t gets the new type. */
+static uint32_t trim_dim(pt *P, uint32_t id, lm_type *t, int d, int64_t n) {
+  uint32_t r = nid(P);
+  lm_type o = *t;
+  o.dims[d] = n;
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.slice\"(%%p%u) {start_indices = array<i64", r, id);
+  for (int e = 0; e < t->rank; e++) lm_tb_put(&P->out, "%s 0", e ? "," : ":");
+  lm_tb_put(&P->out, ">, limit_indices = array<i64");
+  for (int e = 0; e < t->rank; e++) lm_tb_put(&P->out, "%s %lld", e ? "," : ":", (long long)o.dims[e]);
+  lm_tb_put(&P->out, ">, strides = array<i64");
+  for (int e = 0; e < t->rank; e++) lm_tb_put(&P->out, "%s 1", e ? "," : ":");
+  lm_tb_put(&P->out, ">} : (%s) -> %s\n", ts(t), ts(&o));
+  *t = o;
+  return r;
+}
+
+/* Local value id (type lt, global type g, sharding S) with the padding of the dims in `dims`
+ * (a bit per dim; those split unevenly) replaced by scalar `fill` (a local id of element type):
+ * a mask from each dim's global index (iota plus this shard's offset) below the dim's size. */
+static uint32_t mask_pad(pt *P, uint32_t id, const lm_type *lt, const lm_type *g, const vsh *S, uint32_t dims,
+                         uint32_t fill) {
+  lm_type it = *lt, pt_ = *lt;
+  it.dtype = LOOM_DTYPE_S32;
+  pt_.dtype = LOOM_DTYPE_PRED;
+  int64_t pred = -1;
+  for (int d = 0; d < g->rank; d++) {
+    if (!(dims & (1u << d)) || !uneven(P, S, g, d)) continue;
+    uint32_t io = nid(P), bo = nid(P), gi = nid(P), lim = nid(P), c = nid(P);
+    uint32_t off = index_along(P, S->ax[d], vsh_nax(S, d), lt->dims[d]);
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.iota\"() {iota_dimension = %d : i64} : () -> %s\n", io, d, ts(&it));
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                       "(tensor<i32>) -> %s\n",
+              bo, off, ts(&it));
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.add\"(%%p%u, %%p%u) : (%s, %s) -> %s\n", gi, io, bo, ts(&it), ts(&it),
+              ts(&it));
+    lm_tb_put(&P->out, "    %%p%u = \"stablehlo.constant\"() {value = dense<%lld> : %s} : () -> %s\n", lim,
+              (long long)g->dims[d], ts(&it), ts(&it));
+    lm_tb_put(&P->out,
+              "    %%p%u = \"stablehlo.compare\"(%%p%u, %%p%u) {comparison_direction = #stablehlo<comparison_direction LT>, "
+              "compare_type = #stablehlo<comparison_type SIGNED>} : (%s, %s) -> %s\n",
+              c, gi, lim, ts(&it), ts(&it), ts(&pt_));
+    if (pred >= 0) {
+      uint32_t a = nid(P);
+      lm_tb_put(&P->out, "    %%p%u = \"stablehlo.and\"(%%p%lld, %%p%u) : (%s, %s) -> %s\n", a, (long long)pred, c,
+                ts(&pt_), ts(&pt_), ts(&pt_));
+      c = a;
+    }
+    pred = c;
+  }
+  if (pred < 0) return id;
+  uint32_t fb = nid(P), r = nid(P);
+  const char *dn = lm_dtype_name((lm_dtype)lt->dtype);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.broadcast_in_dim\"(%%p%u) {broadcast_dimensions = array<i64>} : "
+                     "(tensor<%s>) -> %s\n",
+            fb, fill, dn, ts(lt));
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.select\"(%%p%lld, %%p%u, %%p%u) : (%s, %s, %s) -> %s\n", r, (long long)pred,
+            id, fb, ts(&pt_), ts(lt), ts(lt), ts(lt));
+  return r;
+}
+
+/* Reshards local value `id` (global type g) from S to T; returns the new local id. A dim split
+ * unevenly (padded shards) is gathered whole (its padding cut off) before it splits another way,
+ * and padded before a whole dim is sliced into uneven shards. */
 static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, const vsh *T, const char *what) {
   if (g->kind != LM_TYPE_TENSOR) return id;
   int rank = g->rank;
   vsh C = *S;
   if (vsh_eq(&C, T, rank)) return id;
   size_t es = lm_dtype_size((lm_dtype)g->dtype);
-  /* all_to_all: dim d gathered while another dim d2 splits further over the same axes */
+  /* all_to_all: dim d gathered while another dim d2 splits further over the same axes (even
+   * splits only) */
   for (int d = 0; d < rank; d++) {
     int n = vsh_nax(&C, d);
-    if (!n || T->ax[d][0] >= 0) continue;
+    if (!n || T->ax[d][0] >= 0 || uneven(P, &C, g, d) || uneven(P, T, g, d)) continue;
     for (int d2 = 0; d2 < rank; d2++) {
-      if (d2 == d || !is_prefix(&C, d2, T, d2)) continue;
+      if (d2 == d || !is_prefix(&C, d2, T, d2) || uneven(P, T, g, d2)) continue;
       int n2 = vsh_nax(&C, d2), nt = vsh_nax(T, d2);
       if (nt - n2 < n || memcmp(&T->ax[d2][n2], C.ax[d], (size_t)n)) continue;
       if (g->dims[d2] % (vsh_parts(P, &C, d2) * vsh_parts(P, &C, d))) continue;
@@ -1166,10 +1464,17 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
       break;
     }
   }
-  /* gather dims whose current split is not a prefix of the target's */
+  /* gather dims whose current split is not a prefix of the target's, or that change an uneven
+   * split (padded shards do not split further by local slices) */
   for (int d = 0; d < rank; d++) {
     int n = vsh_nax(&C, d);
-    if (!n || is_prefix(&C, d, T, d)) continue;
+    if (!n || (is_prefix(&C, d, T, d) && (vsh_dim_eq(&C, d, T, d) || (!uneven(P, &C, g, d) && !uneven(P, T, g, d)))))
+      continue;
+    perm_plan pl;
+    if (perm_plan_make(P, g, &C, T, d, &pl)) { /* split further by a collective_permute below */
+      perm_free(&pl);
+      continue;
+    }
     lm_type in, out;
     local_of(P, g, &C, &in);
     vsh N = C;
@@ -1177,16 +1482,23 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
     local_of(P, g, &N, &out);
     uint32_t r = nid(P);
     int64_t gs;
+    lm_type gt = in; /* what the all_gather makes: padded shards end to end */
+    gt.dims[d] = in.dims[d] * vsh_parts(P, &C, d);
     lm_tb_put(&P->out, "    %%p%u = \"stablehlo.all_gather\"(%%p%u) {all_gather_dim = %d : i64, ", r, id, d);
     put_groups(P, C.ax[d], n, &gs);
-    lm_tb_put(&P->out, "} : (%s) -> %s\n", ts(&in), ts(&out));
+    lm_tb_put(&P->out, "} : (%s) -> %s\n", ts(&in), ts(&gt));
     lm_tb_put(&P->ex, "    all_gather %s dim %d over ", what, d);
     put_axes_ex(P, C.ax[d], n);
-    note_bytes(P, (double)lm_type_numel(&out) * (double)es * (double)(gs - 1) / (double)gs);
+    note_bytes(P, (double)lm_type_numel(&gt) * (double)es * (double)(gs - 1) / (double)gs);
+    if (gt.dims[d] != out.dims[d]) {
+      r = trim_dim(P, r, &gt, d, out.dims[d]);
+      lm_tb_put(&P->ex, "    padding of dim %d cut off after the gather\n", d);
+    }
     id = r;
     C = N;
   }
-  /* split further: slice this process's part of its local block */
+  /* split further: slice this process's part of its local block (a dim that splits unevenly
+   * is whole here, and padded to the shards' total first) */
   bool any = false;
   uint32_t offs[LM_MAX_RANK];
   lm_type in, out;
@@ -1194,11 +1506,25 @@ static uint32_t reshard(pt *P, uint32_t id, const lm_type *g, const vsh *S, cons
   local_of(P, g, T, &out);
   for (int d = 0; d < rank; d++) {
     int n = vsh_nax(&C, d), nt = vsh_nax(T, d);
+    perm_plan pl;
+    if (!n || nt <= n || (!uneven(P, &C, g, d) && !uneven(P, T, g, d)) || !perm_plan_make(P, g, &C, T, d, &pl)) continue;
+    id = perm_apply(P, id, &in, g, d, out.dims[d], &pl, &T->ax[d][n], nt - n, what);
+    perm_free(&pl);
+    memcpy(C.ax[d], T->ax[d], NA);
+  }
+  for (int d = 0; d < rank; d++) {
+    int n = vsh_nax(&C, d), nt = vsh_nax(T, d);
     if (nt == n) {
       offs[d] = zero(P);
       continue;
     }
     any = true;
+    int64_t k = vsh_parts(P, T, d) / vsh_parts(P, &C, d);
+    if (in.dims[d] < out.dims[d] * k) {
+      id = pad_dim(P, id, &in, d, out.dims[d] * k);
+      lm_tb_put(&P->ex, "    %s dim %d padded to %lld before it splits into %lld shards of %lld\n", what, d,
+                (long long)in.dims[d], (long long)k, (long long)out.dims[d]);
+    }
     offs[d] = index_along(P, &T->ax[d][n], nt - n, out.dims[d]);
   }
   if (any) {
@@ -1273,7 +1599,7 @@ static uint32_t get(pt *P, uint32_t v, const vsh *T, const char *what) {
     op_rule(P, d, &r);
     vsh A, O;
     producible(P, &r, vtype(P, v), T, 0, &A);
-    operand_need(P, &r, 0, vtype(P, d->in[0]), &A, &O);
+    operand_need(P, &r, 0, vtype(P, d->in[0]), vtype(P, v), &A, &O);
     uint32_t in = get(P, d->in[0], &O, "operand of a broadcast made again");
     lm_type it, ot;
     local_of(P, vtype(P, d->in[0]), &O, &it);
@@ -1321,6 +1647,12 @@ static uint32_t combine(pt *P, uint32_t id, const lm_type *g, const vsh *A, cons
     lm_type in, out;
     local_of(P, g, A, &in);
     local_of(P, g, T, &out);
+    int64_t kk = vsh_parts(P, T, d) / vsh_parts(P, A, d);
+    if (in.dims[d] != out.dims[d] * kk) { /* T splits dim d unevenly: pad a whole dim first */
+      if (n) continue;
+      id = pad_dim(P, id, &in, d, out.dims[d] * kk);
+      lm_tb_put(&P->ex, "    partial results padded along dim %d to %lld\n", d, (long long)in.dims[d]);
+    }
     uint32_t r = nid(P);
     int64_t gs;
     lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reduce_scatter\"(%%p%u)", r, id);
@@ -1360,7 +1692,7 @@ static void ex_op_head(pt *P, const lm_op *op, uint32_t k) {
     local_of(P, t, &P->ch[op->out[j]], &l);
     lm_tb_put(&P->ex, "  result %u %s ", j, ts(t));
     put_vsh(P, &P->ex, &P->ch[op->out[j]], t->rank);
-    lm_tb_put(&P->ex, " -> local %s\n", ts(&l));
+    lm_tb_put(&P->ex, " -> local %s%s\n", ts(&l), any_uneven(P, &P->ch[op->out[j]], t) ? " (last shards padded)" : "");
   }
 }
 
@@ -1662,7 +1994,7 @@ static int lower_top_k_cand(pt *P, const lm_op *op, const rule *r) {
     return lm_errf(P->err, LOOM_UNSUPPORTED, "no top_k candidates plan here");
   vsh A, O;
   producible(P, r, rt, &P->ch[op->out[0]], dim_mask(S, sd), &A);
-  operand_need(P, r, 0, t, &A, &O);
+  operand_need(P, r, 0, t, rt, &A, &O);
   memcpy(O.ax[sd], S->ax[sd], NA);
   uint32_t in = get(P, op->in[0], &O, "operand 0");
   lm_type it, ol[2], og[2];
@@ -1812,8 +2144,6 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
       for (uint32_t i = 1; r.kind == R_REDUCE && i < r.nred_in && src->ax[sd][0] < 0; i++) src = &P->ch[op->in[i]];
       uint32_t m = dim_mask(src, sd);
       if (!m || (pm & m)) continue;
-      int64_t kk = vsh_parts(P, src, sd);
-      if (vtype(P, op->in[0])->dims[r.lc[c]] % kk) continue;
       memcpy(cl.ax[r.lc[c]], src->ax[sd], NA);
       if (r.kind == R_DOT) memcpy(cr.ax[r.rc[c]], src->ax[sd], NA);
       for (int j = 0; j < NA && src->ax[sd][j] >= 0; j++) part[np++] = src->ax[sd][j];
@@ -1824,6 +2154,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
   producible(P, &r, rt, R, pm, &A);
   uint32_t ins[8];
   lm_type it[8];
+  vsh osh[8];
   int moved = -1; /* the dim that takes the sorted dim's split */
   if (partial && r.sort_dim >= 0) sort_move(P, &r, rt, op->in[0], &A);
   if (r.sort_dim >= 0) {
@@ -1845,7 +2176,7 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
     uint32_t v = op->in[i];
     const lm_type *t = vtype(P, v);
     vsh O;
-    operand_need(P, &r, i, t, &A, &O);
+    operand_need(P, &r, i, t, rt, &A, &O);
     if (r.kind == R_DOT || (r.kind == R_REDUCE && i < r.nred_in)) {
       const vsh *c = i == 0 || r.kind == R_REDUCE ? &cl : &cr;
       for (int d = 0; d < t->rank; d++)
@@ -1856,6 +2187,22 @@ static int lower_rule(pt *P, const lm_op *op, const rule *rp, int mode) {
     snprintf(what, sizeof what, "operand %u", i);
     ins[i] = get(P, v, &O, what);
     local_of(P, t, &O, &it[i]);
+    osh[i] = O;
+  }
+  /* contracting / reduced dims split unevenly: their padding masked with zeros (dot) or the
+   * init value, the reduction's identity (reduce), so that it adds nothing to the partial
+   * results */
+  for (uint32_t i = 0; np && i < (r.kind == R_DOT ? 2u : r.kind == R_REDUCE ? r.nred_in : 0u); i++) {
+    const lm_type *t = vtype(P, op->in[i]);
+    const vsh *c = i == 0 || r.kind == R_REDUCE ? &cl : &cr;
+    uint32_t md = 0;
+    for (int d = 0; d < t->rank; d++)
+      if (c->ax[d][0] >= 0 && uneven(P, &osh[i], t, d)) md |= 1u << d;
+    if (!md) continue;
+    uint32_t fill = r.kind == R_DOT ? zero_of(P, (lm_dtype)t->dtype) : ins[r.nred_in + i];
+    ins[i] = mask_pad(P, ins[i], &it[i], t, &osh[i], md, fill);
+    lm_tb_put(&P->ex, "    operand %u: padding of its uneven %s dims masked with %s\n", i,
+              r.kind == R_DOT ? "contracting" : "reduced", r.kind == R_DOT ? "zeros" : "the init value");
   }
   lm_type ot, ots[4];
   local_of(P, rt, &A, &ot);
@@ -2239,17 +2586,17 @@ static int run(pt *P, lm_spmd_info *info) {
   /* fixed shardings that do not split evenly */
   for (uint32_t a = 0; a < body->nargs; a++) {
     snprintf(what, sizeof what, "argument %u", a);
-    vsh_fit(P, &P->ch[body->args[a]], vtype(P, body->args[a]), what);
+    vsh_fit(P, &P->ch[body->args[a]], vtype(P, body->args[a]), what, true);
   }
   for (uint32_t j = 0; j < f->nresults; j++) {
     snprintf(what, sizeof what, "result %u", j);
-    vsh_fit(P, &P->res_sh[j], &f->result_types[j], what);
+    vsh_fit(P, &P->res_sh[j], &f->result_types[j], what, true);
   }
   for (uint32_t k = 0; k < body->nops; k++) {
     const lm_op *op = &body->ops[k];
     if (op->code == LM_OP_SDY_SHARDING_CONSTRAINT || op->code == LM_OP_SDY_RESHARD) {
       snprintf(what, sizeof what, "%s (op %u)", op->name, k);
-      vsh_fit(P, &P->ch[op->out[0]], vtype(P, op->out[0]), what);
+      vsh_fit(P, &P->ch[op->out[0]], vtype(P, op->out[0]), what, false);
     }
   }
   /* propagation: from arguments and constraints, then from the results' annotations */
@@ -2262,11 +2609,25 @@ static int run(pt *P, lm_spmd_info *info) {
     }
   }
   propagate(P, body);
-  /* results without an annotation take their value's sharding */
+  /* results without an annotation take their value's sharding (its even splits: the runtime
+   * holds arguments and results as equal shards), as do arguments without one */
   for (uint32_t j = 0; j < f->nresults; j++) {
     const char *g = NULL;
-    if (!arg_sharding(f->result_attrs ? &f->result_attrs[j] : NULL, &g)) P->res_sh[j] = P->ch[ret->in[j]];
+    if (!arg_sharding(f->result_attrs ? &f->result_attrs[j] : NULL, &g)) {
+      P->res_sh[j] = P->ch[ret->in[j]];
+      if (any_uneven(P, &P->res_sh[j], &f->result_types[j])) {
+        vsh_fit(P, &P->res_sh[j], &f->result_types[j], NULL, true);
+        lm_tb_put(&P->ex, "  result %u: its value splits a dimension unevenly; the result keeps its even splits only "
+                          "(the runtime holds arguments and results as equal shards)\n", j);
+      }
+    }
   }
+  for (uint32_t a = 0; a < body->nargs; a++)
+    if (any_uneven(P, &P->ch[body->args[a]], vtype(P, body->args[a]))) {
+      vsh_fit(P, &P->ch[body->args[a]], vtype(P, body->args[a]), NULL, true);
+      lm_tb_put(&P->ex, "  argument %u: its uses split a dimension unevenly; the argument keeps its even splits only "
+                        "(the runtime holds arguments and results as equal shards)\n", a);
+    }
   /* info */
   for (uint32_t i = 0; i < f->nargs; i++) {
     lm_spmd_value *pv = &info->inputs[i];

@@ -97,7 +97,26 @@ def explain(name):
     ("attention_heads", ["0 collectives", "0 fallbacks"], []),
     ("reshard_all_to_all", ["all_to_all", "1 collectives"], ["all_gather"]),
     ("cumsum_fallback", ["all_gather operand 0 dim 0 over {\"d\"}"], ["fallback:"]),
-    ("uneven_rows", ["uneven:", "does not split into 4 equal shards"], []),
+    # uneven splits (10 rows over 4 devices, 10 over 8, 6 columns over 4): padded shards, the
+    # padding masked where a reduction or a contraction meets it; nothing replicated
+    ("uneven_rows", ["-> local tensor<3x12xf32>", "padding of dim 0 cut off after the gather", "0 fallbacks"],
+     ["uneven:"]),
+    ("uneven_sum_rows", ["-> local tensor<3x6xf32>", "operand 0: padding of its uneven reduced dims masked with the init value",
+                         "total: 1 collectives moving 288 bytes", "0 fallbacks"], ["all_gather", "uneven:"]),
+    ("uneven_mean", ["-> local tensor<2x6xf32>", "masked with the init value",
+                     "all_reduce partial results over {\"x\", \"y\"}", "0 fallbacks"], ["all_gather"]),
+    ("uneven_dot_rows", ["operand 0: padding of its uneven contracting dims masked with zeros",
+                         "operand 1: padding of its uneven contracting dims masked with zeros",
+                         "all_reduce partial results over {\"y\"}", "0 fallbacks"], ["all_gather"]),
+    ("uneven_softmax", ["masked with the init value", "0 fallbacks"], ["fallback:"]),
+    ("uneven_argmax", ["operand 1: padding of its uneven reduced dims masked with the init value",
+                       "partial results combined over {\"y\"}: gathered, then reduced again", "0 fallbacks"],
+     ["all_gather operand"]),
+    # 12 rows in 2 blocks of 6 (over "x") constrained to 8 shards of 2 (over "x", "y"): each shard
+    # lies inside one block, so one collective_permute brings the shard a process lacks
+    ("uneven_sum", ["collective_permute operand dim 0 into uneven shards over {\"y\"}: 6 bytes received per device",
+                    "total: 2 collectives moving 384 bytes", "0 fallbacks"], ["all_gather"]),
+    ("uneven_norm_cols", ["-> local tensor<5x2xf32>", "masked with the init value", "0 fallbacks"], ["fallback:"]),
     ("conv_batch", ["0 collectives", "0 fallbacks"], []),
     ("maxpool_grad", ["0 collectives", "0 fallbacks"], []),
     ("scatter_add_rows", ["0 collectives", "0 fallbacks"], []),

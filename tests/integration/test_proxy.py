@@ -127,6 +127,32 @@ def test_jit_with_named_sharding_is_partitioned(cluster, tmp_path):
     assert "after: 2.0" in r.stdout  # the session goes on
 
 
+def test_jit_with_an_uneven_split_inside(cluster, tmp_path):
+    """A constraint splits 10 rows over the 4 devices of "y" (JAX refuses uneven argument and
+    result shardings): Loom pads the shards and masks the padding; sum, mean, a contraction over
+    the rows, softmax and argmax along them equal numpy's."""
+    script = tmp_path / "uneven.py"
+    script.write_text(
+        "import numpy as np, pathwaysutils\npathwaysutils.initialize()\nimport jax, jax.numpy as jnp\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ('x', 'y'))\n"
+        "x = (np.arange(60, dtype=np.float32).reshape(10, 6) % 7 - 3) / 2 + 0.25\n"
+        "a = jax.device_put(x, NamedSharding(mesh, P()))\n"
+        "ws = lambda v: jax.lax.with_sharding_constraint(v, NamedSharding(mesh, P('y', None)))\n"
+        "f = jax.jit(lambda a: (ws(jnp.exp(a)).sum(0), ws(a + 1).mean(), ws(jnp.exp(a)).T @ (a + 1),\n"
+        "                       jax.nn.softmax(ws(a), axis=0), jnp.argmax(ws(-a * a), axis=0)))\n"
+        "s, m, d, sm, am = (np.asarray(v) for v in f(a))\n"
+        "e = np.exp(x)\n"
+        "sx = np.exp(x - x.max(0)); sx /= sx.sum(0)\n"
+        "ok = [np.allclose(s, e.sum(0), rtol=1e-5), np.allclose(m, (x + 1).mean(), rtol=1e-5),\n"
+        "      np.allclose(d, e.T @ (x + 1), rtol=1e-5), np.allclose(sm, sx, rtol=1e-5, atol=1e-6),\n"
+        "      np.array_equal(am, np.argmax(-x * x, axis=0))]\n"
+        "print('uneven:', ok)\n")
+    r = run_jax(cluster, script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "uneven: [True, True, True, True, True]" in r.stdout, r.stdout + r.stderr
+
+
 def test_jax_random_through_the_proxy(cluster, tmp_path):
     """jax.random's programs carry sdy.sharding_constraint hints: they run, with JAX's numbers."""
     script = tmp_path / "rnd.py"

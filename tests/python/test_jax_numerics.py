@@ -293,6 +293,49 @@ def test_plain_jit_over_sharded_arrays_is_partitioned(client, mesh):
     assert lj.jit(lambda v: v * 2)(np.ones(3, np.float32)).numpy().tolist() == [2, 2, 2]
 
 
+def _ws(spec):
+    return lambda v: jax.lax.with_sharding_constraint(v, lj.NamedSharding(_UNEVEN_MESH[0], spec))
+
+
+_UNEVEN_MESH = []
+# 10 rows over the 4 devices of "y" (or 8 of ("x", "y")), 6 columns over 4; the padding (zeros
+# where a shard is cut) made non-zero (exp, + 1, -a * a) before a reduction or contraction meets it
+_UNEVEN = {
+    "sum": lambda a: _ws(P("y", None))(jnp.exp(a)).sum(axis=0),
+    "mean": lambda a: _ws(P(("x", "y"), None))(a * 2.0 + 1.0).mean(),
+    "dot_rows": lambda a: _ws(P("y", None))(jnp.exp(a)).T @ (a + 1.0),
+    "dot_cols": lambda a: _ws(P(None, "y"))(a + 1.0) @ a.T,
+    "softmax_rows": lambda a: jax.nn.softmax(_ws(P("y", None))(a), axis=0),
+    "argmax_rows": lambda a: (jnp.argmax(_ws(P("y", None))(-a * a), axis=0), jnp.max(_ws(P("y", None))(a), axis=0)),
+    "logsumexp_cols": lambda a: jax.nn.logsumexp(_ws(P("x", "y"))(a), axis=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNEVEN))
+def test_uneven_splits_inside_a_program(client, mesh, name):
+    # JAX refuses uneven argument and result shardings, so the uneven splits are constraints
+    # inside the program: Loom pads the shards (ceil(10 / 4) = 3 rows, the last holding 1) as
+    # XLA does and masks the padding where a reduction or a contraction meets it. The same
+    # function through JAX on the CPU (XLA's partitioner, 8 CPU devices) gives the reference.
+    _UNEVEN_MESH[:] = [mesh]
+    fn = _UNEVEN[name]
+    x = np.round(f32(10, 6) * 3) / 2 + 0.25  # ties in argmax (-a * a), across shards too; no zeros
+    rep = lj.NamedSharding(mesh, P())  # the ops before a constraint then run on its padded shards
+    f = lj.jit(fn, in_shardings=rep)
+    exe = f.executable(x)
+    assert exe.form == "partitions" and len(exe.devices) == 8
+    got = jax.tree.leaves(f(x))
+    want = jax.tree.leaves(jax.jit(fn, in_shardings=rep)(x))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = g.numpy()
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if g.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, np.asarray(w))
+        else:
+            np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-5)
+
+
 @pytest.mark.parametrize("spec", [P("x", "y"), P(("x", "y")), P(("y", "x")), P(None, "x"), P("y"), P()],
                          ids=str)
 def test_named_sharding_places_shards_where_jax_does(client, spec):

@@ -197,6 +197,20 @@ def main():
     # top_k of a split vector (no other dim to move the split to): each shard's top k gathered
     case("top_k_vector", lambda v: jax.lax.top_k(v, 5), mxy, [np.round(r(512) * 3).astype(np.float32)],
          [P(("x", "y"))])
+    # uneven splits inside the program (10 rows or 6 columns over 4 devices, 10 rows over 8):
+    # shards of ceil(n / k), the last padded; reductions and contractions over the padded dim
+    # mask the padding (JAX refuses uneven argument and result shardings, so constraints); the
+    # padding (zeros where a shard is cut) is made non-zero (exp, + 1, -a * a) before it is met
+    u = r(10, 6)
+    case("uneven_sum_rows", lambda a: ws(jnp.exp(a), P("y", None)).sum(axis=0), mxy, [u], [none])
+    case("uneven_mean", lambda a: ws(a * 2.0 + 1.0, P(("x", "y"), None)).mean(), mxy, [u], [none])
+    case("uneven_dot_rows", lambda a, b: ws(jnp.exp(a), P("y", None)).T @ (b + 1.0), mxy, [u, r(10, 5)], [none, none])
+    case("uneven_dot_cols", lambda a, w: ws(a + 1.0, P(None, "y")) @ w, mxy, [u, r(6, 5)], [none, none])
+    case("uneven_softmax", lambda a: jax.nn.softmax(ws(a, P("y", None)), axis=0), mxy, [u], [none])
+    ut = np.round(u * 1.5).astype(np.float32) + 0.5  # ties (smallest index wins across shards), no zeros
+    case("uneven_argmax", lambda a: (jnp.argmax(ws(-a * a, P("y", None)), axis=0), jnp.max(ws(a, P("y", None)), axis=0)),
+         mxy, [ut], [none])
+    case("uneven_norm_cols", lambda a: jax.nn.standardize(ws(a, P("x", "y")), axis=1), mxy, [u], [none])
 
 
 if __name__ == "__main__":
