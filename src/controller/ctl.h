@@ -469,6 +469,9 @@ void ctl_log_drop(ctl *c, c_log_entry *e);
 void ctl_on_snapshot_kept(ctl *c, peer *w, const Lmw__SnapshotKept *m);
 void ctl_snap_worker_lost(ctl *c, uint32_t worker);
 void ctl_snap_tick(ctl *c);
+/* Deleted arrays kept for replays fill half of --replay-keep-mb: the next launch completion (or
+ * tick) starts a snapshot round, whatever the count or the time since the last one. */
+void ctl_snap_pressure(ctl *c);
 /* for status: confirmed snapshots of launch outputs (arrays, bytes) and copies in flight */
 void ctl_snap_counts(ctl *c, uint64_t *arrays, uint64_t *bytes, uint32_t *inflight);
 

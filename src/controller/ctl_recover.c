@@ -465,6 +465,7 @@ static bool keep_for_replay(ctl *c, rec_zombie *z) {
   uint64_t b = shard_bytes(z->a), cap = (uint64_t)c->cfg.replay_keep_mb << 20;
   if (!b) b = 1;
   if (!recovery_possible(c)) return false; /* no standby to recover onto, none waited for: nothing to replay */
+  if (r->kept_bytes + b > cap / 2) ctl_snap_pressure(c); /* a snapshot round frees what it keeps */
   if (r->kept_bytes + b > cap || r->nkept >= REPLAY_KEEP_MAX) {
     lm_info("session %llu deleted array %llu, which a replay of a live array reads: not kept (%u arrays, %llu "
             "bytes kept already; at most %d arrays and --replay-keep-mb %u MiB)", (unsigned long long)z->session->id,

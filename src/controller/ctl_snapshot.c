@@ -16,6 +16,9 @@
  * state checks of ctl_recover.c. So the log holds only the launches after the last snapshot of
  * what they computed, and a recovery replays at most those.
  *
+ * A round also starts early when the deleted arrays kept for replays fill half of
+ * --replay-keep-mb (ctl_snap_pressure): the snapshots let them go.
+ *
  * One round at a time: a round starts only when the previous one's copies are all confirmed (or
  * failed, or their workers lost), so snapshots never take more than one copy of the live arrays
  * at once. Everything runs on the loop thread. */
@@ -48,6 +51,7 @@ struct ctl_snap {
   uint64_t last_ms;              /* the last round */
   uint64_t arrays, bytes;        /* snapshots of launch outputs completed */
   uint64_t rounds;
+  bool pressure;                 /* a round is due now (ctl_snap_pressure) */
 };
 
 int ctl_snap_init(ctl *c) {
@@ -92,6 +96,14 @@ void ctl_log_unref(ctl *c, c_array *a) {
   if (e->refs == 0 && e->status != 1) ctl_log_drop(c, e);
 }
 
+/* a's data exists: READY, or a deleted array kept (a zombie: a copy of its metadata made while it
+ * was pending, not updated since) whose producer completed well. */
+static bool array_ready(ctl *c, const c_array *a) {
+  if (a->state == A_READY) return true;
+  const c_log_entry *e = &c->log[a->producer % LM_LAUNCH_LOG_MAX];
+  return a->state == A_PENDING && a->producer && e->seq == a->producer && e->status == 0;
+}
+
 /* True when some shard of a has neither a copy on another worker nor a kept snapshot. */
 static bool needs_snapshot(ctl *c, const c_array *a) {
   for (uint32_t k = 0; k < a->sh.ndev; k++) {
@@ -119,9 +131,9 @@ void ctl_snap_launch_done(ctl *c, c_launch *l, lm_session *s) {
   c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
   if (e->seq != l->seq) return;
   bool on = snapshots_on(c);
-  for (uint32_t j = 0; s && j < l->nout; j++) {
-    c_array *a = lm_session_get(s, l->outputs[j], H_ARRAY);
-    if (!a || a->producer != l->seq || a->state != A_READY || a->log_ref || !a->sh.ndev || !needs_snapshot(c, a))
+  for (uint32_t j = 0; s && j < l->nout; j++) { /* (deleted ones kept for a replay count too) */
+    c_array *a = ctl_find_array(c, s, l->outputs[j]);
+    if (!a || a->producer != l->seq || !array_ready(c, a) || a->log_ref || !a->sh.ndev || !needs_snapshot(c, a))
       continue;
     a->log_ref = true;
     e->refs++;
@@ -130,8 +142,13 @@ void ctl_snap_launch_done(ctl *c, c_launch *l, lm_session *s) {
   if (e->refs == 0) ctl_log_drop(c, e); /* nothing it computed needs it: replicas restore them */
   struct ctl_snap *sn = c->snap;
   sn->since++;
-  if (on && ((c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) || sn->ncand >= SNAP_CAND_MAX))
+  if (on && ((c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) || sn->ncand >= SNAP_CAND_MAX ||
+             sn->pressure))
     snap_round(c);
+}
+
+void ctl_snap_pressure(ctl *c) {
+  if (c->snap) c->snap->pressure = true;
 }
 
 /* ---- rounds ---- */
@@ -169,6 +186,7 @@ static void snap_round(ctl *c) {
   struct ctl_snap *sn = c->snap;
   if (sn->npend || !ctl_recover_idle(c)) return; /* after the copies in flight, or the recovery */
   sn->since = 0;
+  sn->pressure = false;
   sn->last_ms = ctl_now_ms(c);
   if (!snapshots_on(c)) {
     sn->ncand = 0;
@@ -180,8 +198,13 @@ static void snap_round(ctl *c) {
     snap_key *k = &sn->cand[i];
     if (!s || s->id != k->session) s = ctl_session_find(c, k->session);
     if (!s) continue;
-    c_array *a = lm_session_get(s, k->array, H_ARRAY); /* deleted since: not snapshotted */
-    if (!a || a->state != A_READY || !a->log_ref) continue;
+    /* live, or deleted but kept because a launch running now reads it and a replay of what that
+     * computes would too (a chain's head when the client sent the next launch and the delete before
+     * this one's completion reached the controller): its snapshot frees the links before it. Older
+     * kept links are freed by the snapshot of a later one; deleted for good: not snapshotted. */
+    c_array *a = ctl_find_array(c, s, k->array);
+    if (!a || !array_ready(c, a) || !a->log_ref) continue;
+    if (lm_session_get(s, k->array, H_ARRAY) != a && !(a->lin_refs && ctl_launch_reads(c, s->id, a->id))) continue;
     narrays += snapshot_array(c, s, a);
   }
   sn->ncand = 0;
@@ -200,9 +223,9 @@ static void array_settled(ctl *c, uint64_t session, uint64_t array) {
     if (sn->pend[i].session == session && sn->pend[i].array == array) return; /* more to come */
   lm_session *s = ctl_session_find(c, session);
   c_array *a = s ? ctl_find_array(c, s, array) : NULL;
-  if (!a || a->state != A_READY) return;
+  if (!a || !array_ready(c, a)) return;
   if (needs_snapshot(c, a)) {
-    if (a->log_ref && lm_session_get(s, array, H_ARRAY) == a) add_cand(c, session, array); /* the next round */
+    if (a->log_ref) add_cand(c, session, array); /* the next round */
     return;
   }
   sn->arrays++;
@@ -258,7 +281,7 @@ void ctl_on_snapshot_kept(ctl *c, peer *w, const Lmw__SnapshotKept *m) {
             (unsigned long long)m->array, m->device, wid, m->message);
   }
   if (asked || (a && m->code == 0)) array_settled(c, m->session, m->array);
-  if (sn->npend == 0 && c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) snap_round(c);
+  if (sn->npend == 0 && ((c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) || sn->pressure)) snap_round(c);
 }
 
 /* Copies from or to a lost worker will not be confirmed: they failed. */
@@ -291,7 +314,8 @@ void ctl_snap_tick(ctl *c) {
     array_settled(c, p.session, p.array);
   }
   if (sn->ncand && c->cfg.snapshot_interval_ms && now - sn->last_ms >= c->cfg.snapshot_interval_ms) snap_round(c);
-  else if (sn->ncand && c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) snap_round(c); /* deferred */
+  else if (sn->ncand && ((c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) || sn->pressure))
+    snap_round(c); /* deferred */
 }
 
 void ctl_snap_counts(ctl *c, uint64_t *arrays, uint64_t *bytes, uint32_t *inflight) {

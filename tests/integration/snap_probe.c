@@ -3,6 +3,8 @@
  * x[i] deleted once the launch reading it is sent. Driven by lines on stdin:
  *   run K      K more launches, each waited for; prints "ok SEQ US" (the last launch's sequence
  *              number, and the mean microseconds per launch, launch to completion)
+ *   pipe K     K more launches sent at once, each input deleted right after the launch reading
+ *              it (before it completes), then the last waited for; prints "ok SEQ US" 
  *   digest     fetches the current array shard by shard from the workers; prints "digest HEX"
  *              (FNV-1a 64 of its bytes) and the milliseconds the fetch took
  *   quit
@@ -72,7 +74,8 @@ int main(int argc, char **argv) {
   char line[256];
   while (fgets(line, sizeof line, stdin)) {
     long k = 0;
-    if (sscanf(line, "run %ld", &k) == 1) {
+    int pipe = 0;
+    if (sscanf(line, "run %ld", &k) == 1 || (pipe = sscanf(line, "pipe %ld", &k) == 1)) {
       uint64_t seq = 0;
       double t0 = now_us();
       for (long i = 0; i < k; i++) {
@@ -82,6 +85,10 @@ int main(int argc, char **argv) {
         loom_array_delete(x);
         loom_array_release(x);
         x = y;
+        if (pipe && i + 1 < k) { /* not waited for: its output is deleted by the next turn */
+          loom_future_destroy(fu);
+          continue;
+        }
         if (loom_future_wait(fu, 120000) != LOOM_OK) return fail(c, "launch", loom_future_errmsg(fu));
         seq = loom_future_sequence(fu);
         loom_future_destroy(fu);

@@ -6,6 +6,7 @@ come back from a snapshot, or by replaying the chain from the last one.
 
 - after a snapshot round, SIGKILL worker 1: the head comes back bitwise equal, and the recovery
   replays only the launches after the snapshot (the controller's recovery event counts them);
+  the same with the launches pipelined (each input deleted before the launch reading it completes);
   the control run without snapshots replays the whole chain, bitwise equal too;
 - over a long loop the launch log and the deleted arrays kept for replays stay bounded (`loom
   status --json`, devices' memory_used); without snapshots both grow with the chain.
@@ -141,6 +142,30 @@ def test_a_chain_comes_back_from_its_snapshot_replaying_only_the_launches_after_
         assert restored >= 4                # x40's 4 lost shards came from its snapshot
         probe.run(5)                        # the chain goes on from the recomputed head
         assert s["launch_log"] <= 40
+    finally:
+        probe.close()
+
+
+def test_a_pipelined_chain_deleted_before_its_launches_complete(procs, tmp_path):
+    """The client sends each launch and deletes its input before the previous launch completes
+    (as the Python client does): every link is a deleted array kept for the replay when its
+    launch completes. Its log entry must stay, the head is snapshotted while kept, and the chain
+    comes back bitwise, replaying at most the launches since the last snapshot."""
+    c = cluster_with_standby(procs, tmp_path, "--snapshot-every", "20", "--snapshot-interval", "0")
+    probe = Probe(c.addr, tmp_path)
+    try:
+        for _ in range(3):
+            probe.ask("pipe 20")
+        s = snapshots_settled(c.addr, 2)
+        assert s["launch_log"] <= 40, s
+        probe.ask("pipe 11")
+        before = probe.digest()
+        procs.kill(c.workers[1])
+        wait_for(lambda: status(c.addr)["recoveries"] == 1, 60, what="the recovery")
+        assert probe.digest() == before
+        _, replays = replays_of_the_recovery(procs.log(c.controller))
+        assert 1 <= replays <= 40, replays  # not the 71 launches of the whole chain
+        probe.ask("pipe 5")
     finally:
         probe.close()
 
