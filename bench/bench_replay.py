@@ -15,7 +15,16 @@ fetched (what a client waiting on it sees), beside the same fetch before the kil
 (kill -> the last replay completed, from its recovery events). Also: f's and g's steady launch
 time on the healthy cluster, the floor of what a replay costs beyond the restore of its inputs.
 
-    python3 bench/bench_replay.py [--mib 64] [--repeat 3]
+Long chains (docs/elastic.md "Snapshots of launch outputs"): x[i+1] = h(x[i]) for --long launches
+(h elementwise, f32 of --long-mib MiB), each x[i] deleted as the chain goes, then worker 1 is
+SIGKILLed: recovery from the last periodic snapshot (--snapshot-every --every) beside the full
+replay of the chain (snapshots of launch outputs off, every deleted link kept for the replay).
+And the steady-state cost of the snapshots on launch latency: the median launch of a chain on
+--steady-mib MiB with snapshots off, at the defaults (every 100 launches or 10 s) and every --every.
+
+    python3 bench/bench_replay.py [--mib 64] [--repeat 3] [--long 210] [--long-mib 2] [--every 25]
+                                  [--steady-mib 16] [--steady 200] [--steady-repeat 5]
+                                  [--only long|steady|short]
 """
 import argparse
 import os
@@ -70,15 +79,24 @@ G = """      %c = stablehlo.constant dense<0.001> : tensor<f32>
       %r = stablehlo.add %sq, %cb : tensor<{k}xf32>"""
 
 
+# h(y) = y * y * 0.001 + cos(y): values stay in [-1, 1.002] however long the chain
+H = """      %c = stablehlo.constant dense<0.001> : tensor<f32>
+      %cb = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<{k}xf32>
+      %sq = stablehlo.multiply %a, %a : tensor<{k}xf32>
+      %m = stablehlo.multiply %sq, %cb : tensor<{k}xf32>
+      %co = stablehlo.cosine %a : tensor<{k}xf32>
+      %r = stablehlo.add %m, %co : tensor<{k}xf32>"""
+
+
 class Cluster:
-    def __init__(self, tmp, mib):
+    def __init__(self, tmp, mib, *flags):
         self.tmp, self.procs = Path(tmp), []
         env = dict(os.environ, LOOM_STATE_DIR=str(self.tmp / "state"))
         env.pop("LOOM_CONTROLLER", None)
         self.env = env
         af = self.tmp / "addr"
         self.start("controller", "controller", "--listen", "127.0.0.1:0", "--address-file", str(af),
-                   "--recover-wait", "30000")
+                   "--recover-wait", "30000", *flags)
         self.addr = self.wait(lambda: af.exists() and af.read_text().strip())
         mem = f"{max(256, 6 * mib)}M"
         for name, extra in (("w0", []), ("w1", []), ("s0", ["--standby"])):
@@ -172,11 +190,102 @@ def one(case, mib):
             cl.stop()
 
 
+def chain(mib, launches, flags, kill):
+    """A chain of launches of h on a fresh cluster (controller flags); returns the median launch
+    (s), and with kill: kill -> head fetched (s), the controller's kill -> last replay done (ms),
+    and how many launches the recovery replayed."""
+    n = mib * (1 << 20) // 4 // 8 * 8
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+        cl = Cluster(tmp, mib * (launches // 4 + 8) if kill else mib, *flags)
+        try:
+            c = loom.connect(cl.addr)
+            h = c.compile(program(n, H, "h"), name="h")
+            x = c.put(np.random.default_rng(2).standard_normal(n).astype(np.float32), loom.Sharding.tiled(range(8), 0))
+            times = []
+            for _ in range(launches):
+                t0 = time.perf_counter()
+                y = h(x)
+                x.delete()
+                y.block_until_ready()
+                times.append(time.perf_counter() - t0)
+                x = y
+            res = [statistics.median(times)]
+            if kill:
+                before = fetch(x).tobytes()
+                t0 = time.perf_counter()
+                cl.w1.send_signal(signal.SIGKILL)
+                after = fetch(x).tobytes()
+                res.append(time.perf_counter() - t0)
+                assert after == before, "the recovered array differs"
+                log = cl.log()
+                m = re.findall(r"recomputed its lost shards \(\d+ arrays\) (\d+) ms after", log)
+                res.append(max(map(int, m)) if m else None)
+                m = re.findall(r"arrays being recomputed by (\d+) replays", log)
+                res.append(int(m[-1]) if m else None)
+            c.close()
+            return res
+        finally:
+            cl.stop()
+
+
+def long_chains(a):
+    L, mib = a.long, a.long_mib
+    print(f"\nlong chain: {L} launches of h (elementwise) on f32 of {mib} MiB tiled over 8 devices, each link deleted"
+          f" as it goes; worker 1 SIGKILLed after the last; median of {a.repeat} fresh clusters per mode")
+    keep = str(L * mib * 2 + 64)
+    modes = {f"snapshots every {a.every}": ["--snapshot-every", str(a.every), "--snapshot-interval", "0"],
+             "no snapshots (full replay)": ["--snapshot-every", "0", "--snapshot-interval", "0",
+                                            "--replay-keep-mb", keep]}
+    res = {k: [] for k in modes}
+    for r in range(a.repeat):
+        for k in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
+            res[k].append(chain(mib, L, modes[k], True))
+    print(f"{'mode':28} {'launches replayed':>17} {'kill->fetched ms':>17} {'controller kill->replayed ms':>29} "
+          f"{'launch ms':>10}")
+    for k, rs in res.items():
+        ctl = [r[2] for r in rs if r[2] is not None]
+        print(f"{k:28} {statistics.median(r[3] or 0 for r in rs):17.0f} {statistics.median(r[1] for r in rs) * 1e3:17.1f}"
+              f" {(f'{statistics.median(ctl):.0f}' if ctl else '-'):>29} {statistics.median(r[0] for r in rs) * 1e3:10.2f}",
+              flush=True)
+
+
+def steady(a):
+    mib, L = a.steady_mib, a.steady
+    print(f"\nsteady state: median launch of a {L}-launch chain of h on f32 of {mib} MiB (each link deleted), 1 standby;"
+          f" median (min-max) of {a.steady_repeat} fresh clusters per setting, order rotated")
+    modes = {"snapshots of launch outputs off": ["--snapshot-every", "0", "--snapshot-interval", "0"],
+             "defaults (every 100 or 10 s)": [],
+             f"every {a.every}": ["--snapshot-every", str(a.every)]}
+    res = {k: [] for k in modes}
+    names = list(modes)
+    for r in range(a.steady_repeat):
+        for k in names[r % 3:] + names[:r % 3]:
+            res[k].append(chain(mib, L, modes[k], False)[0])
+    base = statistics.median(res[names[0]])
+    for k in names:
+        m = statistics.median(res[k])
+        print(f"{k:32} {m * 1e3:8.2f} ms ({min(res[k]) * 1e3:.2f}-{max(res[k]) * 1e3:.2f})"
+              f"{'' if k == names[0] else f'  {(m / base - 1) * 100:+.1f}% beside off'}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--long", type=int, default=210)
+    ap.add_argument("--long-mib", type=int, default=2)
+    ap.add_argument("--every", type=int, default=25)
+    ap.add_argument("--steady-mib", type=int, default=16)
+    ap.add_argument("--steady", type=int, default=200)
+    ap.add_argument("--steady-repeat", type=int, default=5)
+    ap.add_argument("--only", choices=["short", "long", "steady"])
     a = ap.parse_args()
+    if a.only in (None, "long"):
+        long_chains(a)
+    if a.only in (None, "steady"):
+        steady(a)
+    if a.only not in (None, "short"):
+        return
     print(f"array f32 of {a.mib} MiB tiled over 8 devices of 2 workers; worker 1 (half the array) SIGKILLed;"
           f" median of {a.repeat} fresh clusters per case")
     print(f"{'case':10} {'kill->fetched ms':>17} {'fetch, no fault ms':>19} {'controller: kill->replayed ms':>30} "

@@ -48,8 +48,14 @@ static const char g_usage[] =
     "  --recover-wait MS           a lost worker with no standby (`loom worker --standby`) to replace\n"
     "                              it: its launches wait this long for a new worker to join, then\n"
     "                              fail (default 0: they fail at once; docs/elastic.md)\n"
-    "  --no-snapshots              do not snapshot puts without a replica into another worker's host\n"
-    "                              memory (taken while a standby exists or --recover-wait is set)\n"
+    "  --no-snapshots              do not snapshot puts or launch outputs without a replica into another\n"
+    "                              worker's host memory (taken while a standby exists or --recover-wait\n"
+    "                              is set)\n"
+    "  --snapshot-every N          snapshot live launch outputs that only a replay could restore every N\n"
+    "                              completed launches, and truncate the launch log behind them\n"
+    "                              (default 100; 0: not by count)\n"
+    "  --snapshot-interval MS      ... or every MS milliseconds, whichever comes first (default 10000;\n"
+    "                              0: not by time; both 0: launch outputs are never snapshotted)\n"
     "  --replay-keep-mb N          arrays a client deleted that a replay of a live array still reads\n"
     "                              are kept at the workers, at most N MiB in all (default 256; 0: none)\n"
     "  --checkpoint-dir DIR        where `loom checkpoint save` writes (a directory per user below it;\n"
@@ -73,7 +79,7 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP, O_KEEPMB, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT };
+         O_RECWAIT, O_NOSNAP, O_SNAPEVERY, O_SNAPINT, O_KEEPMB, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -94,6 +100,8 @@ int cmd_controller(int argc, char **argv) {
       {"config", required_argument, 0, O_CONFIG},
       {"recover-wait", required_argument, 0, O_RECWAIT},
       {"no-snapshots", no_argument, 0, O_NOSNAP},
+      {"snapshot-every", required_argument, 0, O_SNAPEVERY},
+      {"snapshot-interval", required_argument, 0, O_SNAPINT},
       {"replay-keep-mb", required_argument, 0, O_KEEPMB},
       {"checkpoint-dir", required_argument, 0, O_CKPTDIR},
       {"admins", required_argument, 0, O_ADMINS},
@@ -129,6 +137,14 @@ int cmd_controller(int argc, char **argv) {
       cfg.recover_wait_ms = (uint32_t)v;
       break;
     case O_NOSNAP: cfg.no_snapshots = true; break;
+    case O_SNAPEVERY:
+      if (cli_parse_u64(cmd, "--snapshot-every", optarg, 0, 1u << 30, &v) < 0) return 2;
+      cfg.snapshot_every = (uint32_t)v;
+      break;
+    case O_SNAPINT:
+      if (cli_parse_u64(cmd, "--snapshot-interval", optarg, 0, 86400000, &v) < 0) return 2;
+      cfg.snapshot_interval_ms = (uint32_t)v;
+      break;
     case O_KEEPMB:
       if (cli_parse_u64(cmd, "--replay-keep-mb", optarg, 0, 1u << 30, &v) < 0) return 2;
       cfg.replay_keep_mb = (uint32_t)v;

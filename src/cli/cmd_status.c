@@ -88,6 +88,11 @@ int cmd_status(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "heartbeat_timeout_ms", s->heartbeat_timeout_ms);
     cJSON_AddStringToObject(root, "recovery", s->recovery ? s->recovery : "");
     cJSON_AddNumberToObject(root, "recoveries", s->recoveries);
+    cJSON_AddNumberToObject(root, "launch_log", (double)s->launch_log);
+    cJSON_AddNumberToObject(root, "launch_log_dropped", (double)s->launch_log_dropped);
+    cJSON_AddNumberToObject(root, "snapshots", (double)s->snapshots);
+    cJSON_AddNumberToObject(root, "snapshot_bytes", (double)s->snapshot_bytes);
+    cJSON_AddNumberToObject(root, "snapshots_in_flight", s->snapshots_in_flight);
     cJSON_AddStringToObject(root, "journal", s->journal ? s->journal : "");
     cJSON *ev = cJSON_AddArrayToObject(root, "events");
     for (size_t i = 0; i < s->n_events; i++) cJSON_AddItemToArray(ev, cJSON_CreateString(s->events[i]));
@@ -161,6 +166,15 @@ int cmd_status(int argc, char **argv) {
     if (s->journal && *s->journal) printf("journal     %s\n", s->journal);
     if (s->recovery && *s->recovery) printf("recovery    %s\n", s->recovery);
     else if (s->recoveries) printf("recovery    none in progress (%u completed)\n", s->recoveries);
+    if (s->snapshots || s->snapshots_in_flight) {
+      char sb[32];
+      cli_format_size(s->snapshot_bytes, sb, sizeof sb);
+      printf("snapshots   %llu launch outputs (%s) in other workers' host memory, %u copies in flight\n",
+             (unsigned long long)s->snapshots, sb, s->snapshots_in_flight);
+    }
+    if (s->launch_log || s->launch_log_dropped)
+      printf("launch log  %llu entries kept for replays (%llu dropped)\n", (unsigned long long)s->launch_log,
+             (unsigned long long)s->launch_log_dropped);
     if (s->n_workers) {
       printf("\n");
       cli_table t;

@@ -32,6 +32,8 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->max_sessions_per_user = 1024;
   c->reclaim_after_ms = 60000;
   c->replay_keep_mb = 256;
+  c->snapshot_every = 100;
+  c->snapshot_interval_ms = 10000;
   lm_conn_config_default(&c->conn);
 }
 
@@ -575,6 +577,9 @@ static void on_cluster_status(peer *p, const lm_frame *f) {
   r.n_events = ctl_recover_events(c, events, 32);
   r.events = (char **)events;
   r.recoveries = ctl_recover_count(c);
+  r.launch_log = c->log_kept;
+  r.launch_log_dropped = c->log_dropped;
+  ctl_snap_counts(c, &r.snapshots, &r.snapshot_bytes, &r.snapshots_in_flight);
   char jstate[1024];
   r.journal = (char *)ctl_journal_state(c, jstate, sizeof jstate);
   reply(p, f, LM_MSG_CLUSTER_STATUS_REPLY, &r.base);
@@ -597,6 +602,7 @@ static void worker_lost(ctl *c, uint32_t id, const char *why) {
   for (uint32_t i = 0; i < c->worker_peer_cap; i++)
     if (c->worker_peer[i] && i != id) ctl_worker_send(c, i, LM_MSG_WORKER_LOST, 0, &wl.base, NULL, 0, NULL);
   ctl_j_worker(c, id);
+  ctl_snap_worker_lost(c, id);
   ctl_recover_worker_lost(c, id, why); /* takes the launches it re-issues out of the active list */
   ctl_launches_worker_lost(c, id, why);
   ctl_programs_worker_lost(c, id, why);
@@ -728,6 +734,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     if (p->role == ROLE_WORKER && p->registered) ctl_on_run_done(c, p, (Lmw__RunDone *)m);
     else reply_error(p, f, LOOM_PERMISSION, "RUN_DONE is only for registered workers");
     break;
+  case LM_MSG_SNAPSHOT_KEPT:
+    if (p->role == ROLE_WORKER && p->registered) ctl_on_snapshot_kept(c, p, (Lmw__SnapshotKept *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "SNAPSHOT_KEPT is only for registered workers");
+    break;
   case LM_MSG_CHECKPOINT_IO_REPLY:
   case LM_MSG_ACK:
   case LM_MSG_ERROR:
@@ -801,6 +811,7 @@ static void on_close(lm_conn *conn, int code, const char *reason) {
     } else {
       lm_info("worker %u disconnected (%s)", w->id, reason);
       ctl_ckpt_worker_lost(c, p->worker_id);
+      ctl_snap_worker_lost(c, p->worker_id); /* (a drained worker: copies it was part of are over) */
       ctl_recover_drain_gone(c, p->worker_id);
     }
   } else if (p->role == ROLE_CLIENT) {
@@ -893,6 +904,7 @@ static void on_health_tick(uv_timer_t *t) {
   expire_idle_sessions(c);
   ctl_pool_tick(c);
   ctl_recover_tick(c);
+  ctl_snap_tick(c);
   ctl_journal_tick(c);
   uint32_t lost[64];
   size_t n;
@@ -991,7 +1003,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   c->next_rid = 1;
   c->log = calloc(LM_LAUNCH_LOG_MAX, sizeof *c->log);
   c->dev_refs = calloc(LM_REG_MAX_DEVICES, sizeof *c->dev_refs);
-  if (!c->log || !c->dev_refs || ctl_recover_init(c) < 0) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  if (!c->log || !c->dev_refs || ctl_recover_init(c) < 0 || ctl_snap_init(c) < 0) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0) rc = lm_auth_random(c->dp_master, sizeof c->dp_master, err);
   if (rc == 0 && c->cfg.secret_file) {
     rc = lm_auth_secret_read(c->cfg.secret_file, c->secret, err);
@@ -1020,6 +1032,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
     ctl_pool_free(c);
     ctl_ckpt_free(c);
     ctl_recover_free(c);
+    ctl_snap_free(c);
     free(c->log);
     free(c->dev_refs);
     lm_tokens_free(&c->tokens);
@@ -1076,6 +1089,7 @@ int lm_controller_run(const lm_controller_config *cfg, lm_err *err) {
   ctl_http_free(c);
   ctl_ckpt_free(c);
   ctl_recover_free(c);
+  ctl_snap_free(c);
   ctl_launches_free(c);
   ctl_journal_free(c); /* after the launches (its restored ones are listed), before the programs */
   ctl_trace_free(c);

@@ -36,7 +36,10 @@ typedef struct lm_controller_config {
                                       built-in classes prod > interactive > batch, no quotas */
   uint32_t recover_wait_ms;        /* a lost worker with no standby to replace it: its launches wait
                                       this long for a new worker (0, the default: they fail at once) */
-  bool no_snapshots;               /* do not snapshot puts into other workers' host memory */
+  bool no_snapshots;               /* do not snapshot puts or launch outputs into other workers' host memory */
+  uint32_t snapshot_every;         /* a round of snapshots of launch outputs every this many completed
+                                      launches (default 100; 0: not by count) ... */
+  uint32_t snapshot_interval_ms;   /* ... or this often (default 10000; 0: not by time); both 0: none */
   uint32_t replay_keep_mb;         /* deleted arrays kept at the workers because a live array's
                                       replay reads them: at most this many MiB (default 256; 0:
                                       none kept) */

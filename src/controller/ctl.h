@@ -13,6 +13,8 @@
  *   ctl_recover.c   elastic recovery: standbys take over lost workers' devices, shards are
  *                   restored (or recomputed by replaying their producers from the launch log),
  *                   launches in flight re-issued; snapshots of puts; drain
+ *   ctl_snapshot.c  periodic snapshots of launch outputs into other workers' host memory, and the
+ *                   launch log truncated behind them (what no live array's replay needs is dropped)
  *   ctl_ckpt.c      checkpoints: named arrays saved to and loaded from safetensors files that the
  *                   workers write and read; manifests (file work on the thread pool)
  *   ctl_journal.c   the journal (--state): durable state in SQLite (journal.c), restored at start;
@@ -89,6 +91,8 @@ typedef struct c_array {
   uint64_t *lin_in;          /* [nlin] its producer's inputs (NULL: none recorded) */
   uint32_t nlin;
   uint32_t lin_refs;         /* recorded arrays (live or kept) whose producer read this one */
+  bool log_ref;              /* it counts in its producer's log entry (refs): a completed launch output
+                                with a shard no other worker holds and no snapshot (ctl_snapshot.c) */
 } c_array;
 
 enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + partition on the thread pool */ };
@@ -161,6 +165,8 @@ typedef struct c_log_entry {
   uint64_t *ids;             /* [nin + nout] inputs then outputs */
   uint32_t *phys;            /* [2 * ndev]: worker, local index of each process's device */
   int status;                /* 1 running, 0 ok, < 0 failed */
+  uint32_t refs;             /* live or kept arrays it computed that only a replay could restore: at 0
+                                (once it ended) ids and phys are dropped (truncated; seq and status stay) */
 } c_log_entry;
 
 #define LM_LAUNCH_LOG_MAX 65536
@@ -237,6 +243,9 @@ struct ctl {
   uint64_t launches_total, launches_failed;
   c_log_entry *log;          /* ring of the last LM_LAUNCH_LOG_MAX launches */
   uint64_t log_count;
+  uint64_t log_kept;         /* entries holding ids (not truncated) */
+  uint64_t log_dropped;      /* entries truncated since the start */
+  struct ctl_snap *snap;     /* periodic snapshots of launch outputs (ctl_snapshot.c) */
   uint32_t *dev_pos, *dev_stamp; /* [LM_REG_MAX_DEVICES] scratch of the input check: an array's shard
                                     index per device, valid where dev_stamp is stamp */
   uint32_t stamp;
@@ -435,6 +444,37 @@ bool ctl_zombie_keep(ctl *c, lm_session *s, c_array *a);
 void ctl_lineage_note(ctl *c, lm_session *s, c_array *a, const uint64_t *in, size_t nin);
 /* Array a of session s is deleted for good (not kept): its inputs stop counting it. */
 void ctl_lineage_drop(ctl *c, lm_session *s, c_array *a);
+/* Helpers shared with ctl_snapshot.c (ctl_recover.c). */
+bool ctl_worker_usable(ctl *c, uint32_t id);
+bool ctl_recovery_possible(ctl *c);        /* a standby is registered, or --recover-wait is set */
+bool ctl_recover_idle(ctl *c);             /* no recovery or drain in progress */
+uint32_t ctl_snapshot_buddy(ctl *c, uint32_t holder); /* the worker to keep holder's snapshots, or UINT32_MAX */
+bool ctl_shard_replicated(ctl *c, const c_array *a, uint32_t k); /* shard k's region is on another worker too */
+c_array *ctl_find_array(ctl *c, lm_session *s, uint64_t id);     /* live, or deleted and kept; NULL: neither */
+/* Sends a snapshot copy of shard k of a from its holder to buddy's host memory, the buddy to
+ * report how it ended (SNAPSHOT_KEPT); returns the copy's tag. */
+uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy);
+void ctl_zombies_sweep(ctl *c);
+
+/* periodic snapshots of launch outputs and the launch log's truncation (ctl_snapshot.c) */
+int ctl_snap_init(ctl *c);
+void ctl_snap_free(ctl *c);
+/* l completed well: its outputs that only a replay could restore count in its log entry (else the
+ * entry is dropped at once) and become candidates for the next snapshot round. */
+void ctl_snap_launch_done(ctl *c, c_launch *l, lm_session *s);
+/* a no longer needs its producer's log entry (deleted for good, snapshotted, its session gone). */
+void ctl_log_unref(ctl *c, c_array *a);
+/* Frees entry e's ids and phys (seq and status stay, for state checks). */
+void ctl_log_drop(ctl *c, c_log_entry *e);
+void ctl_on_snapshot_kept(ctl *c, peer *w, const Lmw__SnapshotKept *m);
+void ctl_snap_worker_lost(ctl *c, uint32_t worker);
+void ctl_snap_tick(ctl *c);
+/* Deleted arrays kept for replays fill half of --replay-keep-mb: the next launch completion (or
+ * tick) starts a snapshot round, whatever the count or the time since the last one. */
+void ctl_snap_pressure(ctl *c);
+/* for status: confirmed snapshots of launch outputs (arrays, bytes) and copies in flight */
+void ctl_snap_counts(ctl *c, uint64_t *arrays, uint64_t *bytes, uint32_t *inflight);
+
 /* A replay launch is over (ok or not): its scratch outputs are freed, its targets failed if it
  * failed (called by launch_free). */
 void ctl_replay_end(ctl *c, c_launch *l);

@@ -311,6 +311,7 @@ int ctl_arrays_delete(peer *p, const uint64_t *del_ids, size_t n_del) {
       continue;
     }
     ctl_lineage_drop(c, p->session, a); /* its inputs need not be kept for it any more */
+    ctl_log_unref(c, a);                /* nor its producer's log entry */
     for (uint32_t i = 0; i < 2 * a->sh.ndev; i++) { /* its shards, then its snapshots */
       uint32_t w = i < a->sh.ndev ? lm_registry_device(c->reg, a->devs[i])->worker
                                   : (a->bk ? a->bk[i - a->sh.ndev] : LM_REG_NO_DEVICE);

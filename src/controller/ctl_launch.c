@@ -108,8 +108,7 @@ static void failed_outputs(peer *p, const Lmw__Launch *m, int code, const char *
 
 static void log_record(ctl *c, c_launch *l, const Lmw__Launch *m) {
   c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
-  free(e->ids);
-  free(e->phys);
+  ctl_log_drop(c, e); /* the ring wrapped: an entry still needed goes (its arrays' refs see the new seq) */
   memset(e, 0, sizeof *e);
   e->seq = l->seq;
   e->session = l->session;
@@ -129,6 +128,7 @@ static void log_record(ctl *c, c_launch *l, const Lmw__Launch *m) {
   }
   e->status = 1;
   c->log_count++;
+  if (e->ids) c->log_kept++;
 }
 
 static void log_status(ctl *c, uint64_t seq, int status) {
@@ -168,6 +168,10 @@ static void launch_free(ctl *c, c_launch *l) {
   if (l->trace) ctl_trace_launch_end(c, l, LOOM_CANCELLED);
   if (l->replay) ctl_replay_end(c, l); /* not journaled */
   else if (!c->stopping) ctl_j_launch_end(c, l); /* a stopping controller keeps it for the restart */
+  if (!l->replay && l->failed && !c->stopping) { /* nothing can be replayed from it: its record goes */
+    c_log_entry *e = &c->log[l->seq % LM_LAUNCH_LOG_MAX];
+    if (e->seq == l->seq) ctl_log_drop(c, e);
+  }
   ctl_pool_launch_end(c, l);
   ctl_program_release(c, l->prog);
   ctl_plan_release(l->plan);
@@ -212,6 +216,7 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
   if (!l->failed) {
     set_outputs(c, l, A_READY, 0, NULL);
     log_status(c, l->seq, 0);
+    if (!l->replay) ctl_snap_launch_done(c, l, l->client ? l->client->session : ctl_session_find(c, l->session));
     if (l->client) {
       Lmw__LaunchReply r = LMW__LAUNCH_REPLY__INIT;
       r.seq = l->seq;
@@ -311,6 +316,7 @@ void ctl_launch_reissue(ctl *c, c_launch *l) {
   ctl_j_launch_del(c, old); /* recorded again under its new number when sent */
   uint64_t *ids = e->ids;
   e->ids = NULL; /* taken: log_record frees the slot's arrays when it reuses it */
+  if (c->log_kept) c->log_kept--;
   Lmw__Launch m = LMW__LAUNCH__INIT;
   m.n_inputs = e->nin;
   m.inputs = ids;
@@ -368,10 +374,7 @@ void ctl_launches_free(ctl *c) {
     l->prog->refs++; /* programs are freed wholesale next; do not let eviction run */
     launch_free(c, l);
   }
-  for (size_t i = 0; c->log && i < LM_LAUNCH_LOG_MAX; i++) {
-    free(c->log[i].ids);
-    free(c->log[i].phys);
-  }
+  for (size_t i = 0; c->log && i < LM_LAUNCH_LOG_MAX; i++) ctl_log_drop(c, &c->log[i]);
   free(c->log);
   c->log = NULL;
   free(c->dev_pos), free(c->dev_stamp);

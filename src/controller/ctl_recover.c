@@ -280,8 +280,9 @@ static uint32_t dev_worker(ctl *c, uint32_t v) { return lm_registry_device(c->re
 
 /* Sends the two halves of a shard copy: from (src, its device src_local or its snapshot of
  * device v) to (dst, its device dst_local or a snapshot of device v). */
-static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
-                      uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt) {
+static uint64_t send_copy_ex(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
+                             uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt,
+                             bool report) {
   int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
   lm_sharding_shard(&a->sh, a->rank, a->dims, k, off, sd);
   uint64_t dims[LM_SHARD_MAX_RANK];
@@ -296,6 +297,7 @@ static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint3
   m.n_dims = (size_t)a->rank;
   m.dims = dims;
   m.receipt = receipt;
+  m.report = report;
   m.send = true;
   m.peer = dst;
   m.backup = src_backup;
@@ -308,6 +310,12 @@ static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint3
   ctl_worker_send(c, dst, LM_MSG_SHARD_COPY, 0, &m.base, NULL, 0, NULL);
   lm_session_touch(s, src);
   lm_session_touch(s, dst);
+  return tag;
+}
+
+static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
+                      uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt) {
+  send_copy_ex(c, s, a, k, src, src_backup, src_local, dst, dst_backup, dst_local, receipt, false);
 }
 
 /* The next usable regular worker after `holder` (in id order, wrapping), or UINT32_MAX. */
@@ -352,6 +360,25 @@ void ctl_snapshot_put(ctl *c, peer *p, c_array *a) {
     if (a->bk[k] != LM_REG_NO_DEVICE) snapshot_shard(c, p->session, a, k, true);
 }
 
+/* ---- shared with ctl_snapshot.c ---- */
+
+bool ctl_worker_usable(ctl *c, uint32_t id) { return worker_usable(c, id); }
+bool ctl_recovery_possible(ctl *c) { return recovery_possible(c); }
+bool ctl_recover_idle(ctl *c) { return c->rec && c->rec->phase == R_IDLE && c->rec->drain_worker == UINT32_MAX; }
+uint32_t ctl_snapshot_buddy(ctl *c, uint32_t holder) { return pick_buddy(c, holder); }
+
+bool ctl_shard_replicated(ctl *c, const c_array *a, uint32_t k) {
+  uint32_t hw = dev_worker(c, a->devs[k]);
+  for (uint32_t j = 0; j < a->sh.ndev; j++)
+    if (j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j)) return true;
+  return false;
+}
+
+uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy) {
+  return send_copy_ex(c, s, a, k, dev_worker(c, a->devs[k]), false, lm_registry_device(c->reg, a->devs[k])->local_index,
+                      buddy, true, 0, false, true);
+}
+
 /* ---- zombies ---- */
 
 static bool rec_reads(ctl *c, uint64_t session, uint64_t array) {
@@ -381,7 +408,7 @@ static uint64_t shard_bytes(const c_array *a) {
 }
 
 /* Array id of session s: live, or kept (a zombie); NULL if neither. */
-static c_array *find_array(ctl *c, lm_session *s, uint64_t id) {
+c_array *ctl_find_array(ctl *c, lm_session *s, uint64_t id) {
   c_array *a = lm_session_get(s, id, H_ARRAY);
   if (a || !c->rec) return a;
   for (rec_zombie *z = c->rec->zombies; z; z = z->next)
@@ -408,14 +435,14 @@ void ctl_lineage_note(ctl *c, lm_session *s, c_array *a, const uint64_t *in, siz
   memcpy(a->lin_in, in, nin * sizeof *in);
   a->nlin = (uint32_t)nin;
   for (size_t i = 0; i < nin; i++) {
-    c_array *x = find_array(c, s, in[i]);
+    c_array *x = ctl_find_array(c, s, in[i]);
     if (x) x->lin_refs++;
   }
 }
 
 void ctl_lineage_drop(ctl *c, lm_session *s, c_array *a) {
   for (uint32_t i = 0; i < a->nlin; i++) {
-    c_array *x = find_array(c, s, a->lin_in[i]);
+    c_array *x = ctl_find_array(c, s, a->lin_in[i]);
     if (x && x->lin_refs) x->lin_refs--;
   }
   free(a->lin_in);
@@ -438,6 +465,7 @@ static bool keep_for_replay(ctl *c, rec_zombie *z) {
   uint64_t b = shard_bytes(z->a), cap = (uint64_t)c->cfg.replay_keep_mb << 20;
   if (!b) b = 1;
   if (!recovery_possible(c)) return false; /* no standby to recover onto, none waited for: nothing to replay */
+  if (r->kept_bytes + b > cap / 2) ctl_snap_pressure(c); /* a snapshot round frees what it keeps */
   if (r->kept_bytes + b > cap || r->nkept >= REPLAY_KEEP_MAX) {
     lm_info("session %llu deleted array %llu, which a replay of a live array reads: not kept (%u arrays, %llu "
             "bytes kept already; at most %d arrays and --replay-keep-mb %u MiB)", (unsigned long long)z->session->id,
@@ -488,11 +516,10 @@ bool ctl_zombie_keep(ctl *c, lm_session *s, c_array *a) {
   return true;
 }
 
-/* Frees (at the workers) the zombies no active launch reads any more and no replay may need
- * (or that no longer fit the replay budget). */
-static void sweep_zombies(ctl *c) {
+/* One pass of sweep_zombies; true when it freed something. */
+static bool sweep_once(ctl *c) {
   struct ctl_rec *r = c->rec;
-  if (r->phase != R_IDLE) return;
+  bool freed = false;
   for (rec_zombie **pp = &r->zombies; *pp;) {
     rec_zombie *z = *pp;
     if (ctl_launch_reads(c, z->session->id, z->a->id) ||
@@ -514,9 +541,25 @@ static void sweep_zombies(ctl *c) {
         ctl_worker_send(c, z->a->bk[i], LM_MSG_FREE_ARRAYS, 0, &fa.base, NULL, 0, NULL);
     }
     unkeep(r, z);
-    ctl_lineage_drop(c, z->session, z->a); /* its own inputs may go at the next sweep */
+    ctl_lineage_drop(c, z->session, z->a); /* its own inputs may go now */
+    ctl_log_unref(c, z->a);
     zombie_free(z);
+    freed = true;
   }
+  return freed;
+}
+
+/* Frees (at the workers) the zombies no active launch reads any more and no replay may need
+ * (or that no longer fit the replay budget). A zombie freed drops its lineage, which may free
+ * older ones (later in the list, newest first: the same pass); passes repeat while one frees. */
+static void sweep_zombies(ctl *c) {
+  if (c->rec->phase != R_IDLE) return;
+  while (sweep_once(c)) {
+  }
+}
+
+void ctl_zombies_sweep(ctl *c) {
+  if (c->rec) sweep_zombies(c);
 }
 
 /* ---- the recovery ---- */
@@ -817,7 +860,7 @@ static int resolve(ctl *c, rec_target *t, int depth) {
            prog->info->nproc != e->ndev)
     snprintf(why, sizeof why, "the program of launch %llu, which computed it, is no longer loaded", seq);
   for (uint32_t i = 0; !why[0] && i < e->nin; i++) {
-    c_array *x = find_array(c, s, e->ids[i]);
+    c_array *x = ctl_find_array(c, s, e->ids[i]);
     unsigned long long xid = (unsigned long long)e->ids[i];
     if (!x) {
       snprintf(why, sizeof why, "launch %llu, which computed it, read array %llu, which the client deleted and which "
@@ -886,7 +929,7 @@ static void plan_replays(ctl *c) {
 static void replay_discard(ctl *c, c_launch *l, const char *why) {
   c_replay_t *rp = l->replay;
   for (uint32_t i = 0; why && rp->s && i < rp->ntargets; i++) {
-    c_array *a = find_array(c, rp->s, rp->targets[i]);
+    c_array *a = ctl_find_array(c, rp->s, rp->targets[i]);
     if (!a || a->state == A_FAILED) continue;
     char msg[LM_ERR_MSG_MAX];
     snprintf(msg, sizeof msg, "array %llu was lost with worker %u and could not be recomputed: %.800s",
@@ -936,7 +979,7 @@ void ctl_replay_failed(ctl *c, c_launch *l, int code, const char *msg) {
   c_replay_t *rp = l->replay;
   if (!rp->s) return;
   for (uint32_t i = 0; i < rp->ntargets; i++) {
-    c_array *a = find_array(c, rp->s, rp->targets[i]);
+    c_array *a = ctl_find_array(c, rp->s, rp->targets[i]);
     if (!a || a->state == A_FAILED) continue;
     char full[LM_ERR_MSG_MAX];
     snprintf(full, sizeof full, "array %llu was lost with worker %u and recomputing it (launch %llu replayed as "
@@ -1190,6 +1233,11 @@ bool ctl_recover_defer(ctl *c, peer *p, const lm_frame *f) {
 void ctl_recover_client_gone(ctl *c, peer *p) {
   struct ctl_rec *r = c->rec;
   if (!r) return;
+  lm_session *s = p->session;
+  for (size_t i = 0; s && i < s->cap; i++) { /* its arrays' launch log entries are not needed any more */
+    c_array *a = s->slots[i].id ? lm_session_get(s, s->slots[i].id, H_ARRAY) : NULL;
+    if (a && a->log_ref) ctl_log_unref(c, a);
+  }
   if (r->drain_client == p) r->drain_client = NULL;
   if (r->dw_client == p) r->dw_client = NULL;
   for (rec_frame *fr = r->dhead; fr; fr = fr->next)
@@ -1207,6 +1255,7 @@ void ctl_recover_client_gone(ctl *c, peer *p) {
     if (z->session == p->session) {
       *pp = z->next;
       unkeep(r, z);
+      ctl_log_unref(c, z->a);
       zombie_free(z);
     } else {
       pp = &z->next;

@@ -50,6 +50,7 @@
  *   68 DRAIN                   Drain                  client -> ctl        none (reply CHECKPOINT_REPLY)
  *                                                     ctl -> worker        none (reply ACK)
  *   70 STASH                   Stash                  ctl -> worker        none (reply ACK or ERROR)
+ *   71 SNAPSHOT_KEPT           SnapshotKept           worker -> ctl        none (one-way)
  *   80 TRACE_CONTROL           TraceControl           client -> ctl        none (reply ACK, or TRACE_RESULT to a stop)
  *   81 TRACE_RESULT            TraceResult            ctl -> client        the trace's JSON
  */
@@ -111,6 +112,7 @@ static const msg_info g_msgs[] = {
     [LM_MSG_CHECKPOINT_IO_REPLY] = {"CHECKPOINT_IO_REPLY", &lmw__checkpoint_io_reply__descriptor},
     [LM_MSG_DRAIN] = {"DRAIN", &lmw__drain__descriptor},
     [LM_MSG_STASH] = {"STASH", &lmw__stash__descriptor},
+    [LM_MSG_SNAPSHOT_KEPT] = {"SNAPSHOT_KEPT", &lmw__snapshot_kept__descriptor},
     [LM_MSG_TRACE_CONTROL] = {"TRACE_CONTROL", &lmw__trace_control__descriptor},
     [LM_MSG_TRACE_RESULT] = {"TRACE_RESULT", &lmw__trace_result__descriptor},
 };

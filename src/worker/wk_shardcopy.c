@@ -6,7 +6,9 @@
  * given the shard of a lost worker's device.
  *
  * The receiving side of a device copy lists a PENDING slot at once, so launches that read the
- * shard wait for it (as for any shard still being computed). */
+ * shard wait for it (as for any shard still being computed). A backup receiver asked to `report`
+ * (the controller's periodic snapshots of launch outputs) tells the controller how the copy
+ * ended (SNAPSHOT_KEPT), from the loop thread. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,11 +39,13 @@ typedef struct sc_job {
   pthread_t th;
   uint64_t session, array, tag;
   uint32_t peer, local_index, device;
-  bool send, backup, receipt;
+  bool send, backup, receipt, report;
   int rc;                    /* the outcome (snapshot sends report it to the loop) */
   lm_type ty;
   size_t nbytes;
   wk_slot *slot;             /* receive into a device: the PENDING slot (a reference) */
+  wk_slot *src;              /* send from a device: its slot when listed at the SHARD_COPY (a reference),
+                                so a FREE_ARRAYS that follows cannot take it away first */
   atomic_int finished;       /* the thread is over: join it (wk_sc_reap) */
   struct sc_job *next;
 } sc_job;
@@ -57,6 +61,7 @@ struct wk_sc {
   struct sc_key *kept;       /* snapshots kept, reported by the threads (under mu) */
   uint32_t receipt_failures; /* copies sent for a receipt (a drain's) that failed (under mu) ... */
   char receipt_error[200];   /* ... and the first one's error */
+  struct sc_report *reports; /* backup copies with `report` that ended, for the loop to send (under mu) */
   /* loop thread only */
   struct sc_waiter *waiters; /* puts waiting for their snapshots */
   struct sc_key *done;       /* kept snapshots no put waits for (yet) */
@@ -68,6 +73,14 @@ typedef struct sc_key {
   uint32_t dev;
   struct sc_key *next;
 } sc_key;
+
+typedef struct sc_report {
+  uint64_t session, array, tag, bytes;
+  uint32_t dev;              /* virtual device */
+  int code;
+  char msg[200];
+  struct sc_report *next;
+} sc_report;
 
 typedef struct sc_waiter {
   wk_dconn *dc;
@@ -137,7 +150,8 @@ static int wait_slot(sc_job *j, wk_slot **out, lm_err *err) {
   struct timespec dl;
   deadline_in(&dl, SC_WAIT_MS);
   for (;;) {
-    wk_slot *s = wk_store_get(st, j->session, j->array, j->local_index);
+    wk_slot *s = j->src ? j->src : wk_store_get(st, j->session, j->array, j->local_index);
+    j->src = NULL;
     pthread_mutex_lock(&st->mu);
     int state = s ? s->state : -1;
     if (state == WK_SLOT_READY) {
@@ -249,6 +263,17 @@ static void *job_main(void *arg) {
     }
     if (b) free(b->data);
     free(b);
+    sc_report *rp = j->report ? calloc(1, sizeof *rp) : NULL;
+    if (rp) { /* the loop thread sends it to the controller */
+      rp->session = j->session, rp->array = j->array, rp->tag = j->tag, rp->dev = j->device;
+      rp->code = rc, rp->bytes = rc == 0 ? j->nbytes : 0;
+      if (rc < 0) snprintf(rp->msg, sizeof rp->msg, "%.190s", err.msg);
+      pthread_mutex_lock(&sc->mu);
+      rp->next = sc->reports;
+      sc->reports = rp;
+      pthread_mutex_unlock(&sc->mu);
+      uv_async_send(&sc->async);
+    }
     if (j->receipt && !sc->stopping) { /* 1 byte: kept; 2 bytes (a length mismatch there): not kept */
       lm_err e2;
       uint8_t one[2] = {1, 1};
@@ -288,6 +313,8 @@ static void *job_main(void *arg) {
              (unsigned long long)j->array, j->nbytes, j->send ? "to" : "from", j->peer);
   if (j->slot) wk_slot_release(&w->store, j->slot);
   j->slot = NULL;
+  wk_slot_release(&w->store, j->src); /* (a send that failed before waiting for it) */
+  j->src = NULL;
   atomic_store(&j->finished, 1);
   return NULL;
 }
@@ -320,6 +347,7 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   j->session = m->session, j->array = m->array, j->tag = m->tag;
   j->peer = m->peer, j->local_index = m->local_index, j->device = m->device;
   j->send = m->send, j->backup = m->backup, j->receipt = m->receipt;
+  j->report = m->report && !m->send && m->backup;
   j->nbytes = (size_t)nbytes;
   int64_t dims[LM_MAX_RANK];
   for (size_t d = 0; d < m->n_dims; d++) dims[d] = (int64_t)m->dims[d];
@@ -333,7 +361,10 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
     }
     wk_store_put(&w->store, j->slot);
   }
+  if (m->send && !m->backup) /* taken now: frees that arrive after this message come after the copy */
+    j->src = wk_store_get(&w->store, m->session, m->array, m->local_index);
   if (pthread_create(&j->th, NULL, job_main, j) != 0) {
+    wk_slot_release(&w->store, j->src);
     if (j->slot) {
       wk_slot_finish(&w->store, j->slot, NULL, LOOM_NO_MEMORY, "cannot start a thread to restore the shard");
       wk_slot_release(&w->store, j->slot);
@@ -404,6 +435,11 @@ void wk_sc_free(wk *w) {
     sc_key *n = sc->done->next;
     free(sc->done);
     sc->done = n;
+  }
+  while (sc->reports) {
+    sc_report *n = sc->reports->next;
+    free(sc->reports);
+    sc->reports = n;
   }
   while (sc->waiters) {
     sc_waiter *n = sc->waiters->next;
@@ -484,7 +520,18 @@ static void on_kept(uv_async_t *a) {
   pthread_mutex_lock(&sc->mu);
   sc_key *k = sc->kept;
   sc->kept = NULL;
+  sc_report *rp = sc->reports;
+  sc->reports = NULL;
   pthread_mutex_unlock(&sc->mu);
+  while (rp) { /* snapshots of launch outputs: the controller counts them kept (or takes them again) */
+    sc_report *n = rp->next;
+    Lmw__SnapshotKept m = LMW__SNAPSHOT_KEPT__INIT;
+    m.session = rp->session, m.array = rp->array, m.device = rp->dev, m.tag = rp->tag;
+    m.code = rp->code, m.message = rp->msg, m.bytes = rp->bytes;
+    wk_send(w, LM_MSG_SNAPSHOT_KEPT, 0, &m.base);
+    free(rp);
+    rp = n;
+  }
   while (k) {
     sc_key *n = k->next;
     if (cross_off(w, k->session, k->array, k->dev)) {

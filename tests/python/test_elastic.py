@@ -309,8 +309,11 @@ def _fetch(a):
 
 
 def _replay_cluster(daemons, *controller_flags):
-    # --recover-wait: puts are snapshotted even before the standby's data plane is known
-    daemons.controller("--recover-wait", "30000", *controller_flags)
+    # --recover-wait: puts are snapshotted even before the standby's data plane is known; periodic
+    # snapshots of launch outputs off: these tests are about replays (tests/integration/test_snapshots.py
+    # tests the snapshots)
+    daemons.controller("--recover-wait", "30000", "--snapshot-every", "0", "--snapshot-interval", "0",
+                       *controller_flags)
     _, w1 = daemons.two_workers()
     daemons.worker("s0", "--standby")
     daemons.wait_workers(2, 1)
