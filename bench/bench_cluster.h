@@ -28,8 +28,12 @@ typedef struct bench_cluster {
   char token[LM_TOKEN_STR_LEN + 1];
 } bench_cluster;
 
-/* Set before starting: the controller keeps its journal there (--state; bench_journal.c). */
+/* Set before starting: the controller keeps its journal there (--state; bench_journal.c); this
+ * many standby workers (`loom worker --standby`, as many devices) join after the others; and the
+ * controller takes no snapshots of puts (--no-snapshots). */
 static const char *bench_cluster_state_dir __attribute__((unused));
+static int bench_cluster_standbys __attribute__((unused));
+static bool bench_cluster_no_snapshots __attribute__((unused));
 
 static inline void bench_cluster_stop(bench_cluster *bc) {
   for (int i = bc->n - 1; i >= 0; i--) kill(bc->pids[i], SIGTERM);
@@ -77,6 +81,7 @@ static inline void bench_cluster_start_auth(bench_cluster *bc, int workers, int 
   pid_t ctl = fork();
   if (ctl == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    prctl(PR_SET_NAME, "b-controller"); /* (its threads are told apart in perf) */
     lm_log_init("controller");
     lm_controller_config cfg;
     lm_controller_config_default(&cfg);
@@ -84,6 +89,7 @@ static inline void bench_cluster_start_auth(bench_cluster *bc, int workers, int 
     cfg.address_file = addrfile;
     if (bc->auth) cfg.secret_file = bc->secret, cfg.tokens_file = bc->tokens;
     cfg.state_dir = bench_cluster_state_dir;
+    cfg.no_snapshots = bench_cluster_no_snapshots;
     lm_err e;
     _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
   }
@@ -105,10 +111,11 @@ static inline void bench_cluster_start_auth(bench_cluster *bc, int workers, int 
     bench_cluster_stop(bc);
     exit(1);
   }
-  for (int w = 0; w < workers && bc->n < 17; w++) {
+  for (int w = 0; w < workers + bench_cluster_standbys && bc->n < 17; w++) {
     pid_t p = fork();
     if (p == 0) {
       prctl(PR_SET_PDEATHSIG, SIGTERM);
+      prctl(PR_SET_NAME, "b-worker");
       lm_log_init("worker");
       lm_worker_config cfg;
       lm_worker_config_default(&cfg);
@@ -116,6 +123,7 @@ static inline void bench_cluster_start_auth(bench_cluster *bc, int workers, int 
       cfg.devices = (uint32_t)devices;
       if (bc->auth) cfg.secret_file = bc->secret;
       if (device_memory) cfg.device_memory = device_memory;
+      cfg.standby = w >= workers;
       lm_err e;
       _exit(lm_worker_run(&cfg, &e) < 0 ? 1 : 0);
     }

@@ -159,6 +159,7 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     return;
   }
   Lmw__HelloReply r = LMW__HELLO_REPLY__INIT;
+  uint8_t secret[32]; /* r may point at it until it is sent, at the end */
   r.protocol_version = LM_PROTOCOL_VERSION;
   r.software = "loom " LOOM_VERSION_STRING;
   r.max_meta = c->cfg.conn.limits.max_meta;
@@ -204,7 +205,6 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     c->nsessions++;
     if (c->met) lm_met_inc(&c->met->sessions_opened);
     r.session_id = s->id;
-    uint8_t secret[32];
     if (p->resumed) {
       r.resumed = true;
       r.resume_secret = h->resume_secret;

@@ -512,6 +512,9 @@ void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage
 /* The same, held only until the journal has committed operation `after` (a launch's reply needs
  * its start record, not its end: a restart re-runs an ended launch's record harmlessly). */
 void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after);
+/* The same for a reply nobody waits for (ARRAY_DELETE's ACK): held until what was staged before it
+ * is committed, without starting a commit of its own (it goes with the next one). */
+void ctl_send_reply_lazy(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m);
 /* HELLO with resume_session: takes the restored session (checking its secret and user) into p. */
 int ctl_journal_resume_session(peer *p, const Lmw__Hello *h, lm_session **out, lm_err *err);
 /* A new session: records it and fills secret (the resume secret for HELLO_REPLY); false: no journal. */

@@ -343,5 +343,5 @@ void ctl_on_array_delete(peer *p, const lm_frame *f, const Lmw__ArrayDelete *m) 
     return;
   }
   Lmw__Ack ack = LMW__ACK__INIT;
-  ctl_reply(p, f, LM_MSG_ACK, &ack.base);
+  ctl_send_reply_lazy(p, f->h.request_id, LM_MSG_ACK, &ack.base); /* clients do not wait for it */
 }

@@ -26,8 +26,9 @@
 
 typedef struct j_reply {   /* a reply held until the journal commits up to `after` */
   peer *p;
-  uint64_t after, rid;
+  uint64_t after, rid, t0_ns;
   unsigned type;
+  bool urge;                 /* someone waits for it (not a lazy ACK) */
   const ProtobufCMessageDescriptor *desc;
   uint8_t *buf;
   size_t n;
@@ -54,7 +55,9 @@ struct ctl_jr {
   uv_check_t check;          /* after each loop iteration: what it staged goes to the writer, whole */
   bool check_open;
   j_reply *rhead, *rtail;
-  atomic_bool waiting;       /* replies are held: the writer wakes the loop after a commit */
+  uint64_t rmax;             /* the largest `after` of the held replies */
+  atomic_bool waiting;       /* replies someone waits for are held: the writer wakes the loop after a commit */
+  uint32_t nurge;            /* how many (lazy ones go out at the loop's next iteration after their commit) */
   j_detached *detached;
   j_frame *dhead, *dtail;
   bool restoring;            /* recorded workers are not all back yet */
@@ -68,6 +71,7 @@ struct ctl_jr {
   uint64_t seq_reserved, epoch_reserved;
   uint64_t *ended;           /* launches that ended well, whose records are deleted in a batch */
   size_t nended, ended_cap;
+  uint64_t nreplies, nheld_replies, held_ns; /* replies sent; those held for a commit, and for how long */
 };
 
 #define ENDED_BATCH 256      /* ... once this many ended, or on the next health tick */
@@ -92,6 +96,8 @@ static void flush_replies(ctl *c) {
     j_reply *r = jr->rhead;
     jr->rhead = r->next;
     if (!jr->rhead) jr->rtail = NULL;
+    jr->held_ns += uv_hrtime() - r->t0_ns;
+    if (r->urge) jr->nurge--;
     if (r->p && lm_conn_is_open(r->p->conn)) {
       ProtobufCMessage *m = protobuf_c_message_unpack(r->desc, NULL, r->n, r->buf);
       if (m) {
@@ -102,14 +108,19 @@ static void flush_replies(ctl *c) {
     free(r->buf);
     free(r);
   }
-  if (!jr->rhead) atomic_store(&jr->waiting, false);
+  if (!jr->rhead) jr->rmax = 0;
+  if (!jr->nurge) atomic_store(&jr->waiting, false);
 }
 
 static void on_async(uv_async_t *a) { flush_replies(a->data); }
 
 static void on_check(uv_check_t *h) {
   ctl *c = h->data;
-  if (c->jr && c->jr->j) lm_journal_publish(c->jr->j);
+  struct ctl_jr *jr = c->jr;
+  if (!jr || !jr->j) return;
+  lm_journal_publish(jr->j);
+  /* replies committed meanwhile go now (lazy ones spent no wake-up of the loop) */
+  if (jr->rhead && lm_journal_committed(jr->j) >= jr->rhead->after) flush_replies(c);
 }
 
 static void notify(void *arg) {
@@ -121,10 +132,13 @@ void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage
   ctl_send_reply_after(p, rid, type, m, UINT64_MAX);
 }
 
-void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after) {
+/* Holds the reply until the journal committed operation `after`; urge: it is waited for (the
+ * writer commits it at once), else (a reply nobody waits for) it goes with the next commit. */
+static void reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after, bool urge) {
   ctl *c = p->ctl;
   struct ctl_jr *jr = c->jr;
   if (on(c) && after == UINT64_MAX) after = lm_journal_queued(jr->j);
+  if (on(c)) jr->nreplies++;
   if (!on(c) || p->role != ROLE_CLIENT || (!jr->rhead && lm_journal_committed(jr->j) >= after)) {
     send_now(p, rid, type, m);
     return;
@@ -138,13 +152,28 @@ void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCM
     return;
   }
   protobuf_c_message_pack(m, buf);
-  r->p = p, r->rid = rid, r->type = type, r->desc = m->descriptor, r->buf = buf, r->n = n;
+  r->p = p, r->rid = rid, r->type = type, r->desc = m->descriptor, r->buf = buf, r->n = n, r->urge = urge;
   r->after = after;
+  if (after > jr->rmax) jr->rmax = after;
+  /* replies go in order: one that is waited for urges those before it */
+  if (urge) lm_journal_want(jr->j, jr->rmax);
+  r->t0_ns = uv_hrtime();
+  jr->nheld_replies++;
   if (jr->rtail) jr->rtail->next = r;
   else jr->rhead = r;
   jr->rtail = r;
+  if (!urge) return;
+  jr->nurge++;
   atomic_store(&jr->waiting, true);
-  if (lm_journal_committed(jr->j) >= after) uv_async_send(&jr->async); /* committed meanwhile */
+  if (lm_journal_committed(jr->j) >= jr->rmax) uv_async_send(&jr->async); /* committed meanwhile */
+}
+
+void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after) {
+  reply_after(p, rid, type, m, after, true);
+}
+
+void ctl_send_reply_lazy(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m) {
+  reply_after(p, rid, type, m, UINT64_MAX, false);
 }
 
 /* ---- records ---- */
@@ -243,7 +272,7 @@ void ctl_j_array(ctl *c, uint64_t session, const c_array *a) {
 }
 
 void ctl_j_array_del(ctl *c, uint64_t session, uint64_t id) {
-  if (on(c)) lm_journal_del(c->jr->j, LM_J_ARRAY, session, id);
+  if (on(c)) lm_journal_del_lazy(c->jr->j, LM_J_ARRAY, session, id); /* its ACK is lazy too */
 }
 
 void ctl_j_program(ctl *c, const c_program *p) {
@@ -294,7 +323,7 @@ void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m) {
  * makes the restarted controller send that launch again, which its workers answer from memory). */
 static void flush_ended(ctl *c) {
   struct ctl_jr *jr = c->jr;
-  for (size_t i = 0; i < jr->nended; i++) lm_journal_del(jr->j, LM_J_LAUNCH, jr->ended[i], 0);
+  for (size_t i = 0; i < jr->nended; i++) lm_journal_del_lazy(jr->j, LM_J_LAUNCH, jr->ended[i], 0);
   jr->nended = 0;
 }
 
@@ -648,6 +677,7 @@ void ctl_journal_tick(ctl *c) {
   if (jr->rhead) flush_replies(c); /* a failing journal still lets replies through */
   if (jr->nended) flush_ended(c);
   ctl_pool_journal(c);
+  lm_journal_kick(jr->j); /* lazy operations wait a tick at most */
 }
 
 /* ---- restoring ---- */
@@ -929,12 +959,15 @@ void ctl_journal_free(ctl *c) {
   struct ctl_jr *jr = c->jr;
   if (!jr) return;
   if (jr->j) {
-    uint64_t commits, ops, ns;
-    lm_journal_stats(jr->j, &commits, &ops, &ns);
+    uint64_t commits, ops, ns, cpu;
+    lm_journal_stats(jr->j, &commits, &ops, &ns, &cpu);
     lm_journal_close(jr->j); /* commits what is queued */
     if (commits)
-      lm_info("journal: %llu commits of %llu records, %.1f us per commit", (unsigned long long)commits,
-               (unsigned long long)ops, (double)ns / 1e3 / (double)commits);
+      lm_info("journal: %llu commits of %llu records, %.1f us per commit (%.1f us of CPU); %llu of %llu replies "
+              "held for a commit, %.1f us on average", (unsigned long long)commits, (unsigned long long)ops,
+              (double)ns / 1e3 / (double)commits, (double)cpu / 1e3 / (double)commits,
+              (unsigned long long)jr->nheld_replies, (unsigned long long)jr->nreplies,
+              jr->nheld_replies ? (double)jr->held_ns / 1e3 / (double)jr->nheld_replies : 0.0);
   }
   while (jr->rhead) {
     j_reply *r = jr->rhead;

@@ -64,6 +64,8 @@ wk_slot *wk_slot_new(uint64_t session, uint64_t array, uint32_t dev);
 void wk_store_put(wk_store *st, wk_slot *s);
 /* The listed slot with that key, with a new reference; NULL when none. */
 wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t dev);
+/* The same with st->mu held by the caller, taking no reference (NULL when not listed). */
+wk_slot *wk_store_get_locked(wk_store *st, uint64_t session, uint64_t array, uint32_t dev);
 void wk_slot_release(wk_store *st, wk_slot *s); /* NULL ok */
 /* PENDING -> READY with buf (the slot takes the caller's reference) or FAILED with code/msg. */
 void wk_slot_finish(wk_store *st, wk_slot *s, lm_buffer *buf, int code, const char *msg);

@@ -1,6 +1,8 @@
 /* Shard copies between workers for elastic recovery (docs/elastic.md): the controller sends
  * SHARD_COPY to both ends; the bytes go over the data plane point to point, on a thread of
- * their own per copy (never on the loop thread). A shard comes from or goes to the device store
+ * their own per copy (never on the loop thread). The threads are kept a while once their copy is
+ * done and take the next one (puts' snapshots come in a steady stream: no thread is created per
+ * copy then). A shard comes from or goes to the device store
  * (wk_store.c) or the host-memory backup store kept here: snapshots of shards that have no
  * replica on another worker, keyed by (session, array, virtual device), so that a standby can be
  * given the shard of a lost worker's device.
@@ -24,6 +26,8 @@
 #define SC_ACK_WAIT_MS 10000 /* a put waits this long for its snapshot, then is acknowledged anyway */
 #define SC_DONE_MAX 4096     /* snapshots kept before their put was acknowledged (normally none) */
 #define RECEIPT_BIT (1ull << 63)
+#define SC_IDLE_MS 10000     /* a copy thread with nothing to do waits this long for the next copy ... */
+#define SC_IDLE_MAX 64       /* ... unless this many wait already */
 
 typedef struct sc_backup {
   uint64_t session, array;
@@ -36,7 +40,6 @@ typedef struct sc_backup {
 
 typedef struct sc_job {
   wk *w;
-  pthread_t th;
   uint64_t session, array, tag;
   uint32_t peer, local_index, device;
   bool send, backup, receipt, report;
@@ -46,15 +49,26 @@ typedef struct sc_job {
   wk_slot *slot;             /* receive into a device: the PENDING slot (a reference) */
   wk_slot *src;              /* send from a device: its slot when listed at the SHARD_COPY (a reference),
                                 so a FREE_ARRAYS that follows cannot take it away first */
-  atomic_int finished;       /* the thread is over: join it (wk_sc_reap) */
+  atomic_int finished;       /* the copy is over: free it (wk_sc_reap) */
   struct sc_job *next;
 } sc_job;
+
+typedef struct sc_thread {   /* a copy thread (under sc->mu) */
+  struct wk_sc *sc;
+  pthread_t th;
+  pthread_cond_t cv;         /* a copy was handed to it, or the worker stops */
+  sc_job *job;               /* handed to it, not started yet */
+  bool idle, exited;
+  struct sc_thread *next, *inext; /* every thread; the idle ones */
+} sc_thread;
 
 struct wk_sc {
   pthread_mutex_t mu;
   sc_backup *buckets[SC_BUCKETS];
   uint64_t backup_bytes;
-  sc_job *jobs;              /* running or finished, joined at stop */
+  sc_job *jobs;              /* running or finished, freed by wk_sc_reap and at stop */
+  sc_thread *threads, *idle; /* copy threads, and those waiting for a copy */
+  uint32_t nidle;
   volatile int stopping;     /* the data-plane calls' cancel flag */
   uv_async_t async;          /* copy threads -> loop: snapshots kept */
   bool async_open;
@@ -153,6 +167,8 @@ static int wait_slot(sc_job *j, wk_slot **out, lm_err *err) {
     wk_slot *s = j->src ? j->src : wk_store_get(st, j->session, j->array, j->local_index);
     j->src = NULL;
     pthread_mutex_lock(&st->mu);
+    if (!s && (s = wk_store_get_locked(st, j->session, j->array, j->local_index)) != NULL)
+      s->refs++; /* listed in between (its broadcast came before this wait): no wait for it */
     int state = s ? s->state : -1;
     if (state == WK_SLOT_READY) {
       pthread_mutex_unlock(&st->mu);
@@ -165,8 +181,8 @@ static int wait_slot(sc_job *j, wk_slot **out, lm_err *err) {
       wk_slot_release(st, s);
       return lm_errf(err, code, "the shard failed");
     }
-    /* the lookup above and this wait are not one step under the lock: a slot listed in between
-     * is seen at the next look, 20 ms later at most */
+    /* a slot listed from now on wakes this wait (wk_store_put broadcasts under the lock); one
+     * listed but not READY yet wakes it when it is finished; the 20 ms are a backstop */
     struct timespec now, step;
     clock_gettime(CLOCK_REALTIME, &now);
     deadline_in(&step, 20);
@@ -319,6 +335,80 @@ static void *job_main(void *arg) {
   return NULL;
 }
 
+/* A copy thread: runs the copies handed to it; waits for the next one SC_IDLE_MS, then ends. */
+static void *runner(void *arg) {
+  sc_thread *t = arg;
+  wk_sc *sc = t->sc;
+  pthread_mutex_lock(&sc->mu);
+  for (;;) {
+    sc_job *j = t->job;
+    if (j) {
+      t->job = NULL;
+      pthread_mutex_unlock(&sc->mu);
+      job_main(j); /* (j may be freed once it returns: it is finished) */
+      pthread_mutex_lock(&sc->mu);
+      continue;
+    }
+    if (sc->stopping || sc->nidle >= SC_IDLE_MAX) break;
+    t->idle = true;
+    t->inext = sc->idle;
+    sc->idle = t;
+    sc->nidle++;
+    struct timespec dl;
+    deadline_in(&dl, SC_IDLE_MS);
+    int rc = 0;
+    while (!t->job && !sc->stopping && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&t->cv, &sc->mu, &dl);
+    if (t->idle) { /* not taken off the idle list by a dispatch: leave it */
+      for (sc_thread **pp = &sc->idle; *pp; pp = &(*pp)->inext)
+        if (*pp == t) {
+          *pp = t->inext;
+          break;
+        }
+      t->idle = false;
+      sc->nidle--;
+    }
+    if (!t->job) break;
+  }
+  t->exited = true; /* joined by wk_sc_reap or at stop */
+  pthread_mutex_unlock(&sc->mu);
+  return NULL;
+}
+
+/* Lists j and hands it to an idle copy thread, or to a new one. 0, or < 0 (j is not listed). */
+static int dispatch(wk_sc *sc, sc_job *j) {
+  pthread_mutex_lock(&sc->mu);
+  j->next = sc->jobs;
+  sc->jobs = j;
+  sc_thread *t = sc->idle;
+  if (t) {
+    sc->idle = t->inext;
+    sc->nidle--;
+    t->idle = false;
+    t->job = j;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&sc->mu);
+    return 0;
+  }
+  t = calloc(1, sizeof *t);
+  int rc = t ? 0 : -1;
+  if (t) {
+    pthread_cond_init(&t->cv, NULL);
+    t->sc = sc;
+    t->job = j;
+    t->next = sc->threads; /* listed before it runs: stop joins it */
+    sc->threads = t;
+    if (pthread_create(&t->th, NULL, runner, t) != 0) {
+      sc->threads = t->next;
+      pthread_cond_destroy(&t->cv);
+      free(t);
+      rc = -1;
+    }
+  }
+  if (rc < 0) sc->jobs = j->next; /* (listed first above: nothing else took it meanwhile) */
+  pthread_mutex_unlock(&sc->mu);
+  return rc;
+}
+
 void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   wk_sc_reap(w);
   lm_err err;
@@ -363,7 +453,7 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   }
   if (m->send && !m->backup) /* taken now: frees that arrive after this message come after the copy */
     j->src = wk_store_get(&w->store, m->session, m->array, m->local_index);
-  if (pthread_create(&j->th, NULL, job_main, j) != 0) {
+  if (dispatch(w->sc, j) != 0) {
     wk_slot_release(&w->store, j->src);
     if (j->slot) {
       wk_slot_finish(&w->store, j->slot, NULL, LOOM_NO_MEMORY, "cannot start a thread to restore the shard");
@@ -373,10 +463,6 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
     lm_warn("cannot start a shard copy thread");
     return;
   }
-  pthread_mutex_lock(&w->sc->mu);
-  j->next = w->sc->jobs;
-  w->sc->jobs = j;
-  pthread_mutex_unlock(&w->sc->mu);
 }
 
 bool wk_sc_sending(wk *w) {
@@ -408,12 +494,23 @@ void wk_sc_stop(wk *w) {
   pthread_cond_broadcast(&w->store.cv);
   pthread_mutex_unlock(&w->store.mu);
   pthread_mutex_lock(&sc->mu);
+  for (sc_thread *t = sc->threads; t; t = t->next) pthread_cond_signal(&t->cv); /* the idle ones end */
+  sc_thread *threads = sc->threads;
+  sc->threads = NULL;
+  pthread_mutex_unlock(&sc->mu);
+  while (threads) { /* each ends its copy (they see stopping) */
+    sc_thread *n = threads->next;
+    pthread_join(threads->th, NULL);
+    pthread_cond_destroy(&threads->cv);
+    free(threads);
+    threads = n;
+  }
+  pthread_mutex_lock(&sc->mu);
   sc_job *jobs = sc->jobs;
   sc->jobs = NULL;
   pthread_mutex_unlock(&sc->mu);
   while (jobs) {
     sc_job *n = jobs->next;
-    pthread_join(jobs->th, NULL);
     free(jobs);
     jobs = n;
   }
@@ -466,7 +563,18 @@ void wk_sc_reap(wk *w) {
   if (!sc) return;
   expire_waiters(w);
   sc_job *done = NULL;
+  sc_thread *gone = NULL;
   pthread_mutex_lock(&sc->mu);
+  for (sc_thread **pp = &sc->threads; *pp;) { /* threads that ended (idle too long) */
+    sc_thread *t = *pp;
+    if (t->exited) {
+      *pp = t->next;
+      t->next = gone;
+      gone = t;
+    } else {
+      pp = &t->next;
+    }
+  }
   for (sc_job **pp = &sc->jobs; *pp;) {
     sc_job *j = *pp;
     if (atomic_load(&j->finished)) {
@@ -480,9 +588,15 @@ void wk_sc_reap(wk *w) {
   pthread_mutex_unlock(&sc->mu);
   while (done) {
     sc_job *n = done->next;
-    pthread_join(done->th, NULL);
     free(done);
     done = n;
+  }
+  while (gone) {
+    sc_thread *n = gone->next;
+    pthread_join(gone->th, NULL);
+    pthread_cond_destroy(&gone->cv);
+    free(gone);
+    gone = n;
   }
 }
 

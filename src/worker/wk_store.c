@@ -82,6 +82,12 @@ void wk_store_put(wk_store *st, wk_slot *s) {
   pthread_mutex_unlock(&st->mu);
 }
 
+wk_slot *wk_store_get_locked(wk_store *st, uint64_t session, uint64_t array, uint32_t dev) {
+  wk_slot *x = st->buckets[bucket(st, session, array, dev)];
+  while (x && !(x->session == session && x->array == array && x->dev == dev)) x = x->next;
+  return x;
+}
+
 wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t dev) {
   pthread_mutex_lock(&st->mu);
   wk_slot *x = st->buckets[bucket(st, session, array, dev)];

@@ -1,8 +1,8 @@
 /* Unit tests for the controller's journal (src/controller/journal.c, docs/durability.md): records
  * staged and published are committed and read back in key order; deletes (one record, and every
- * record of a k1); only published operations are committed, whole; a second opener of the same
- * directory is refused; a file that is not a journal, or is truncated, is refused naming it; and
- * the registry's restore/revive used after a restart. */
+ * record of a k1); only published operations are committed, whole; lazy deletes ride along with
+ * the next commit; a second opener of the same directory is refused; a file that is not a journal,
+ * or is truncated, is refused naming it; and the registry's restore/revive used after a restart. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -74,7 +74,7 @@ static void test_put_del_load(void **state) {
   lm_journal_publish(j);
   wait_committed(j, d + 1);
   uint64_t commits, ops, ns;
-  lm_journal_stats(j, &commits, &ops, &ns);
+  lm_journal_stats(j, &commits, &ops, &ns, NULL);
   assert_true(commits >= 2 && ops == 7);
   lm_journal_close(j);
   /* a second open reads them back, in key order */
@@ -96,6 +96,48 @@ static void test_put_del_load(void **state) {
   assert_int_equal(lm_journal_load(j, collect, &s, &e), 0);
   assert_int_equal(s.n, 3);
   assert_int_equal(s.ns[0], LM_J_META);
+  lm_journal_close(j);
+  rmdir_all(dir);
+}
+
+/* Lazy operations (deletes nobody waits for) start no commit of their own: they go with the next
+ * operation that is not lazy, in order and in the same transaction, or when wanted or kicked. */
+static void test_lazy_ops_ride_along(void **state) {
+  (void)state;
+  char dir[128];
+  tmpdir(dir, sizeof dir);
+  lm_journal *j;
+  lm_err e;
+  assert_int_equal(lm_journal_open(dir, NULL, NULL, &j, &e), 0);
+  uint64_t p1 = lm_journal_put(j, LM_J_ARRAY, 1, 1, "a", 1);
+  lm_journal_put(j, LM_J_ARRAY, 1, 2, "b", 1);
+  lm_journal_publish(j);
+  wait_committed(j, p1 + 1);
+  uint64_t c0, c1, ops, ns;
+  lm_journal_stats(j, &c0, &ops, &ns, NULL);
+  uint64_t d = lm_journal_del_lazy(j, LM_J_ARRAY, 1, 1);
+  lm_journal_publish(j);
+  usleep(50000);
+  assert_true(lm_journal_committed(j) < d); /* published, but nobody wants it yet */
+  uint64_t p2 = lm_journal_put(j, LM_J_ARRAY, 1, 3, "c", 1);
+  lm_journal_publish(j);
+  wait_committed(j, p2); /* the put takes the delete along, in one transaction */
+  lm_journal_stats(j, &c1, &ops, &ns, NULL);
+  assert_int_equal(c1, c0 + 1);
+  d = lm_journal_del_lazy(j, LM_J_ARRAY, 1, 2);
+  lm_journal_publish(j);
+  lm_journal_want(j, d); /* a reply waits for it */
+  wait_committed(j, d);
+  d = lm_journal_del_lazy(j, LM_J_ARRAY, 1, 3);
+  lm_journal_kick(j); /* the periodic tick */
+  wait_committed(j, d);
+  lm_journal_del_lazy(j, LM_J_ARRAY, 1, 4); /* (nothing to delete) committed by close */
+  lm_journal_publish(j);
+  lm_journal_close(j);
+  assert_int_equal(lm_journal_open(dir, NULL, NULL, &j, &e), 0);
+  seen s = {0};
+  assert_int_equal(lm_journal_load(j, collect, &s, &e), 0);
+  assert_int_equal(s.n, 0); /* every record was deleted, lazily */
   lm_journal_close(j);
   rmdir_all(dir);
 }
@@ -191,6 +233,7 @@ int main(void) {
   srandom((unsigned)time(NULL) ^ (unsigned)getpid());
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_put_del_load),
+      cmocka_unit_test(test_lazy_ops_ride_along),
       cmocka_unit_test(test_second_opener_refused),
       cmocka_unit_test(test_damaged_files_refused),
       cmocka_unit_test(test_registry_restore_revive),
