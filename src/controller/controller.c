@@ -32,6 +32,8 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->max_sessions_per_user = 1024;
   c->reclaim_after_ms = 60000;
   c->replay_keep_mb = 256;
+  c->relay_min_workers = 128;
+  c->relay_group = 32;
   lm_conn_config_default(&c->conn);
 }
 
@@ -727,6 +729,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
   case LM_MSG_RUN_DONE:
     if (p->role == ROLE_WORKER && p->registered) ctl_on_run_done(c, p, (Lmw__RunDone *)m);
     else reply_error(p, f, LOOM_PERMISSION, "RUN_DONE is only for registered workers");
+    break;
+  case LM_MSG_RELAY_DONE:
+    if (p->role == ROLE_WORKER && p->registered) ctl_on_relay_done(c, p, (Lmw__RelayDone *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "RELAY_DONE is only for registered workers");
     break;
   case LM_MSG_CHECKPOINT_IO_REPLY:
   case LM_MSG_ACK:
