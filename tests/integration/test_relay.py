@@ -15,12 +15,12 @@ from conftest import LOOM_BIN, Cluster, devices, wait_for
 from dist import PROGRAMS, loom_run
 
 
-def relay_cluster(procs, tmp_path, n):
+def relay_cluster(procs, tmp_path, n, devices_per_worker=1):
     c = Cluster(procs, tmp_path)
     c.start_controller("--relay-min-workers", "2", "--relay-group", "2")
-    for i in range(n):  # one at a time: worker i holds device i
-        c.start_worker(1)
-        c.wait_devices(i + 1)
+    for i in range(n):  # one at a time: worker i holds devices i * devices_per_worker ...
+        c.start_worker(devices_per_worker)
+        c.wait_devices((i + 1) * devices_per_worker)
     return c
 
 
@@ -88,3 +88,84 @@ def test_relay_killed_mid_launch(procs, tmp_path):
     member = next(w for w in c.workers if w.pid == pid_of[3])
     wait_for(lambda: "is gone" in procs.log(member), 10,
              what="the orphaned member to stop its launch")
+
+
+BIG = """module @big attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["d"=4]>
+  func.func public @main() -> tensor<4x524288xf32> {
+    %0 = sdy.manual_computation() in_shardings=[] out_shardings=[<@mesh, [{"d"}, {}]>] manual_axes={"d"} () {
+      %c = stablehlo.constant dense<1.0> : tensor<1x524288xf32>
+      sdy.return %c : tensor<1x524288xf32>
+    } : () -> tensor<4x524288xf32>
+    return %0 : tensor<4x524288xf32>
+  }
+}
+"""
+
+
+def test_member_failure_and_loss_through_relay(procs, tmp_path):
+    """A member (not a relay) that fails or dies: the error names it, as with direct dispatch."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--relay-min-workers", "2", "--relay-group", "2")
+    for i in range(5):  # worker of device 3: a member of the second group, with 1 MiB per device
+        c.start_worker(1, memory="1MiB" if i == 3 else None)
+        c.wait_devices(i + 1)
+    d = devices(c.addr)["devices"]
+    pid_of, wid_of = {x["id"]: x["pid"] for x in d}, {x["id"]: x["worker_id"] for x in d}
+    big = tmp_path / "big.mlir"
+    big.write_text(BIG)  # 2 MiB per device: too much for device 3 only
+    r, _ = loom_run(c.addr, big, "--devices", "0-3", tmp=tmp_path, timeout=60)
+    assert r.returncode != 0 and f"worker {wid_of[3]}" in r.stderr and "out of device memory" in r.stderr, r.stderr
+
+    b = subprocess.Popen([LOOM_BIN, "run", str(PROGRAMS / "forever_local_4.mlir"), "--devices", "0-3",
+                          "--controller", c.addr], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)
+        assert b.poll() is None, b.communicate()
+        t0 = time.monotonic()
+        procs.kill(next(w for w in c.workers if w.pid == pid_of[1]))  # the first group's member
+        _, err = b.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if b.poll() is None:
+            b.kill()
+            b.wait()
+    assert b.returncode != 0 and f"worker {wid_of[1]} (" in err and "was lost during the launch" in err, err
+    assert elapsed < 10, f"the launch took {elapsed:.1f} s to fail"
+    c.wait_devices(5, healthy=4)
+    x = np.arange(8, dtype=np.int32)  # the aborted launch released every live device
+    r, res = loom_run(c.addr, PROGRAMS / "add_one_4.mlir", "--devices", "0,2,3,4", inputs=[x], tmp=tmp_path,
+                      timeout=60)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(res[0], x + 1)
+
+
+def test_relay_hello_needs_the_controllers_token(procs, tmp_path):
+    """Only a relay the controller named may forward RUNs to a worker's data port."""
+    import re
+    import wire
+    c = relay_cluster(procs, tmp_path, 2, devices_per_worker=2)
+    w = c.workers[1]
+    data = wait_for(lambda: (re.search(r"data port (\S+)", procs.log(w)) or [None, None])[1], 10, what="the data port")
+    # a relay HELLO with a made-up token, claiming to be worker 0: refused, connection closed
+    conn = wire.Conn(data)
+    conn.send(wire.frame(wire.HELLO, wire.hello(role=wire.ROLE_WORKER) + wire.field_varint(18, 1) +
+                         wire.field_bytes(19, b"\x01" * 8), request_id=1))
+    code, msg, _ = conn.expect_error()
+    assert code == wire.PERMISSION and "relay token is not valid" in msg, msg
+    conn.expect_closed()
+    # a client connection (no relay) cannot send RUN
+    conn = wire.Conn(data)
+    conn.send(wire.frame(wire.HELLO, wire.hello(), request_id=1))
+    t, _, _, _ = conn.recv_frame()
+    assert t == wire.HELLO_REPLY
+    conn.send(wire.frame(28, wire.field_varint(1, 7), request_id=2))  # RUN{seq 7}
+    code, msg, _ = conn.expect_error()
+    assert code == wire.PROTOCOL and "RUN is not a request" in msg, msg
+    # the worker still serves launches through its relay
+    x = np.arange(8, dtype=np.int32)
+    r, res = loom_run(c.addr, PROGRAMS / "add_one_4.mlir", inputs=[x], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(res[0], x + 1)
+    assert "go through 1 relays" in procs.log(c.controller)
