@@ -6,7 +6,9 @@
  * work, which on loopback includes the receiving end's), and the bytes the controller
  * writes per launch (its RUN messages and the reply), and the rate of N chained launches issued
  * without waiting (then one wait). The peer is the paper's figure: Pathways
- * matched multi-controller JAX on 128 TPUs while its dispatch stayed under 2.3 ms per step
+ * matched multi-controller JAX on 128 TPUs while its dispatch stayed under 2.3 ms per step.
+ * The controller's CPU per launch has its idle CPU (heartbeats, 1 s interval) over the same wall
+ * time taken out
  * (Barham et al., "Pathways", MLSys 2022, section 5.2), printed beside every row.
  * Each size runs twice: direct dispatch (one RUN per worker) and hierarchical dispatch (one
  * RELAY_RUN per group of 32 workers, whose relay forwards the RUNs and combines the RUN_DONEs;
@@ -100,6 +102,7 @@ static row measure(int workers, int n, bool relay, int group) {
     cfg.listen = "127.0.0.1:0";
     cfg.address_file = addrfile;
     cfg.heartbeat_timeout_ms = 30000; /* thousands of workers in one process on a shared machine */
+    cfg.heartbeat_interval_ms = 1000;
     cfg.relay_min_workers = relay ? 2 : 0;
     cfg.relay_group = (uint32_t)group;
     lm_err e;
@@ -161,13 +164,23 @@ static row measure(int workers, int n, bool relay, int group) {
   loom_array *x = bench_put_input(c, e, zeros, (size_t)want * sizeof *zeros);
   free(zeros);
   double *lat = malloc((size_t)n * sizeof *lat);
-  double cpu0 = 0, u0 = 0, w0 = 0, cpu1, u1, w1;
+  double cpu0 = 0, u0 = 0, w0 = 0, cpu1, u1, w1, t1 = 0;
+  /* the controller's CPU while idle (heartbeats of every worker), subtracted below: a slow launch
+   * on a loaded machine would otherwise be charged for the heartbeats that arrived meanwhile */
+  double ic0, iu0, iw0, ic1, iu1, iw1, it0 = bench_now();
+  proc_usage(ctl, &ic0, &iu0, &iw0);
+  usleep(2000000);
+  proc_usage(ctl, &ic1, &iu1, &iw1);
+  double idle_rate = (ic1 - ic0) / (bench_now() - it0), idle_urate = (iu1 - iu0) / (bench_now() - it0);
   for (int i = -20; i < n; i++) {
-    if (i == 0) proc_usage(ctl, &cpu0, &u0, &w0);
+    if (i == 0) proc_usage(ctl, &cpu0, &u0, &w0), t1 = bench_now();
     double dt = bench_step(c, e, &x);
     if (i >= 0) lat[i] = dt * 1e3;
   }
   proc_usage(ctl, &cpu1, &u1, &w1);
+  double wall = bench_now() - t1;
+  cpu1 -= idle_rate * wall;
+  u1 -= idle_urate * wall;
   bench_percentiles(lat, n, &r.p50_ms, &r.p99_ms);
   /* chained: n launches issued without waiting, then one wait (the controller pipelines them) */
   r.rate = n / bench_chain(c, e, &x, n);
