@@ -169,3 +169,19 @@ def test_relay_hello_needs_the_controllers_token(procs, tmp_path):
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(res[0], x + 1)
     assert "go through 1 relays" in procs.log(c.controller)
+
+
+def test_relayed_collectives_hierarchical(procs, tmp_path):
+    """Relayed launches of every shard_map collective on 4 workers x 2 devices labelled as 2 hosts,
+    with the data plane's hierarchical algorithms forced (all_reduce and all_gather in levels)."""
+    import os
+    from test_collectives import test_replica_groups_across_workers, test_shard_map_collectives_on_a_2x4_mesh
+    c = Cluster(procs, tmp_path)
+    c.start_controller("--relay-min-workers", "2", "--relay-group", "2")
+    for i in range(4):
+        env = dict(os.environ, LOOM_DP_COLL="hier", LOOM_DP_HOST="h%d" % (i // 2))
+        c.workers.append(procs.start(["worker", "--controller", c.addr, "--devices", "2"], f"worker{i}", env=env))
+        c.wait_devices(2 * (i + 1))
+    test_shard_map_collectives_on_a_2x4_mesh(c, tmp_path)
+    test_replica_groups_across_workers(c, tmp_path)
+    assert "go through 2 relays" in procs.log(c.controller)
