@@ -346,8 +346,9 @@ static void refuse(lm_relay *r, uint64_t seq, const char *msg) {
 void lm_relay_on_run(lm_relay *r, const lm_frame *f, const Lmw__RelayRun *m) {
   uint64_t seq = m->run ? m->run->seq : 0;
   char msg[300];
+  if (m->run && find_launch(r, seq)) return; /* sent again (a restarted controller): it reports when done */
   Lmw__RelayGroup *g = f->h.payload_len ? lmw__relay_group__unpack(NULL, f->h.payload_len, f->payload) : NULL;
-  bool ok = m->run && g && g->n_members && m->n_min_cseq == g->n_members && !find_launch(r, seq);
+  bool ok = m->run && g && g->n_members && m->n_min_cseq == g->n_members;
   for (size_t i = 0; ok && i < m->n_frees; i++) ok = m->frees[i]->member < g->n_members;
   if (!ok) {
     snprintf(msg, sizeof msg, "worker %u (relay): malformed RELAY_RUN for launch %llu", r->self, (unsigned long long)seq);
