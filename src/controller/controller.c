@@ -745,7 +745,11 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_recover_on_reply(c, p, f)) break;
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_pool_on_reply(c, p, f)) break;
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id) ctl_on_load_reply(c, p, f);
-    else if (type == LM_MSG_ERROR) lm_warn("%s sent an unsolicited ERROR", lm_conn_peer_name(conn));
+    else if (type == LM_MSG_ERROR) {
+      lm_err e;
+      lm_msg_error_status(f, &e);
+      lm_warn("%s sent an unsolicited ERROR: %s", lm_conn_peer_name(conn), e.msg);
+    }
     break;
   case LM_MSG_ARRAY_CREATE:
   case LM_MSG_ARRAY_LOCATE:
