@@ -1057,6 +1057,10 @@ int lm_sim_run(const lm_worker_config *cfg, uint32_t n, lm_err *err) {
   signal(SIGPIPE, SIG_IGN);
   lm_conn_config_default(&s->conn_cfg);
   s->conn_cfg.handshake_timeout_ms = 0;
+  /* no deadline on a frame from the controller: a busy controller finishing a partly written frame
+   * (a RELAY_RUN behind a burst of launches) is not a stalled hostile peer, and dropping it would
+   * end the worker; a controller that is gone closes the connection */
+  s->conn_cfg.frame_timeout_ms = 0;
   s->conn_cfg.limits.max_meta = LM_FRAME_META_HARD_MAX;
   uv_signal_init(&s->loop, &s->sigint);
   uv_signal_init(&s->loop, &s->sigterm);

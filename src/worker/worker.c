@@ -614,6 +614,10 @@ int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, u
   signal(SIGPIPE, SIG_IGN);
   lm_conn_config_default(&w->conn_cfg);
   w->conn_cfg.handshake_timeout_ms = 0; /* we are the one who speaks first */
+  /* no deadline on a frame from the controller: a busy controller finishing a partly written frame
+   * (a RELAY_RUN behind a burst of launches) is not a stalled hostile peer, and dropping it would
+   * end the worker; a controller that is gone closes the connection */
+  w->conn_cfg.frame_timeout_ms = 0;
   /* the controller sends up to the hard cap (a RUN lists every argument per local device) */
   w->conn_cfg.limits.max_meta = LM_FRAME_META_HARD_MAX;
   uv_signal_init(&w->loop, &w->sigint);
