@@ -64,12 +64,6 @@ void lm_relay_set_self(lm_relay *r, uint32_t worker_id) {
   if (r) r->self = worker_id;
 }
 
-uint32_t lm_relay_active(const lm_relay *r) {
-  uint32_t n = 0;
-  for (const rl_launch *l = r ? r->launches : NULL; l; l = l->next) n++;
-  return n;
-}
-
 static rl_launch *find_launch(lm_relay *r, uint64_t seq) {
   for (rl_launch *l = r->launches; l; l = l->next)
     if (l->seq == seq) return l;

@@ -43,7 +43,5 @@ void lm_relay_worker_lost(lm_relay *r, uint32_t worker, const char *why);
 void lm_relay_stop(lm_relay *r);
 /* Frees it once its loop has stopped; NULL ok. */
 void lm_relay_free(lm_relay *r);
-/* Launches relayed now (tests, logs). */
-uint32_t lm_relay_active(const lm_relay *r);
 
 #endif
