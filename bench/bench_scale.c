@@ -6,9 +6,15 @@
  * work, which on loopback includes the receiving end's), and the bytes the controller
  * writes per launch (its RUN messages and the reply), and the rate of N chained launches issued
  * without waiting (then one wait). The peer is the paper's figure: Pathways
- * matched multi-controller JAX on 128 TPUs while its dispatch stayed under 2.3 ms per step
+ * matched multi-controller JAX on 128 TPUs while its dispatch stayed under 2.3 ms per step.
+ * The controller's CPU per launch has its idle CPU (heartbeats, 1 s interval) over the same wall
+ * time taken out
  * (Barham et al., "Pathways", MLSys 2022, section 5.2), printed beside every row.
- *   build/bench/bench_scale [N] [W...]   (N launches per size, default 200; sizes default 8 64 256 1024) */
+ * Each size runs twice: direct dispatch (one RUN per worker) and hierarchical dispatch (one
+ * RELAY_RUN per group of 32 workers, whose relay forwards the RUNs and combines the RUN_DONEs;
+ * docs/scale.md), in the same run.
+ *   build/bench/bench_scale [N] [W...]   (N launches per size, default 200; sizes default 8 64 256 1024)
+ *   LOOM_BENCH_RELAY=direct|relay runs one mode only; LOOM_BENCH_RELAY_GROUP=K sets the group size */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,11 +83,12 @@ static void proc_usage(pid_t pid, double *cpu_s, double *user_s, double *wbytes)
 
 typedef struct row {
   int workers;
+  bool relay;
   double p50_ms, p99_ms, cpu_ms, user_ms, kbytes, start_s, rate, compile_s;
 } row;
 
-static row measure(int workers, int n) {
-  row r = {.workers = workers};
+static row measure(int workers, int n, bool relay, int group) {
+  row r = {.workers = workers, .relay = relay};
   char addrfile[64];
   snprintf(addrfile, sizeof addrfile, "/tmp/loom-bench-scale-%d.addr", (int)getpid());
   unlink(addrfile);
@@ -95,6 +102,9 @@ static row measure(int workers, int n) {
     cfg.listen = "127.0.0.1:0";
     cfg.address_file = addrfile;
     cfg.heartbeat_timeout_ms = 30000; /* thousands of workers in one process on a shared machine */
+    cfg.heartbeat_interval_ms = 1000;
+    cfg.relay_min_workers = relay ? 2 : 0;
+    cfg.relay_group = (uint32_t)group;
     lm_err e;
     _exit(lm_controller_run(&cfg, &e) < 0 ? 1 : 0);
   }
@@ -154,13 +164,23 @@ static row measure(int workers, int n) {
   loom_array *x = bench_put_input(c, e, zeros, (size_t)want * sizeof *zeros);
   free(zeros);
   double *lat = malloc((size_t)n * sizeof *lat);
-  double cpu0 = 0, u0 = 0, w0 = 0, cpu1, u1, w1;
+  double cpu0 = 0, u0 = 0, w0 = 0, cpu1, u1, w1, t1 = 0;
+  /* the controller's CPU while idle (heartbeats of every worker), subtracted below: a slow launch
+   * on a loaded machine would otherwise be charged for the heartbeats that arrived meanwhile */
+  double ic0, iu0, iw0, ic1, iu1, iw1, it0 = bench_now();
+  proc_usage(ctl, &ic0, &iu0, &iw0);
+  usleep(2000000);
+  proc_usage(ctl, &ic1, &iu1, &iw1);
+  double idle_rate = (ic1 - ic0) / (bench_now() - it0), idle_urate = (iu1 - iu0) / (bench_now() - it0);
   for (int i = -20; i < n; i++) {
-    if (i == 0) proc_usage(ctl, &cpu0, &u0, &w0);
+    if (i == 0) proc_usage(ctl, &cpu0, &u0, &w0), t1 = bench_now();
     double dt = bench_step(c, e, &x);
     if (i >= 0) lat[i] = dt * 1e3;
   }
   proc_usage(ctl, &cpu1, &u1, &w1);
+  double wall = bench_now() - t1;
+  cpu1 -= idle_rate * wall;
+  u1 -= idle_urate * wall;
   bench_percentiles(lat, n, &r.p50_ms, &r.p99_ms);
   /* chained: n launches issued without waiting, then one wait (the controller pipelines them) */
   r.rate = n / bench_chain(c, e, &x, n);
@@ -193,15 +213,21 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc && ns < 16; i++) sizes[ns++] = atoi(argv[i]);
   }
   setenv("LOOM_LOG_LEVEL", "error", 0);
+  const char *mode = getenv("LOOM_BENCH_RELAY");
+  bool do_direct = !mode || strcmp(mode, "relay"), do_relay = !mode || strcmp(mode, "direct");
+  int group = getenv("LOOM_BENCH_RELAY_GROUP") ? atoi(getenv("LOOM_BENCH_RELAY_GROUP")) : 32;
+  if (group < 2) group = 32;
   printf("launch of x -> x + 1 over every device, %d launches per size (controller + simulated workers x %d devices)\n",
          n, DEVICES);
-  printf("%8s %8s %10s %10s %12s %12s %12s %12s %8s %10s   %s\n", "workers", "devices", "p50 ms", "p99 ms",
+  printf("%8s %8s %8s %10s %10s %12s %12s %12s %12s %8s %10s   %s\n", "workers", "devices", "dispatch", "p50 ms", "p99 ms",
          "ctl CPU ms", "ctl user ms", "ctl KiB out", "chained/s", "start s", "compile s", "peer: Pathways budget");
-  for (int i = 0; i < ns; i++) {
-    row r = measure(sizes[i], n);
-    printf("%8d %8d %10.3f %10.3f %12.3f %12.3f %12.1f %12.0f %8.1f %10.2f   %.1f ms (%s)\n", r.workers,
-           r.workers * DEVICES, r.p50_ms, r.p99_ms, r.cpu_ms, r.user_ms, r.kbytes, r.rate, r.start_s, r.compile_s, PATHWAYS_BUDGET_MS,
-           r.p50_ms <= PATHWAYS_BUDGET_MS ? "within" : "over");
+  for (int i = 0; i < ns * 2; i++) {
+    bool relay = i % 2;
+    if ((relay && !do_relay) || (!relay && !do_direct)) continue;
+    row r = measure(sizes[i / 2], n, relay, group);
+    printf("%8d %8d %8s %10.3f %10.3f %12.3f %12.3f %12.1f %12.0f %8.1f %10.2f   %.1f ms (%s)\n", r.workers,
+           r.workers * DEVICES, r.relay ? "relay" : "direct", r.p50_ms, r.p99_ms, r.cpu_ms, r.user_ms, r.kbytes, r.rate, r.start_s, r.compile_s, PATHWAYS_BUDGET_MS,
+           r.cpu_ms <= PATHWAYS_BUDGET_MS ? "ctl CPU within" : "ctl CPU over");
     fflush(stdout);
   }
   return 0;

@@ -70,6 +70,9 @@ static const char g_usage[] =
     "                              (docs/durability.md)\n"
     "  --resume-wait MS            with --state: how long restored workers and sessions have to come\n"
     "                              back after a restart (default 60000)\n"
+    "  --relay-min-workers N       launches over N or more workers go through relays (hierarchical\n"
+    "                              dispatch, docs/scale.md); default 128, 0: never\n"
+    "  --relay-group K             workers per relay group (default 32)\n"
     "  -h, --help                  show this help\n"
     "\n"
     "Logs go to stderr; LOOM_LOG_LEVEL=debug|info|warn|error sets how much.\n";
@@ -79,7 +82,8 @@ int cmd_controller(int argc, char **argv) {
   lm_controller_config cfg;
   lm_controller_config_default(&cfg);
   enum { O_LISTEN = 1, O_ADDRFILE, O_HBI, O_HBT, O_HST, O_FT, O_MAXP, O_SECRET, O_TOKENS, O_INSECURE, O_IDLE, O_MAXS, O_RECLAIM, O_HTTP, O_HTTPFILE, O_CONFIG,
-         O_RECWAIT, O_NOSNAP, O_SNAPEVERY, O_SNAPINT, O_KEEPMB, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT };
+         O_RECWAIT, O_NOSNAP, O_SNAPEVERY, O_SNAPINT, O_KEEPMB, O_HTTPTOK, O_CKPTDIR, O_ADMINS, O_STATE, O_RESUMEWAIT,
+         O_RELAYMIN, O_RELAYGROUP };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"address-file", required_argument, 0, O_ADDRFILE},
@@ -107,6 +111,8 @@ int cmd_controller(int argc, char **argv) {
       {"admins", required_argument, 0, O_ADMINS},
       {"state", required_argument, 0, O_STATE},
       {"resume-wait", required_argument, 0, O_RESUMEWAIT},
+      {"relay-min-workers", required_argument, 0, O_RELAYMIN},
+      {"relay-group", required_argument, 0, O_RELAYGROUP},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -152,6 +158,14 @@ int cmd_controller(int argc, char **argv) {
     case O_CKPTDIR: cfg.checkpoint_dir = optarg; break;
     case O_ADMINS: cfg.admins = optarg; break;
     case O_STATE: cfg.state_dir = optarg; break;
+    case O_RELAYMIN:
+      if (cli_parse_u64(cmd, "--relay-min-workers", optarg, 0, 1u << 20, &v) < 0) return 2;
+      cfg.relay_min_workers = (uint32_t)v;
+      break;
+    case O_RELAYGROUP:
+      if (cli_parse_u64(cmd, "--relay-group", optarg, 2, 4096, &v) < 0) return 2;
+      cfg.relay_group = (uint32_t)v;
+      break;
     case O_RESUMEWAIT:
       if (cli_parse_u64(cmd, "--resume-wait", optarg, 100, 86400000, &v) < 0) return 2;
       cfg.resume_wait_ms = (uint32_t)v;

@@ -34,6 +34,8 @@ void lm_controller_config_default(lm_controller_config *c) {
   c->replay_keep_mb = 256;
   c->snapshot_every = 100;
   c->snapshot_interval_ms = 10000;
+  c->relay_min_workers = 128;
+  c->relay_group = 32;
   lm_conn_config_default(&c->conn);
 }
 
@@ -738,6 +740,10 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     if (p->role == ROLE_WORKER && p->registered) ctl_on_snapshot_kept(c, p, (Lmw__SnapshotKept *)m);
     else reply_error(p, f, LOOM_PERMISSION, "SNAPSHOT_KEPT is only for registered workers");
     break;
+  case LM_MSG_RELAY_DONE:
+    if (p->role == ROLE_WORKER && p->registered) ctl_on_relay_done(c, p, (Lmw__RelayDone *)m);
+    else reply_error(p, f, LOOM_PERMISSION, "RELAY_DONE is only for registered workers");
+    break;
   case LM_MSG_CHECKPOINT_IO_REPLY:
   case LM_MSG_ACK:
   case LM_MSG_ERROR:
@@ -749,7 +755,11 @@ static void on_frame(lm_conn *conn, lm_frame *f) {
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_recover_on_reply(c, p, f)) break;
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id && ctl_pool_on_reply(c, p, f)) break;
     if (p->role == ROLE_WORKER && p->registered && f->h.request_id) ctl_on_load_reply(c, p, f);
-    else if (type == LM_MSG_ERROR) lm_warn("%s sent an unsolicited ERROR", lm_conn_peer_name(conn));
+    else if (type == LM_MSG_ERROR) {
+      lm_err e;
+      lm_msg_error_status(f, &e);
+      lm_warn("%s sent an unsolicited ERROR: %s", lm_conn_peer_name(conn), e.msg);
+    }
     break;
   case LM_MSG_ARRAY_CREATE:
   case LM_MSG_ARRAY_LOCATE:

@@ -52,6 +52,9 @@ typedef struct lm_controller_config {
                                       state in DIR/journal.db, restored at start; NULL: none */
   uint32_t resume_wait_ms;         /* with a journal: how long restored workers and sessions have to
                                       come back after a restart (default 60000) */
+  uint32_t relay_min_workers;      /* hierarchical dispatch (docs/scale.md): a launch over this many
+                                      workers or more goes through relays (default 128; 0: never) */
+  uint32_t relay_group;            /* workers per relay (default 32) */
 } lm_controller_config;
 
 void lm_controller_config_default(lm_controller_config *c);

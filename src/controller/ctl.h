@@ -151,6 +151,12 @@ typedef struct c_plan {
   uint32_t *proc_local;      /* [nproc] ... and local device index */
   uint32_t *widx;            /* [nwidx] worker id -> its index in workers, UINT32_MAX if none */
   uint32_t nwidx;
+  /* hierarchical dispatch (docs/scale.md), when the program runs on --relay-min-workers or more:
+   * group g is workers[g * gsize .. min((g + 1) * gsize, nworkers)), relayed by its first worker */
+  uint32_t ngroups;          /* 0: one RUN per worker */
+  uint32_t gsize;
+  uint8_t **gblob;           /* [ngroups] each group's RelayGroup, encoded: RELAY_RUN's payload */
+  size_t *gblen;
 } c_plan;
 
 typedef struct c_exe {
@@ -183,6 +189,8 @@ struct c_launch {
   uint32_t nworkers;         /* = plan->nworkers */
   const uint32_t *workers;   /* = plan->workers: workers with devices in it */
   uint8_t *done;             /* [nworkers] reported (or lost) */
+  bool relayed;              /* sent through the plan's relays (RELAY_RUN per group) */
+  uint8_t *gdone;            /* relayed: [plan->ngroups] its relay reported (or was lost) */
   uint32_t pending;
   bool failed;
   uint32_t nout;
@@ -392,6 +400,10 @@ void ctl_on_launch(peer *p, const lm_frame *f, const Lmw__Launch *m);
  * it on its workers, then ACKs; a launch already completed (or refused) is left alone. */
 void ctl_on_cancel_launch(peer *p, const lm_frame *f, const Lmw__CancelLaunch *m);
 void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m);
+/* RELAY_DONE from a relay worker: its group's outcome (failures named per worker). */
+void ctl_on_relay_done(ctl *c, peer *w, const Lmw__RelayDone *m);
+/* Sends ab to the workers still running l (through the relays of a relayed launch), except skip. */
+void ctl_launch_abort(ctl *c, c_launch *l, const Lmw__AbortLaunch *ab, uint32_t skip);
 void ctl_launches_client_gone(ctl *c, peer *p);
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_launches_free(ctl *c);

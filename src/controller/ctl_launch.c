@@ -176,9 +176,28 @@ static void launch_free(ctl *c, c_launch *l) {
   ctl_program_release(c, l->prog);
   ctl_plan_release(l->plan);
   free(l->done);
+  free(l->gdone);
   free(l->outputs);
   free(l->r_inputs);
   free(l);
+}
+
+static uint32_t group_end(const c_plan *p, uint32_t g) {
+  return (g + 1) * p->gsize < p->nworkers ? (g + 1) * p->gsize : p->nworkers;
+}
+
+void ctl_launch_abort(ctl *c, c_launch *l, const Lmw__AbortLaunch *ab, uint32_t skip) {
+  if (l->relayed) { /* through the relays, after the RUNs they forwarded (a lost relay's members stop
+                       when its connection to them closes) */
+    for (uint32_t g = 0; g < l->plan->ngroups; g++) {
+      uint32_t relay = l->workers[g * l->plan->gsize];
+      if (!l->gdone[g] && relay != skip) ctl_worker_send(c, relay, LM_MSG_ABORT_LAUNCH, 0, &ab->base, NULL, 0, NULL);
+    }
+    return;
+  }
+  for (uint32_t i = 0; i < l->nworkers; i++)
+    if (!l->done[i] && l->workers[i] != skip)
+      ctl_worker_send(c, l->workers[i], LM_MSG_ABORT_LAUNCH, 0, &ab->base, NULL, 0, NULL);
 }
 
 /* Completes the launch now with an error (message full) and aborts it on the workers still
@@ -192,8 +211,7 @@ static void launch_end_early(ctl *c, c_launch *l, int code, const char *full, co
   Lmw__AbortLaunch ab = LMW__ABORT_LAUNCH__INIT;
   ab.seq = l->seq;
   ab.reason = (char *)reason;
-  for (uint32_t i = 0; i < l->nworkers; i++)
-    if (!l->done[i]) ctl_worker_send(c, l->workers[i], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0, NULL);
+  ctl_launch_abort(c, l, &ab, UINT32_MAX);
 }
 
 /* The launch failed (a worker reported an error or was lost): fail it now, abort it elsewhere. */
@@ -249,6 +267,39 @@ void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m) {
   launch_worker_done(c, l, idx);
 }
 
+void ctl_on_relay_done(ctl *c, peer *w, const Lmw__RelayDone *m) {
+  c_launch *l = find_launch(c, m->seq);
+  if (!l) return; /* already finished */
+  uint32_t idx = ctl_plan_worker_index(l->plan, w->worker_id);
+  if (!l->relayed || idx >= l->nworkers || l->workers[idx] != w->worker_id || idx % l->plan->gsize) {
+    lm_warn("worker %u reported launch %llu as a relay, which it is not", w->worker_id, (unsigned long long)m->seq);
+    return;
+  }
+  uint32_t g = idx / l->plan->gsize, k1 = group_end(l->plan, g);
+  if (l->gdone[g]) return;
+  l->gdone[g] = 1;
+  for (size_t j = 0; j < m->n_members; j++) { /* failures and timings, each naming its worker */
+    const Lmw__RelayMemberDone *md = m->members[j];
+    uint32_t k = ctl_plan_worker_index(l->plan, md->worker);
+    if (!md->done || k < idx || k >= k1 || l->done[k]) continue;
+    if (l->trace) ctl_trace_run_done(c, l, md->worker, md->done);
+    if (md->done->code < 0) {
+      char msg[LM_ERR_MSG_MAX];
+      snprintf(msg, sizeof msg, "%.900s", md->done->message && md->done->message[0] ? md->done->message
+                                                                                : lm_status_desc(md->done->code));
+      for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = ' ';
+      launch_fail(c, l, md->done->code, msg);
+    }
+  }
+  for (uint32_t k = idx; k < k1; k++) { /* the others ran */
+    if (l->done[k]) continue;
+    bool last = l->pending == 1;
+    launch_worker_done(c, l, k); /* the last frees l */
+    if (last) return;
+  }
+}
+
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
   char wn[160], msg[LM_ERR_MSG_MAX];
   ctl_worker_name(c, worker, wn, sizeof wn);
@@ -256,7 +307,20 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
   while (l) {
     c_launch *n = l->next;
     uint32_t i = ctl_plan_worker_index(l->plan, worker);
-    if (i < l->nworkers && l->workers[i] == worker && !l->done[i]) {
+    if (i < l->nworkers && l->workers[i] == worker && l->relayed && i % l->plan->gsize == 0 &&
+        !l->gdone[i / l->plan->gsize]) { /* a relay: its whole group's outcome is lost with it */
+      uint32_t g = i / l->plan->gsize, k1 = group_end(l->plan, g);
+      snprintf(msg, sizeof msg, "%s, the relay for workers %u-%u of the launch (%u workers), was lost during the "
+               "launch: %s", wn, l->workers[i], l->workers[k1 - 1], k1 - i, why);
+      launch_fail(c, l, LOOM_WORKER_LOST, msg);
+      l->gdone[g] = 1;
+      for (uint32_t k = i; k < k1; k++) {
+        if (l->done[k]) continue;
+        bool last = l->pending == 1;
+        launch_worker_done(c, l, k); /* the last frees l */
+        if (last) break;
+      }
+    } else if (i < l->nworkers && l->workers[i] == worker && !l->done[i]) {
       snprintf(msg, sizeof msg, "%s was lost during the launch: %s", wn, why);
       launch_fail(c, l, LOOM_WORKER_LOST, msg);
       launch_worker_done(c, l, i); /* may free l */
@@ -381,6 +445,71 @@ void ctl_launches_free(ctl *c) {
   c->dev_pos = c->dev_stamp = NULL;
 }
 
+static void plan_unref(void *arg) { ctl_plan_release(arg); }
+
+/* Hierarchical dispatch: one RELAY_RUN per group, to its relay (run: what every member's RUN
+ * shares; the group's members, devices and tokens are the plan's encoded RelayGroup). Each member
+ * runs its RUN only after reading what the controller sent it before (min_cseq). */
+static void relay_dispatch(ctl *c, c_launch *l, lm_session *s, Lmw__Run *run) {
+  c_plan *plan = l->plan;
+  uint32_t gs = plan->gsize;
+  uint64_t *mincs = calloc(gs, sizeof *mincs);
+  Lmw__RelayFrees *fr = calloc(gs, sizeof *fr), **frp = calloc(gs, sizeof *frp);
+  uint64_t **fcopy = calloc(gs, sizeof *fcopy);
+  lm_err err;
+  for (uint32_t g = 0; g < plan->ngroups; g++) {
+    uint32_t k0 = g * gs, k1 = group_end(plan, g);
+    int src = 0;
+    Lmw__RelayRun rr = LMW__RELAY_RUN__INIT;
+    if (!mincs || !fr || !frp || !fcopy) src = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory at the controller");
+    for (uint32_t k = k0; src == 0 && k < k1; k++) {
+      uint32_t w = l->workers[k];
+      const uint64_t *ids;
+      size_t nf = ctl_frees_for_run(c, w, s->id, &ids); /* (may send another session's frees first) */
+      if (nf) {
+        fcopy[rr.n_frees] = malloc(nf * sizeof *ids);
+        if (fcopy[rr.n_frees]) {
+          memcpy(fcopy[rr.n_frees], ids, nf * sizeof *ids);
+          Lmw__RelayFrees *f = &fr[rr.n_frees];
+          lmw__relay_frees__init(f);
+          f->member = k - k0;
+          f->n_ids = nf;
+          f->ids = fcopy[rr.n_frees];
+          frp[rr.n_frees++] = f;
+        }
+      }
+      if (k > k0) ctl_peers_flush(c, w); /* it learns its peers before the RUN (the relay's flush on send) */
+      peer *wp = w < c->worker_peer_cap ? c->worker_peer[w] : NULL;
+      mincs[k - k0] = wp ? wp->cseq : 0;
+    }
+    if (src == 0) {
+      rr.run = run;
+      rr.n_min_cseq = k1 - k0;
+      rr.min_cseq = mincs;
+      rr.frees = frp;
+      plan->refs++; /* the payload is sent from the plan's memory */
+      src = ctl_worker_send_ref(c, l->workers[k0], LM_MSG_RELAY_RUN, 0, &rr.base, plan->gblob[g], plan->gblen[g],
+                                plan_unref, plan, &err);
+    }
+    for (size_t j = 0; j < rr.n_frees; j++) {
+      if (src == 0) ctl_frees_sent(c, l->workers[k0 + frp[j]->member]);
+      free(fcopy[j]);
+    }
+    if (src < 0) { /* fail it; the groups from g on never got it (the last worker done frees l) */
+      for (uint32_t h = plan->ngroups; h-- > g;) l->gdone[h] = 1; /* (nothing to abort there) */
+      launch_fail(c, l, err.code, err.msg);
+      for (uint32_t j = l->nworkers; j-- > k0;) {
+        if (l->done[j]) continue;
+        bool last = l->pending == 1;
+        launch_worker_done(c, l, j);
+        if (last) break;
+      }
+      break;
+    }
+  }
+  free(mincs), free(fr), free(frp), free(fcopy);
+}
+
 /* Sends one RUN per worker holding a device of l (its devices, and where every process runs, for
  * collectives), after listing l as active and recording it in the launch log. m gives the inputs
  * and outputs. Used for new launches and for launches re-issued by a recovery (ctl_recover.c). */
@@ -402,6 +531,10 @@ static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launc
   Lmw__RunDevice *rdev = rc ? NULL : calloc(maxd ? maxd : 1, sizeof *rdev);
   Lmw__RunDevice **rptr = rc ? NULL : calloc(maxd ? maxd : 1, sizeof *rptr);
   if (rc == 0 && !l->done) l->done = calloc(plan->nworkers ? plan->nworkers : 1, 1);
+  l->relayed = rc == 0 && plan->ngroups && !dev_outs; /* a replay gives each process its own outputs: direct */
+  free(l->gdone);
+  l->gdone = l->relayed ? calloc(plan->ngroups, 1) : NULL;
+  if (l->relayed && !l->gdone) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory at the controller");
   if (rc == 0 && (!rdev || !rptr || !l->done)) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory at the controller");
   if (l->plan != plan) { /* a re-issue after a hot swap drops the old plan */
     ctl_plan_release(l->plan);
@@ -446,6 +579,11 @@ static void launch_dispatch(ctl *c, c_launch *l, lm_session *s, const Lmw__Launc
     run.proc_devices = plan->proc_local;
   }
   run.want_timings = l->trace != NULL;
+  if (l->relayed) {
+    free(rdev), free(rptr);
+    relay_dispatch(c, l, s, &run);
+    return;
+  }
   for (uint32_t k = 0; k < l->nworkers; k++) {
     size_t nd = 0;
     for (uint32_t j = plan->wfirst[k]; j < plan->wfirst[k + 1]; j++) {

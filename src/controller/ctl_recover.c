@@ -1092,9 +1092,7 @@ static void rec_begin(ctl *c, uint32_t dead, const char *why, uint32_t standby) 
   for (size_t i = 0; i < r->nlaunches; i++) {
     c_launch *l = r->launches[i];
     ab.seq = l->seq;
-    for (uint32_t k = 0; k < l->nworkers; k++) /* (a drained worker is alive: it stops them too) */
-      if ((l->workers[k] != dead || r->draining) && !l->done[k])
-        ctl_worker_send(c, l->workers[k], LM_MSG_ABORT_LAUNCH, 0, &ab.base, NULL, 0, NULL);
+    ctl_launch_abort(c, l, &ab, r->draining ? UINT32_MAX : dead); /* (a drained worker is alive: it stops them too) */
     unlink_active(c, l);
     ctl_launch_unhash(c, l);
   }

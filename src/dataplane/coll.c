@@ -48,6 +48,8 @@ struct lm_dp_group {
   uint32_t top_n, top_idx;    /* the top level: the last level's leaders; top_idx DP_NONE if
                                  this worker is not among them */
   uint32_t *top_nodes;        /* [top_n] */
+  uint32_t *lead[2];          /* [nnodes] every node's leader at level l (its host's, then its slice's):
+                                 whose blocks a leader gathers (the hierarchical all_gather) */
 };
 
 static uint64_t dp_group_key(const lm_dp_member *m, uint32_t n) {
@@ -70,6 +72,8 @@ static void dp_group_free(lm_dp_group *g) {
   free(g->lev_nodes[0]);
   free(g->lev_nodes[1]);
   free(g->top_nodes);
+  free(g->lead[0]);
+  free(g->lead[1]);
   free(g);
 }
 
@@ -95,6 +99,11 @@ static int dp_hier_plan(lm_dp_group *g, const uint64_t *host, const uint64_t *sl
   }
   uint32_t np = P;
   for (uint32_t k = 0; k < P; k++) part[k] = k;
+  for (uint32_t l = 0; l < g->nlev; l++)
+    if (!(g->lead[l] = malloc(P * sizeof(uint32_t)))) {
+      free(part), free(next), free(key);
+      return LOOM_NO_MEMORY;
+    }
   bool in = true; /* this worker takes part at the current level */
   uint32_t ngroups0 = 0;
   for (uint32_t l = 0; l < g->nlev; l++) {
@@ -109,7 +118,11 @@ static int dp_hier_plan(lm_dp_group *g, const uint64_t *host, const uint64_t *sl
       for (uint32_t j = i; j < np; j++)
         if (key[j] == key[i]) last = j;
       next[nn++] = part[last];
+      for (uint32_t j = i; j < np; j++) /* every participant of this group: its leader */
+        if (key[j] == key[i]) g->lead[l][part[j]] = part[last];
     }
+    if (l > 0) /* every node: the leader of its previous level's leader */
+      for (uint32_t k = 0; k < P; k++) g->lead[l][k] = g->lead[l][g->lead[l - 1][k]];
     if (l == 0) ngroups0 = nn;
     if (in) {
       for (uint32_t i = 0; i < np; i++)
@@ -834,6 +847,74 @@ static int ar_nodes(dp_cc *cc, const void *src, void *dst, size_t count, const l
   return ar_pairwise(cc, src, dst, count, red);
 }
 
+/* ---- the hierarchical all_gather (docs/dataplane.md) ----
+ *
+ * Up: each level's members send their leader the blocks they hold (their own node's, then, at
+ * the slice level, their host's), one message per run of ranks; the top level's leaders send
+ * each other what they hold; then the whole result goes back down each level by the binomial
+ * broadcast of the all_reduce. No scratch: blocks land in their place in the result. */
+#define HS_AGUP 0xA0000000u
+#define HS_AGTOP 0xB0000000u
+
+/* Posts sends to (or receives from) node peer of the runs of every node under `who` at level lev
+ * (lev < 0: who's own); rs must have room (ag_count). */
+static void ag_runs(dp_cc *cc, uint32_t peer, bool send, int lev, uint32_t who, uint32_t slot, uint8_t *b,
+                    size_t bytes, dp_req **rs, size_t *k) {
+  lm_dp_group *g = cc->g;
+  for (uint32_t n = 0; n < g->nnodes && !cc->rc; n++) {
+    if (lev < 0 ? n != who : g->lead[lev][n] != who) continue;
+    for (uint32_t q = g->run_start[n]; q < g->run_start[n + 1]; q++) {
+      dp_run r = g->runs[q];
+      uint32_t sl = slot | (r.first & 0xffffff);
+      rs[(*k)++] = send ? cc_send(cc, peer, sl, b + (size_t)r.first * bytes, (size_t)r.len * bytes)
+                        : cc_recv(cc, peer, sl, b + (size_t)r.first * bytes, (size_t)r.len * bytes);
+    }
+  }
+}
+
+static int ag_hier(dp_cc *cc, void *buf, size_t bytes) {
+  lm_dp_group *g = cc->g;
+  uint32_t me = g->self_node, l;
+  size_t nr = g->run_start[g->nnodes], k = 0;
+  dp_req **rs = NULL;
+  int below = -1; /* the level whose group this worker leads (-1: none: it holds its own blocks) */
+  for (l = 0; l < g->nlev && !cc->rc; l++) {
+    uint32_t n = g->lev_n[l], idx = g->lev_idx[l];
+    const uint32_t *nodes = g->lev_nodes[l];
+    if (n > 1) {
+      size_t need = idx + 1 < n ? nr : nr * (n - 1); /* runs sent or received, at most */
+      free(rs);
+      if (!(rs = calloc(need + 1, sizeof *rs))) return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (all_gather)");
+      k = 0;
+      if (idx + 1 < n) ag_runs(cc, nodes[n - 1], true, below, me, HS_AGUP | l << 24, buf, bytes, rs, &k);
+      else
+        for (uint32_t j = 0; j + 1 < n; j++)
+          ag_runs(cc, nodes[j], false, below, nodes[j], HS_AGUP | l << 24, buf, bytes, rs, &k);
+      hs_flush(cc, rs, &k);
+    }
+    if (idx + 1 != n) break; /* not this level's leader: the result comes down */
+    below = (int)l;
+  }
+  if (l == g->nlev && !cc->rc) {
+    if (g->top_n > 1) {
+      free(rs);
+      if (!(rs = calloc(2 * nr * g->top_n + 1, sizeof *rs))) return cc_fail(cc, LOOM_NO_MEMORY, "out of memory (all_gather)");
+      k = 0;
+      for (uint32_t t = 0; t < g->top_n; t++) {
+        if (t == g->top_idx) continue;
+        ag_runs(cc, g->top_nodes[t], false, below, g->top_nodes[t], HS_AGTOP, buf, bytes, rs, &k);
+        ag_runs(cc, g->top_nodes[t], true, below, me, HS_AGTOP, buf, bytes, rs, &k);
+      }
+      hs_flush(cc, rs, &k);
+    }
+    l = g->nlev - 1;
+  }
+  free(rs);
+  for (int32_t b = (int32_t)l; b >= 0 && !cc->rc; b--)
+    hs_bcast(cc, g->lev_nodes[b], g->lev_n[b], g->lev_idx[b], (uint32_t)b, buf, (size_t)g->n * bytes);
+  return cc->rc;
+}
+
 /* all_gather among nodes: buf (n blocks) holds this node's members' blocks; on exit all. One
  * message per contiguous run of ranks per pair of nodes. */
 static int ag_nodes(dp_cc *cc, void *buf, size_t bytes) {
@@ -1393,8 +1474,8 @@ int lm_dp_all_gather(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *se
   const void *s1;
   void *r1;
   int64_t x0, x1;
-  int rc = dp_begin(&c, g, rank, tag, dp_sig(2, bytes, 0, 0), "all_gather", send, recv, 0, 0, call, err, &s1, &r1,
-                    &x0, &x1);
+  int rc = dp_begin(&c, g, rank, tag, dp_sig(2, bytes, 0, g->hier), "all_gather", send, recv, 0, 0, call, err, &s1,
+                    &r1, &x0, &x1);
   if (rc) return dp_end(&c, rc);
   uint32_t L = c.v.L;
   uint8_t *R = c.v.recv[0];
@@ -1408,7 +1489,8 @@ int lm_dp_all_gather(lm_dp_group *g, uint32_t rank, uint64_t tag, const void *se
   memcpy(R + (size_t)rank * bytes, send, bytes);
   if ((rc = dp_sync(&c))) return dp_end(&c, rc);
   if (dp_leader(&c)) {
-    ag_nodes(&c.cc, R, bytes);
+    if (g->hier) ag_hier(&c.cc, R, bytes); /* in levels: hosts, slices (docs/dataplane.md) */
+    else ag_nodes(&c.cc, R, bytes);
     dp_leader_done(&c);
   }
   if (L > 1) {

@@ -414,7 +414,7 @@ size_t lm_dp_sim_address(uint64_t id, uint8_t *out, size_t cap) {
   if (cap < DP_ADDR_HDR + ulen) return 0;
   memset(out, 0, DP_ADDR_HDR);
   dp_put32(out, DP_ADDR_MAGIC);
-  out[4] = DP_VERSION;
+  out[4] = DP_ADDR_VERSION;
   dp_put64(out + 8, id);
   dp_put32(out + 20, (uint32_t)ulen);
   memcpy(out + DP_ADDR_HDR, DP_SIM_UCX, ulen);

@@ -28,8 +28,8 @@
  *   25 LAUNCH_REPLY            LaunchReply            ctl -> client        none (sent when the launch ran)
  *   26 LOAD_PROGRAM            LoadProgram            ctl -> worker        the module's text
  *   27 UNLOAD_PROGRAM          UnloadProgram          ctl -> worker        none (one-way)
- *   28 RUN                     Run                    ctl -> worker        none (one-way)
- *   29 RUN_DONE                RunDone                worker -> ctl        none (one-way)
+ *   28 RUN                     Run                    ctl -> worker        none (one-way; also relay -> member data port)
+ *   29 RUN_DONE                RunDone                worker -> ctl        none (one-way; also member -> relay)
  *   30 ABORT_LAUNCH            AbortLaunch            ctl -> worker        none (one-way)
  *   31 FREE_ARRAYS             FreeArrays             ctl -> worker        none (one-way)
  *   32 SESSION_CLOSED          SessionClosed          ctl -> worker        none (one-way)
@@ -51,6 +51,8 @@
  *                                                     ctl -> worker        none (reply ACK)
  *   70 STASH                   Stash                  ctl -> worker        none (reply ACK or ERROR)
  *   71 SNAPSHOT_KEPT           SnapshotKept           worker -> ctl        none (one-way)
+ *   74 RELAY_RUN               RelayRun               ctl -> relay worker  RelayGroup (one-way)
+ *   75 RELAY_DONE              RelayDone              relay -> ctl         none (one-way)
  *   80 TRACE_CONTROL           TraceControl           client -> ctl        none (reply ACK, or TRACE_RESULT to a stop)
  *   81 TRACE_RESULT            TraceResult            ctl -> client        the trace's JSON
  */
@@ -113,6 +115,8 @@ static const msg_info g_msgs[] = {
     [LM_MSG_DRAIN] = {"DRAIN", &lmw__drain__descriptor},
     [LM_MSG_STASH] = {"STASH", &lmw__stash__descriptor},
     [LM_MSG_SNAPSHOT_KEPT] = {"SNAPSHOT_KEPT", &lmw__snapshot_kept__descriptor},
+    [LM_MSG_RELAY_RUN] = {"RELAY_RUN", &lmw__relay_run__descriptor},
+    [LM_MSG_RELAY_DONE] = {"RELAY_DONE", &lmw__relay_done__descriptor},
     [LM_MSG_TRACE_CONTROL] = {"TRACE_CONTROL", &lmw__trace_control__descriptor},
     [LM_MSG_TRACE_RESULT] = {"TRACE_RESULT", &lmw__trace_result__descriptor},
 };

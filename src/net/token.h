@@ -14,7 +14,9 @@
 
 /* PUT_SNAP: a put whose shard the controller also snapshots into another worker's host memory
  * (docs/elastic.md): the worker acknowledges it once the snapshot is kept. */
-enum { LM_TOKEN_PUT = 1, LM_TOKEN_GET = 2, LM_TOKEN_PUT_SNAP = 3 };
+/* RELAY: a relay worker may forward RUNs to this worker (hierarchical dispatch, docs/scale.md): made
+ * with array = the relay's worker id, worker = this worker's id, everything else 0. */
+enum { LM_TOKEN_PUT = 1, LM_TOKEN_GET = 2, LM_TOKEN_PUT_SNAP = 3, LM_TOKEN_RELAY = 4 };
 
 /* SipHash-2-4 of data[0..n) under key (Aumasson and Bernstein, 2012), computed by OpenSSL. */
 uint64_t lm_siphash24(const uint8_t key[LM_TOKEN_KEY_SIZE], const void *data, size_t n);

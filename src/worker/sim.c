@@ -28,6 +28,7 @@
 #include "net/conn.h"
 #include "net/sock.h"
 #include "net/token.h"
+#include "worker/relay.h"
 #include "worker/sim.h"
 
 #define SIM_CONNECTING_MAX 32  /* control connections being set up at once */
@@ -88,10 +89,17 @@ typedef struct sim_get {       /* a get waiting for a controller message (min_cs
   struct sim_get *next;
 } sim_get;
 
+typedef struct sim_relayed {   /* a RUN a relay forwarded, waiting for its min_cseq */
+  lm_conn *conn;
+  Lmw__Run *m;
+  struct sim_relayed *next;
+} sim_relayed;
+
 typedef struct sim_dconn {
   simw *sw;
   lm_conn *conn;
   bool hello;
+  uint32_t relay;              /* a relay's connection: its worker id + 1 */
   struct sim_dconn *prev, *next; /* the process's data connections */
 } sim_dconn;
 
@@ -114,6 +122,8 @@ struct simw {
   size_t nbuckets, nshards;
   sim_load *progs;
   sim_get *parked;
+  lm_relay *relay;             /* this worker as a relay (hierarchical dispatch) */
+  sim_relayed *relayed;        /* RUNs from relays waiting for controller messages */
 };
 
 struct sim {
@@ -385,17 +395,21 @@ static void on_unload(simw *w, uint64_t id) {
 
 /* ---- launches ---- */
 
-static void run_done(simw *w, uint64_t seq, int code, const char *msg) {
+/* Where a RUN_DONE goes: the controller (reply NULL, !self), this worker's own relay (self), or
+ * the relay connection the RUN came on (reply). */
+static void run_done(simw *w, lm_conn *reply, bool self, uint64_t seq, int code, const char *msg) {
   Lmw__RunDone r = LMW__RUN_DONE__INIT;
   r.seq = seq;
   r.code = code;
   r.message = (char *)(msg ? msg : "");
-  send_ctl(w, LM_MSG_RUN_DONE, 0, &r.base);
+  if (self) lm_relay_local_done(w->relay, &r);
+  else if (reply) lm_conn_send(reply, LM_MSG_RUN_DONE, 0, &r.base, NULL, 0, NULL, NULL, NULL);
+  else send_ctl(w, LM_MSG_RUN_DONE, 0, &r.base);
 }
 
 /* RUN: checks it as a real worker does, records the outputs with the program's local types
  * (or failed, when an input has no shard here), and reports at once. */
-static void on_run(simw *w, const Lmw__Run *m) {
+static void on_run(simw *w, const Lmw__Run *m, lm_conn *reply, bool self) {
   sim *s = w->s;
   char msg[512];
   for (size_t i = 0; i < m->n_free_ids; i++) /* deletes that waited for this RUN */
@@ -449,7 +463,53 @@ static void on_run(simw *w, const Lmw__Run *m) {
       shard_put(w, m->session, out[j], rd->local_index, code, t ? (uint32_t)t->dtype : 0, rank, dims);
     }
   }
-  run_done(w, m->seq, code, code ? msg : NULL);
+  run_done(w, reply, self, m->seq, code, code ? msg : NULL);
+}
+
+/* ---- hierarchical dispatch ---- */
+
+static void relay_run_local(void *user, const Lmw__Run *run) { on_run(user, run, NULL, true); }
+static void relay_send_ctl(void *user, unsigned type, const ProtobufCMessage *m) { send_ctl(user, type, 0, m); }
+static const lm_relay_ops g_relay_ops = {.run_local = relay_run_local, .send_ctl = relay_send_ctl};
+
+/* RUNs from relays run in order once this worker has read their min_cseq controller messages. */
+static void poll_relayed(simw *w) {
+  while (w->relayed && w->relayed->m->min_cseq <= w->cseq) {
+    sim_relayed *x = w->relayed;
+    w->relayed = x->next;
+    if (lm_conn_is_open(x->conn)) on_run(w, x->m, x->conn, false);
+    lm_msg_free(&x->m->base);
+    free(x);
+  }
+}
+
+static void relayed_run(simw *w, lm_conn *conn, Lmw__Run *m) {
+  sim_relayed *x = w->relayed || m->min_cseq > w->cseq ? calloc(1, sizeof *x) : NULL;
+  if (!x) {
+    if (!w->relayed && m->min_cseq <= w->cseq) on_run(w, m, conn, false);
+    else run_done(w, conn, false, m->seq, LOOM_NO_MEMORY, "simulated worker: out of host memory");
+    lm_msg_free(&m->base);
+    return;
+  }
+  x->conn = conn;
+  x->m = m;
+  sim_relayed **pp = &w->relayed;
+  while (*pp) pp = &(*pp)->next;
+  *pp = x;
+}
+
+static void relayed_drop(simw *w, lm_conn *conn, uint64_t seq, const char *why) {
+  for (sim_relayed **pp = &w->relayed; *pp;) {
+    sim_relayed *x = *pp;
+    if (x->conn != conn || (seq && x->m->seq != seq)) {
+      pp = &x->next;
+      continue;
+    }
+    *pp = x->next;
+    if (why) run_done(w, conn, false, x->m->seq, LOOM_CANCELLED, why);
+    lm_msg_free(&x->m->base);
+    free(x);
+  }
 }
 
 /* ---- the data port ---- */
@@ -588,8 +648,15 @@ static void data_frame(lm_conn *c, lm_frame *f) {
     if (dc->hello || h->protocol_version != LM_PROTOCOL_VERSION) {
       lm_conn_close_with_error(c, f->h.request_id, LOOM_PROTOCOL, "bad HELLO (sent twice, or protocol version %u)",
                                h->protocol_version);
+    } else if (h->relay_worker &&
+               (!dc->sw->registered ||
+                !lm_token_check(dc->sw->key, LM_TOKEN_RELAY, 0, h->relay_worker - 1, dc->sw->worker_id, 0, 0, NULL, 0,
+                                h->relay_token.data, h->relay_token.len))) {
+      lm_conn_close_with_error(c, f->h.request_id, LOOM_PERMISSION, "worker %u refuses worker %u as its relay: the "
+                               "relay token is not valid", dc->sw->worker_id, h->relay_worker - 1);
     } else {
       dc->hello = true;
+      dc->relay = h->relay_worker;
       lm_conn_set_established(c);
       Lmw__HelloReply r = LMW__HELLO_REPLY__INIT;
       r.protocol_version = LM_PROTOCOL_VERSION;
@@ -604,6 +671,11 @@ static void data_frame(lm_conn *c, lm_frame *f) {
     on_put(dc, f, (const Lmw__ShardPut *)m);
   } else if (type == LM_MSG_SHARD_GET) {
     on_get(dc, f, (const Lmw__ShardGet *)m);
+  } else if (dc->relay && type == LM_MSG_RUN) {
+    relayed_run(dc->sw, c, (Lmw__Run *)m); /* takes m */
+    return;
+  } else if (dc->relay && type == LM_MSG_ABORT_LAUNCH) { /* a RUN that waits is answered; the others are done */
+    relayed_drop(dc->sw, c, ((Lmw__AbortLaunch *)m)->seq, "aborted before it ran");
   } else if (type == LM_MSG_PING) {
     Lmw__Pong pong = LMW__PONG__INIT;
     pong.nonce = ((Lmw__Ping *)m)->nonce;
@@ -622,6 +694,7 @@ static void data_close(lm_conn *c, int code, const char *reason) {
   if (dc->prev) dc->prev->next = dc->next;
   else s->dconns = dc->next;
   if (dc->next) dc->next->prev = dc->prev;
+  if (dc->relay) relayed_drop(dc->sw, c, 0, NULL);
   for (sim_get **pp = &dc->sw->parked; *pp;) {
     sim_get *g = *pp;
     if (g->conn == c) {
@@ -688,6 +761,7 @@ static void on_registered(simw *w, const Lmw__RegisterWorkerReply *r) {
   if (!s->have_secret) memcpy(w->key, r->token_key.data, LM_TOKEN_KEY_SIZE);
   w->registered = true;
   w->worker_id = r->worker_id;
+  lm_relay_set_self(w->relay, w->worker_id);
   w->cseq = 0;
   lm_conn_set_established(w->conn);
   s->connecting--;
@@ -773,7 +847,7 @@ static void ctl_frame(lm_conn *c, lm_frame *f) {
                   err.msg);
     return;
   }
-  if (f->h.payload_len && type != LM_MSG_LOAD_PROGRAM) {
+  if (f->h.payload_len && type != LM_MSG_LOAD_PROGRAM && type != LM_MSG_RELAY_RUN) {
     lm_conn_close_with_error(c, f->h.request_id, LOOM_PROTOCOL, "%s does not take a payload", lm_msg_name(type));
     return;
   }
@@ -790,11 +864,13 @@ static void ctl_frame(lm_conn *c, lm_frame *f) {
     return;
   }
   switch (type) {
-  case LM_MSG_PEERS: case LM_MSG_WORKER_LOST: break; /* no data plane to tell */
+  case LM_MSG_PEERS: break; /* no data plane to tell */
+  case LM_MSG_WORKER_LOST: lm_relay_worker_lost(w->relay, ((Lmw__WorkerLost *)m)->worker_id, ((Lmw__WorkerLost *)m)->reason); break;
+  case LM_MSG_RELAY_RUN: lm_relay_on_run(w->relay, f, (Lmw__RelayRun *)m); break;
   case LM_MSG_LOAD_PROGRAM: on_load(w, f, (Lmw__LoadProgram *)m); break;
   case LM_MSG_UNLOAD_PROGRAM: on_unload(w, ((Lmw__UnloadProgram *)m)->program); break;
-  case LM_MSG_RUN: on_run(w, (Lmw__Run *)m); break;
-  case LM_MSG_ABORT_LAUNCH: break; /* every RUN is already done */
+  case LM_MSG_RUN: on_run(w, (Lmw__Run *)m, NULL, false); break;
+  case LM_MSG_ABORT_LAUNCH: lm_relay_on_abort(w->relay, (Lmw__AbortLaunch *)m); break; /* its own RUN is done */
   case LM_MSG_FREE_ARRAYS: {
     const Lmw__FreeArrays *fa = (Lmw__FreeArrays *)m;
     for (size_t i = 0; i < fa->n_ids; i++)
@@ -807,6 +883,7 @@ static void ctl_frame(lm_conn *c, lm_frame *f) {
   lm_msg_free(m);
   w->cseq++;
   if (w->parked) poll_parked(w);
+  if (w->relayed) poll_relayed(w);
 }
 
 static void ctl_connected(lm_conn *c) {
@@ -886,6 +963,10 @@ static void start_more(sim *s) {
     }
     w->data_server.data = w;
     w->data_open = true;
+    if (!(w->relay = lm_relay_new(&s->loop, &g_relay_ops, w))) {
+      sim_stop(s, LOOM_NO_MEMORY, "out of host memory");
+      return;
+    }
     uv_timer_init(&s->loop, &w->retry);
     w->retry.data = w;
     w->started = true;
@@ -912,6 +993,7 @@ static void sim_stop(sim *s, int rc, const char *msg) {
     if (w->data_open) uv_close((uv_handle_t *)&w->data_server, NULL);
     w->data_open = false;
     if (w->conn) lm_conn_close(w->conn, 0, "worker stopping");
+    lm_relay_stop(w->relay);
   }
   for (sim_dconn *dc = s->dconns, *n; dc; dc = n) {
     n = dc->next;
@@ -975,6 +1057,10 @@ int lm_sim_run(const lm_worker_config *cfg, uint32_t n, lm_err *err) {
   signal(SIGPIPE, SIG_IGN);
   lm_conn_config_default(&s->conn_cfg);
   s->conn_cfg.handshake_timeout_ms = 0;
+  /* no deadline on a frame from the controller: a busy controller finishing a partly written frame
+   * (a RELAY_RUN behind a burst of launches) is not a stalled hostile peer, and dropping it would
+   * end the worker; a controller that is gone closes the connection */
+  s->conn_cfg.frame_timeout_ms = 0;
   s->conn_cfg.limits.max_meta = LM_FRAME_META_HARD_MAX;
   uv_signal_init(&s->loop, &s->sigint);
   uv_signal_init(&s->loop, &s->sigterm);
@@ -1004,6 +1090,13 @@ int lm_sim_run(const lm_worker_config *cfg, uint32_t n, lm_err *err) {
       w->parked = g->next;
       free(g);
     }
+    while (w->relayed) {
+      sim_relayed *x = w->relayed;
+      w->relayed = x->next;
+      lm_msg_free(&x->m->base);
+      free(x);
+    }
+    lm_relay_free(w->relay);
   }
   while (s->progs) { /* analyses cut short by the stop */
     sim_prog *p = s->progs;

@@ -151,8 +151,14 @@ typedef struct wk_timing {
   lm_spmd_coll_rec coll;       /* its collective calls during execute */
 } wk_timing;
 
+/* Where a RUN came from, so its RUN_DONE goes back there: the controller, this worker's own relay
+ * (its part of a group it relays), or a relay's connection to the data port (its link id). */
+#define WK_LINK_CTL 0
+#define WK_LINK_SELF UINT64_MAX
+
 struct wk_launch {
   wk *w;
+  uint64_t link;               /* WK_LINK_* or a relay connection's link id */
   uint64_t received;           /* uv_hrtime at RUN (with timings) */
   wk_timing *timings;          /* [ntimings] when the RUN asked for them, else NULL */
   uint32_t ntimings;
@@ -186,6 +192,14 @@ void wk_exec_stop(wk *w);               /* joins the threads, fails queued tasks
 void wk_on_load_program(wk *w, const lm_frame *f, const Lmw__LoadProgram *m);
 void wk_on_unload_program(wk *w, const Lmw__UnloadProgram *m);
 void wk_on_run(wk *w, const Lmw__Run *m);
+void wk_on_run_from(wk *w, const Lmw__Run *m, uint64_t link);
+/* Hierarchical dispatch (docs/scale.md): a RUN a relay forwarded on link (taken; it runs once this
+ * worker has read Run.min_cseq controller messages), an ABORT_LAUNCH it forwarded, the relay's
+ * connection closing (its launches here are cancelled with why). */
+void wk_relayed_run(wk *w, uint64_t link, Lmw__Run *m);
+void wk_relayed_abort(wk *w, uint64_t link, const Lmw__AbortLaunch *m);
+void wk_relayed_poll(wk *w);    /* after each controller message */
+void wk_relay_link_gone(wk *w, uint64_t link, const char *why);
 void wk_on_abort(wk *w, const Lmw__AbortLaunch *m);
 void wk_on_session_closed(wk *w, uint64_t session);
 void wk_program_release(wk_program *p);
@@ -200,6 +214,8 @@ void wk_data_stop(wk *w);
 /* Serves parked gets whose slots finished or whose cseq has been reached. */
 void wk_data_poll(wk *w);
 void wk_data_session_closed(wk *w, uint64_t session);
+/* Sends on the relay connection with that link id (0 when it is gone: the message is dropped). */
+int wk_data_link_send(wk *w, uint64_t link, unsigned type, const ProtobufCMessage *m);
 
 /* ---- local transfers (wk_local.c) ---- */
 
@@ -323,6 +339,9 @@ struct wk {
   uint64_t texts_reused, loads_shared; /* LOAD_PROGRAMs served without a text / without parsing */
   struct load_job *loading;    /* programs being loaded on the thread pool (wk_exec.c) */
   wk_launch *active;           /* launches with tasks queued or running */
+  struct lm_relay *relay;      /* hierarchical dispatch: this worker as a relay (worker/relay.h) */
+  struct wk_relayed *relayed;  /* RUNs from relays waiting for their min_cseq (wk_exec.c) */
+  uint64_t next_link;          /* ids of relay connections to the data port */
   pthread_mutex_t done_mu;
   wk_launch *finished;         /* finished, RUN_DONE not sent yet */
   /* data port */

@@ -32,6 +32,8 @@ struct wk_dconn {
   Lmw__ShardPut *put;
   lm_buffer **bufs;            /* [put->n_targets] */
   wk_lop *lops;                /* local transfers in flight */
+  uint32_t relay;              /* a relay worker's connection (hierarchical dispatch): its id + 1 ... */
+  uint64_t link;               /* ... and the link id its launches answer to; 0 otherwise */
   struct wk_dconn *prev, *next;
 };
 
@@ -523,6 +525,17 @@ static void on_hello(wk_dconn *dc, const lm_frame *f, const Lmw__Hello *h) {
     lm_conn_close_with_error(c, f->h.request_id, LOOM_PROTOCOL, "HELLO sent twice");
     return;
   }
+  if (h->relay_worker) { /* a relay forwarding RUNs: the controller's token says it may */
+    if (dc->local || !w->registered ||
+        !lm_token_check(w->token_key, LM_TOKEN_RELAY, 0, h->relay_worker - 1, w->worker_id, 0, 0, NULL, 0,
+                        h->relay_token.data, h->relay_token.len)) {
+      lm_conn_close_with_error(c, f->h.request_id, LOOM_PERMISSION, "worker %u refuses worker %u as its relay: the "
+                               "relay token is not valid", w->worker_id, h->relay_worker - 1);
+      return;
+    }
+    dc->relay = h->relay_worker;
+    dc->link = ++w->next_link;
+  }
   dc->hello = true;
   lm_conn_set_established(c);
   Lmw__HelloReply r = LMW__HELLO_REPLY__INIT;
@@ -579,6 +592,11 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   } else if (type == LM_MSG_SHARD_PUT_LOCAL) {
     on_put_local(dc, f, (Lmw__ShardPut *)m); /* takes m */
     return;
+  } else if (dc->relay && type == LM_MSG_RUN) {
+    wk_relayed_run(w, dc->link, (Lmw__Run *)m); /* takes m */
+    return;
+  } else if (dc->relay && type == LM_MSG_ABORT_LAUNCH) {
+    wk_relayed_abort(w, dc->link, (const Lmw__AbortLaunch *)m);
   } else if (type == LM_MSG_PING) {
     Lmw__Pong pong = LMW__PONG__INIT;
     pong.nonce = ((Lmw__Ping *)m)->nonce;
@@ -605,6 +623,11 @@ static void on_close(lm_conn *c, int code, const char *reason) {
       pp = &(*pp)->next;
     }
   }
+  if (dc->relay && !w->stopping) {
+    char why[LM_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "its relay, worker %u, is gone (%.300s)", dc->relay - 1, reason);
+    wk_relay_link_gone(w, dc->link, why);
+  }
   put_state_free(dc);
   wk_sc_conn_gone(w, dc);
   /* copies in flight stop between chunks; their results are dropped when they end, and the
@@ -619,6 +642,12 @@ static void on_close(lm_conn *c, int code, const char *reason) {
   else w->dconns = dc->next;
   if (dc->next) dc->next->prev = dc->prev;
   free(dc);
+}
+
+int wk_data_link_send(wk *w, uint64_t link, unsigned type, const ProtobufCMessage *m) {
+  for (wk_dconn *dc = w->dconns; dc; dc = dc->next)
+    if (dc->link == link) return lm_conn_send(dc->conn, type, 0, m, NULL, 0, NULL, NULL, NULL);
+  return 0;
 }
 
 static const lm_conn_ops g_data_ops = {.on_frame = on_frame, .payload_sink = payload_sink, .on_close = on_close};

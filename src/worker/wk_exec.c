@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include "common/log.h"
+#include "worker/relay.h"
 #include "hlo/parse.h"
 #include "hlo/print.h"
 #include "pjrt/pjrt.h"
@@ -595,7 +596,9 @@ static void enqueue(wk_dev *d, wk_task *t) {
   pthread_mutex_unlock(&d->mu);
 }
 
-static void send_run_done_timed(wk *w, uint64_t seq, int code, const char *msg, const wk_launch *l) {
+/* RUN_DONE goes where its RUN came from: the controller, a relay's connection (hierarchical
+ * dispatch), or this worker's own relay (its part of a group it relays). */
+static void send_run_done_timed(wk *w, uint64_t link, uint64_t seq, int code, const char *msg, const wk_launch *l) {
   Lmw__RunDone r = LMW__RUN_DONE__INIT;
   r.seq = seq;
   r.code = code;
@@ -641,13 +644,15 @@ static void send_run_done_timed(wk *w, uint64_t seq, int code, const char *msg, 
     r.n_timings = i + 1;
   }
   r.timings = dtp;
-  wk_send(w, LM_MSG_RUN_DONE, 0, &r.base);
+  if (link == WK_LINK_CTL) wk_send(w, LM_MSG_RUN_DONE, 0, &r.base);
+  else if (link == WK_LINK_SELF) lm_relay_local_done(w->relay, &r);
+  else wk_data_link_send(w, link, LM_MSG_RUN_DONE, &r.base); /* its relay is gone: dropped */
   free(spans);
   free(spanp);
 }
 
-static void send_run_done(wk *w, uint64_t seq, int code, const char *msg) {
-  send_run_done_timed(w, seq, code, msg, NULL);
+static void send_run_done(wk *w, uint64_t link, uint64_t seq, int code, const char *msg) {
+  send_run_done_timed(w, link, seq, code, msg, NULL);
 }
 
 /* Launches finished recently, by sequence number: a controller that restarted sends the RUNs it
@@ -702,7 +707,7 @@ static void on_async(uv_async_t *a) {
     if (rev->prev) rev->prev->next = rev->next;
     else w->active = rev->next;
     if (rev->next) rev->next->prev = rev->prev;
-    send_run_done_timed(w, rev->seq, rev->code, rev->msg, rev);
+    send_run_done_timed(w, rev->link, rev->seq, rev->code, rev->msg, rev);
     ring_add(w, rev->seq, rev->code, rev->msg);
     launch_free(rev);
     rev = n;
@@ -711,7 +716,7 @@ static void on_async(uv_async_t *a) {
 }
 
 /* Fails a RUN before any task was queued: its outputs fail with the reason, RUN_DONE says so. */
-static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
+static void reject_run(wk *w, uint64_t link, const Lmw__Run *m, int code, const char *msg) {
   for (size_t i = 0; i < m->n_devices; i++) {
     const Lmw__RunDevice *rd = m->devices[i];
     if (rd->local_index >= w->cfg.devices) continue;
@@ -726,16 +731,18 @@ static void reject_run(wk *w, const Lmw__Run *m, int code, const char *msg) {
     }
   }
   ring_add(w, m->seq, code, msg);
-  send_run_done(w, m->seq, code, msg);
+  send_run_done(w, link, m->seq, code, msg);
 }
 
-void wk_on_run(wk *w, const Lmw__Run *m) {
+void wk_on_run(wk *w, const Lmw__Run *m) { wk_on_run_from(w, m, WK_LINK_CTL); }
+
+void wk_on_run_from(wk *w, const Lmw__Run *m, uint64_t link) {
   char msg[512];
   int done_code;
   const char *done_msg;
   if (m->seq && ring_find(w, m->seq, &done_code, &done_msg)) { /* sent again after a controller restart */
     lm_info("launch %llu was sent again: it ran already, answering with its outcome", (unsigned long long)m->seq);
-    send_run_done(w, m->seq, done_code, done_msg);
+    send_run_done(w, link, m->seq, done_code, done_msg);
     return;
   }
   for (wk_launch *l = w->active; l; l = l->next)
@@ -745,7 +752,7 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   wk_program *p = find_program(w, m->program);
   if (!p) {
     snprintf(msg, sizeof msg, "worker %u has no program %llu loaded", w->worker_id, (unsigned long long)m->program);
-    reject_run(w, m, LOOM_NOT_FOUND, msg);
+    reject_run(w, link, m, LOOM_NOT_FOUND, msg);
     return;
   }
   const lm_spmd_info *info = p->info;
@@ -758,7 +765,7 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   uint64_t seen_small[4] = {0}, *seen = seen_small;
   size_t words = (w->cfg.devices + 63) / 64;
   if (!bad && words > 4 && !(seen = calloc(words, sizeof *seen))) {
-    reject_run(w, m, LOOM_NO_MEMORY, "out of host memory on the worker");
+    reject_run(w, link, m, LOOM_NO_MEMORY, "out of host memory on the worker");
     return;
   }
   for (size_t i = 0; !bad && i < m->n_devices; i++) {
@@ -772,11 +779,11 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   if (seen != seen_small) free(seen);
   if (bad) {
     snprintf(msg, sizeof msg, "worker %u: malformed RUN for launch %llu", w->worker_id, (unsigned long long)m->seq);
-    reject_run(w, m, LOOM_PROTOCOL, msg);
+    reject_run(w, link, m, LOOM_PROTOCOL, msg);
     return;
   }
   if (wk_store_session_closed(&w->store, m->session)) {
-    send_run_done(w, m->seq, LOOM_CANCELLED, "the session is closed");
+    send_run_done(w, link, m->seq, LOOM_CANCELLED, "the session is closed");
     return;
   }
   wk_launch *l = calloc(1, sizeof *l);
@@ -784,10 +791,11 @@ void wk_on_run(wk *w, const Lmw__Run *m) {
   if (!l || !tasks) {
     free(l);
     free(tasks);
-    reject_run(w, m, LOOM_NO_MEMORY, "out of host memory on the worker");
+    reject_run(w, link, m, LOOM_NO_MEMORY, "out of host memory on the worker");
     return;
   }
   l->w = w;
+  l->link = link;
   l->seq = m->seq;
   l->session = m->session;
   l->prog = p;
@@ -949,6 +957,94 @@ void wk_on_session_closed(wk *w, uint64_t session) {
   wk_data_session_closed(w, session);
 }
 
+/* ---- RUNs forwarded by a relay (hierarchical dispatch, docs/scale.md) ---- */
+
+/* A relayed RUN waits until this worker has read every message the controller sent it before the
+ * launch (Run.min_cseq): a program load, frees, a shard copy the launch reads. They run in the
+ * order they came, after any that wait. */
+typedef struct wk_relayed {
+  uint64_t link;
+  Lmw__Run *m;
+  struct wk_relayed *next;
+} wk_relayed;
+
+void wk_relayed_poll(wk *w) {
+  while (w->relayed && w->relayed->m->min_cseq <= w->cseq) {
+    wk_relayed *x = w->relayed;
+    w->relayed = x->next;
+    wk_on_run_from(w, x->m, x->link);
+    lm_msg_free(&x->m->base);
+    free(x);
+  }
+}
+
+void wk_relayed_run(wk *w, uint64_t link, Lmw__Run *m) {
+  if (!w->relayed && m->min_cseq <= w->cseq) {
+    wk_on_run_from(w, m, link);
+    lm_msg_free(&m->base);
+    return;
+  }
+  wk_relayed *x = calloc(1, sizeof *x);
+  if (!x) {
+    reject_run(w, link, m, LOOM_NO_MEMORY, "out of host memory on the worker");
+    lm_msg_free(&m->base);
+    return;
+  }
+  x->link = link;
+  x->m = m;
+  wk_relayed **pp = &w->relayed;
+  while (*pp) pp = &(*pp)->next;
+  *pp = x;
+}
+
+/* An ABORT_LAUNCH from a relay: a RUN still waiting is answered as cancelled. */
+void wk_relayed_abort(wk *w, uint64_t link, const Lmw__AbortLaunch *m) {
+  for (wk_relayed **pp = &w->relayed; *pp; pp = &(*pp)->next)
+    if ((*pp)->m->seq == m->seq && (*pp)->link == link) {
+      wk_relayed *x = *pp;
+      *pp = x->next;
+      char msg[400];
+      snprintf(msg, sizeof msg, "launch %llu was aborted: %.300s", (unsigned long long)m->seq,
+               m->reason && m->reason[0] ? m->reason : "aborted by the controller");
+      reject_run(w, link, x->m, LOOM_CANCELLED, msg);
+      lm_msg_free(&x->m->base);
+      free(x);
+      return;
+    }
+  wk_on_abort(w, m);
+}
+
+/* The relay behind link is gone: its launches here cannot report and the rest of the launch was
+ * failed by the controller; they stop (and RUNs still waiting are dropped). */
+void wk_relay_link_gone(wk *w, uint64_t link, const char *why) {
+  for (wk_relayed **pp = &w->relayed; *pp;) {
+    wk_relayed *x = *pp;
+    if (x->link != link) {
+      pp = &x->next;
+      continue;
+    }
+    *pp = x->next;
+    lm_msg_free(&x->m->base);
+    free(x);
+  }
+  bool any = false;
+  for (wk_launch *l = w->active; l; l = l->next)
+    if (l->link == link) cancel_launch(w, l, why), any = true;
+  if (any) {
+    lm_info("%s: stopping the launches it forwarded", why);
+    drop_cancelled(w);
+  }
+}
+
+static void relayed_free(wk *w) {
+  while (w->relayed) {
+    wk_relayed *x = w->relayed;
+    w->relayed = x->next;
+    lm_msg_free(&x->m->base);
+    free(x);
+  }
+}
+
 /* ---- start / stop ---- */
 
 int wk_exec_start(wk *w, lm_err *err) {
@@ -975,6 +1071,7 @@ int wk_exec_start(wk *w, lm_err *err) {
 }
 
 void wk_exec_stop(wk *w) {
+  relayed_free(w);
   ring_free(w);
   for (wk_launch *l = w->active; l; l = l->next) cancel_launch(w, l, "the worker is stopping");
   lm_dp_shutdown(w->dp); /* and none waits for a stopped peer to release its buffers */

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include "common/log.h"
 #include "pjrt/pjrt.h"
+#include "worker/relay.h"
 #include "worker/wk.h"
 
 #define RETRY_MS 200 /* between connection attempts while the controller is not up yet */
@@ -40,6 +41,7 @@ static void close_handles(wk *w) {
   uv_close((uv_handle_t *)&w->sigint, NULL);
   uv_close((uv_handle_t *)&w->sigterm, NULL);
   uv_close((uv_handle_t *)&w->timer, NULL);
+  lm_relay_stop(w->relay);
   wk_data_stop(w);
   wk_sc_stop(w);
   wk_exec_stop(w); /* joins the device threads: nothing touches the async handle after this */
@@ -293,6 +295,7 @@ static void on_registered(wk *w, const Lmw__RegisterWorkerReply *r) {
   }
   w->registered = true;
   w->worker_id = r->worker_id;
+  lm_relay_set_self(w->relay, w->worker_id);
   w->epoch = r->epoch;
   w->durable = r->durable;
   w->heartbeat_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 500;
@@ -365,7 +368,7 @@ static void on_frame(lm_conn *c, lm_frame *f) {
     } else finish(w, err.code, "the controller refused this worker: %s", err.msg);
     return;
   }
-  if (f->h.payload_len && f->h.type != LM_MSG_LOAD_PROGRAM) {
+  if (f->h.payload_len && f->h.type != LM_MSG_LOAD_PROGRAM && f->h.type != LM_MSG_RELAY_RUN) {
     lm_conn_close_with_error(c, f->h.request_id, LOOM_PROTOCOL, "%s does not take a payload", lm_msg_name(f->h.type));
     return;
   }
@@ -388,12 +391,19 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   case LM_MSG_WORKER_LOST: {
     const Lmw__WorkerLost *wl = (Lmw__WorkerLost *)m;
     if (w->dp && wl->worker_id != w->worker_id) lm_dp_peer_fail(w->dp, wl->worker_id, wl->reason);
+    if (wl->worker_id != w->worker_id) lm_relay_worker_lost(w->relay, wl->worker_id, wl->reason);
     break;
   }
   case LM_MSG_LOAD_PROGRAM: wk_on_load_program(w, f, (Lmw__LoadProgram *)m); break;
   case LM_MSG_UNLOAD_PROGRAM: wk_on_unload_program(w, (Lmw__UnloadProgram *)m); break;
   case LM_MSG_RUN: wk_on_run(w, (Lmw__Run *)m); break;
-  case LM_MSG_ABORT_LAUNCH: wk_on_abort(w, (Lmw__AbortLaunch *)m); break;
+  case LM_MSG_ABORT_LAUNCH:
+    wk_on_abort(w, (Lmw__AbortLaunch *)m);
+    lm_relay_on_abort(w->relay, (Lmw__AbortLaunch *)m); /* a launch it relays: its members too */
+    break;
+  case LM_MSG_RELAY_RUN:
+    if (w->relay) lm_relay_on_run(w->relay, f, (Lmw__RelayRun *)m);
+    break;
   case LM_MSG_FREE_ARRAYS: {
     const Lmw__FreeArrays *fa = (Lmw__FreeArrays *)m;
     for (size_t i = 0; i < fa->n_ids; i++) {
@@ -413,11 +423,16 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   default: lm_warn("ignoring unexpected %s from the controller", lm_msg_name(type)); break;
   }
   lm_msg_free(m);
-  w->cseq++; /* clients' gets may wait for this message (ShardGet.min_cseq) */
+  w->cseq++; /* clients' gets and relayed RUNs may wait for this message (ShardGet.min_cseq, Run.min_cseq) */
   if (w->parked) wk_data_poll(w);
+  if (w->relayed) wk_relayed_poll(w);
 }
 
 static void try_connect(wk *w);
+
+/* This worker as a relay (worker/relay.h): its own part runs here, reporting to the relay. */
+static void relay_run_local(void *user, const Lmw__Run *run) { wk_on_run_from(user, run, WK_LINK_SELF); }
+static void relay_send_ctl(void *user, unsigned type, const ProtobufCMessage *m) { wk_send(user, type, 0, m); }
 
 static void on_retry(uv_timer_t *t) { try_connect(t->data); }
 
@@ -599,6 +614,10 @@ int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, u
   signal(SIGPIPE, SIG_IGN);
   lm_conn_config_default(&w->conn_cfg);
   w->conn_cfg.handshake_timeout_ms = 0; /* we are the one who speaks first */
+  /* no deadline on a frame from the controller: a busy controller finishing a partly written frame
+   * (a RELAY_RUN behind a burst of launches) is not a stalled hostile peer, and dropping it would
+   * end the worker; a controller that is gone closes the connection */
+  w->conn_cfg.frame_timeout_ms = 0;
   /* the controller sends up to the hard cap (a RUN lists every argument per local device) */
   w->conn_cfg.limits.max_meta = LM_FRAME_META_HARD_MAX;
   uv_signal_init(&w->loop, &w->sigint);
@@ -608,7 +627,9 @@ int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, u
   char listen[LM_ADDR_MAX];
   if (cfg->data_listen) snprintf(listen, sizeof listen, "%s", cfg->data_listen);
   else default_data_listen(w, listen, sizeof listen);
+  static const lm_relay_ops relay_ops = {.run_local = relay_run_local, .send_ctl = relay_send_ctl};
   rc = wk_exec_start(w, err);
+  if (rc == 0 && !(w->relay = lm_relay_new(&w->loop, &relay_ops, w))) rc = lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
   if (rc == 0 && wk_sc_start(w) < 0) rc = lm_errf(err, LOOM_NO_MEMORY, "cannot start the shard copy handle");
   if (rc == 0) rc = wk_data_start(w, listen, err);
   if (rc < 0) {
@@ -630,6 +651,7 @@ int lm_worker_run_fenced(const lm_worker_config *cfg, uint32_t *fenced_worker, u
     if (fenced_epoch) *fenced_epoch = w->epoch;
   }
   lm_dp_destroy(w->dp);
+  lm_relay_free(w->relay);
   wk_sc_free(w);
   wk_store_destroy(&w->store);
   for (uint32_t i = 0; i < cfg->devices; i++) lm_device_destroy(w->devs[i].dev);

@@ -1,27 +1,31 @@
 """`loom trace start|stop` against a real cluster: a trace recorded around a known launch (the
 seed's psum across 2 workers x 4 devices) holds that launch on the controller's track and, on
 each of the 8 devices' tracks, its phases in order (queued, transfer in, execute, transfer out,
-report) inside the launch's span, and its all_reduce call inside execute; launches
+report) inside the launch's span, and its all_reduce call inside execute, also when the launch
+goes through a relay (hierarchical dispatch: the timings come back in RELAY_DONE); launches
 before the start are not in it; misuse and a missing or bad token are refused with reasons."""
 import json
 import os
+
+import pytest
 
 from conftest import Auth, Cluster, run_loom, wait_for
 from dist import EXAMPLES, loom_run
 
 
-def http_cluster(procs, tmp_path, auth=None):
+def http_cluster(procs, tmp_path, auth=None, extra=()):
     c = Cluster(procs, tmp_path, auth)
     f = tmp_path / "http.addr"
-    c.start_controller("--http", "127.0.0.1:0", "--http-address-file", str(f))
+    c.start_controller("--http", "127.0.0.1:0", "--http-address-file", str(f), *extra)
     c.http = wait_for(lambda: f.exists() and f.read_text().strip(), 10, what="the HTTP address")
     c.start_worker(4, slice_name="s0")
     c.start_worker(4, slice_name="s1")
     return c
 
 
-def test_trace_covers_a_known_launch(procs, tmp_path):
-    c = http_cluster(procs, tmp_path)
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "relayed"])
+def test_trace_covers_a_known_launch(procs, tmp_path, relay):
+    c = http_cluster(procs, tmp_path, extra=("--relay-min-workers", "2") if relay else ())
     c.wait_devices(8)
     r, _ = loom_run(c.addr, EXAMPLES / "distributed_sum.mlir")  # before the recording: not in it
     assert r.returncode == 0, r.stderr
@@ -33,6 +37,8 @@ def test_trace_covers_a_known_launch(procs, tmp_path):
     assert r.returncode == 1 and "already recording" in r.stderr, r.stderr
     r, _ = loom_run(c.addr, EXAMPLES / "distributed_psum.mlir", "--input", f"0={EXAMPLES / 'arange8.npy'}")
     assert r.returncode == 0 and r.stdout == "[140 140 140 140 140 140 140 140]\n", r.stderr
+    if relay:
+        assert "go through 1 relays" in procs.log(c.controller), procs.log(c.controller)[-2000:]
     r = run_loom("trace", "stop", "--out", tmp_path / "t", "--http", c.http, check=True)
     assert "(1 launches" in r.stdout, r.stdout
     files = list((tmp_path / "t").glob("loom-trace-*.json"))

@@ -440,3 +440,22 @@ def test_deleted_inputs_are_kept_for_replays_until_their_dependents_go(daemons):
         settles_at(base, "x to be freed once y is gone")
     finally:
         c.close()
+
+
+def test_relay_killed_with_a_standby_is_bitwise_invisible(daemons, tmp_path):
+    """Hierarchical dispatch (docs/scale.md): every launch goes through worker w0 as the relay of
+    both workers; w0 is killed at a random step, the standby replaces it, the launches in flight
+    are re-issued (through the new plan's relay) and the training ends as without the fault."""
+    daemons.controller("--relay-min-workers", "2")
+    w0, _ = daemons.two_workers()
+    daemons.worker("s0", "--standby")
+    daemons.wait_workers(2, 1)
+    ref = reference(daemons, tmp_path)
+    step = random.Random().randint(5, 190)
+    print(f"killing the relay, worker w0, at step {step}")
+    r = train(daemons, tmp_path / "kill.npz", "--kill-pid", w0.pid, "--kill-step", step)
+    assert f"step {step}: sent SIGKILL" in r.stdout
+    assert bitwise_equal(ref, tmp_path / "kill.npz")
+    st = daemons.status()
+    assert st["recoveries"] == 1, st
+    assert "go through 1 relays" in daemons.log("controller")

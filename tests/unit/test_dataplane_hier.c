@@ -1,4 +1,4 @@
-/* Hierarchical all_reduce against the flat one, on real worker processes (forked, each with its
+/* Hierarchical all_reduce (and all_gather) against the flat one, on real worker processes (forked, each with its
  * own endpoint; "hosts" and "slices" are labels given to the endpoints, so 4 processes on one
  * machine form 2 hosts x 2 workers, 3 + 1, 4 x 1, or 2 slices). For every layout the flat
  * cluster runs first and writes its results; the hierarchical cluster then checks its own:
@@ -131,6 +131,29 @@ static int hier_dev(h_worker *w, int dev) {
       free(first);
       free(flat);
     }
+  /* all_gather (hierarchical in the second run): every member gets every rank's block, exactly */
+  static const size_t gsizes[] = {1, 1000, 300000};
+  for (size_t si = 0; si < sizeof gsizes / sizeof gsizes[0]; si++) {
+    size_t nb = gsizes[si];
+    uint8_t *in = malloc(nb), *out = malloc(nb * n);
+    for (size_t i = 0; i < nb; i++) in[i] = (uint8_t)(r * 37 + i * 13 + si);
+    for (int rep = 0; rep < 2; rep++) {
+      memset(out, 0xee, nb * n);
+      int rc = lm_dp_all_gather(g, r, ++tag, in, out, nb, NULL, &e);
+      H_CHECK(rc == 0, "%s all_gather size %zu: %s", a->l->name, nb, e.msg);
+      if (rc) break;
+      int bad = 0;
+      for (uint32_t q = 0; q < n && !bad; q++)
+        for (size_t i = 0; i < nb && !bad; i++)
+          if (out[q * nb + i] != (uint8_t)(q * 37 + i * 13 + si)) {
+            H_CHECK(0, "%s all_gather size %zu (%s): member %u's block wrong at byte %zu", a->l->name, nb,
+                    a->hier ? "hierarchical" : "flat", q, i);
+            bad = 1;
+          }
+    }
+    free(in);
+    free(out);
+  }
   lm_dp_group_release(g);
   return 0;
 }
