@@ -1302,6 +1302,19 @@ static int item_sharding(px_session *s, const px_persist_item *it, int32_t rank,
   return rc;
 }
 
+/* Answers an execute that has already run whole (a plugin program's) with o: its status future
+ * is done, under the client's handle, else one of ours (the client then fetches it). */
+static int execute_done(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q,
+                        Xla__Ifrt__Proxy__LoadedExecutableExecuteResponse *o, Resp *r) {
+  uint64_t fh = q->has_result_status_handle && q->result_status_handle ? q->result_status_handle : new_handle(s);
+  future_put(s, fh, PX_OK, NULL, NULL);
+  o->has_status_handle = 1;
+  o->status_handle = fh;
+  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
+  r->loaded_executable_execute_response = o;
+  return 0;
+}
+
 /* A persistence execute: runs the whole write or read before answering (the status future is
  * then done; an error fails the execute itself, so no output handle is left dangling). A write
  * takes the arrays as its arguments; a read's outputs are the arrays in the shardings asked. */
@@ -1368,14 +1381,7 @@ static int execute_persist(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
   if (rc) return rc;
   if (p->write) lm_info("session %" PRIu64 ": persistence wrote %d arrays", s->id, p->n);
   else lm_info("session %" PRIu64 ": persistence read %d arrays", s->id, p->n);
-  /* the status future: the client's handle, else one of ours (the client then fetches it) */
-  uint64_t fh = q->has_result_status_handle && q->result_status_handle ? q->result_status_handle : new_handle(s);
-  future_put(s, fh, PX_OK, NULL, NULL);
-  o->has_status_handle = 1;
-  o->status_handle = fh;
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
-  r->loaded_executable_execute_response = o;
-  return 0;
+  return execute_done(s, q, o, r);
 }
 
 
@@ -1430,13 +1436,7 @@ static int execute_reshard(px_session *s, pexec *e, const Xla__Ifrt__Proxy__Load
     parray *a = pm_get(&s->arrays, q->args_handles[i]);
     if (a && !a->err) parray_delete(a);
   }
-  uint64_t fh = q->has_result_status_handle && q->result_status_handle ? q->result_status_handle : new_handle(s);
-  future_put(s, fh, PX_OK, NULL, NULL);
-  o->has_status_handle = 1;
-  o->status_handle = fh;
-  r->response_case = XLA__IFRT__PROXY__IFRT_RESPONSE__RESPONSE_LOADED_EXECUTABLE_EXECUTE_RESPONSE;
-  r->loaded_executable_execute_response = o;
-  return 0;
+  return execute_done(s, q, o, r);
 }
 
 static int do_execute(px_session *s, const Xla__Ifrt__Proxy__LoadedExecutableExecuteRequest *q, Resp *r) {
