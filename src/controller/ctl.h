@@ -96,6 +96,9 @@ enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + part
 typedef struct c_waiter {    /* a COMPILE waiting for its program to load */
   peer *client;
   uint64_t rid;
+  /* instead of a client: called once the program is loaded (READY) or failed (it is freed after) */
+  void (*done)(struct ctl *c, struct c_program *p, void *arg);
+  void *arg;
   struct c_waiter *next;
 } c_waiter;
 
@@ -342,6 +345,13 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m);
 void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m);
 void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f);
 void ctl_program_release(ctl *c, c_program *prog);
+/* The program of prog's text on other devices: prog's device list with every from[i] replaced by
+ * to[i] (n of them; a pool session resumed on other devices, ctl_pool.c), found in the cache or
+ * compiled anew. 1: *out is READY now; 0: *out is analyzing or loading, and done(c, *out, arg)
+ * runs once it is READY or FAILED; < 0 (err): it cannot be (a device of prog's list is not in
+ * from, out of memory). *out carries no reference. */
+int ctl_program_remap(ctl *c, const c_program *prog, const uint32_t *from, const uint32_t *to, uint32_t n,
+                      void (*done)(ctl *c, c_program *p, void *arg), void *arg, c_program **out, lm_err *err);
 void ctl_programs_client_gone(ctl *c, peer *p);
 void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_programs_free(ctl *c);

@@ -111,6 +111,7 @@ static const msg_info g_msgs[] = {
     [LM_MSG_CHECKPOINT_IO_REPLY] = {"CHECKPOINT_IO_REPLY", &lmw__checkpoint_io_reply__descriptor},
     [LM_MSG_DRAIN] = {"DRAIN", &lmw__drain__descriptor},
     [LM_MSG_STASH] = {"STASH", &lmw__stash__descriptor},
+    [LM_MSG_SHARD_MOVE] = {"SHARD_MOVE", &lmw__shard_move__descriptor},
     [LM_MSG_TRACE_CONTROL] = {"TRACE_CONTROL", &lmw__trace_control__descriptor},
     [LM_MSG_TRACE_RESULT] = {"TRACE_RESULT", &lmw__trace_result__descriptor},
 };
