@@ -924,6 +924,10 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
   lm_err err = {0};
   size_t nshards = 0;
   int rc = 0;
+  for (const c_program *q = c->programs; q; q = q->next) /* a compile of it in flight: it would load there */
+    if (q->state == P_ANALYZING || q->state == P_LOADING)
+      for (const c_waiter *w = q->waiters; w; w = w->next)
+        if (w->client == s->p) return false; /* tried again at the next pass */
   /* what it has: arrays on its devices only, and the programs of its executables */
   for (size_t i = 0; i < ss->cap && rc == 0; i++) {
     if (!ss->slots[i].id) continue;
@@ -989,6 +993,7 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
       const lm_reg_device *od = lm_registry_device(c->reg, a->devs[k]), *td = lm_registry_device(c->reg, to);
       a->devs[k] = to;
       if (a->bk) a->bk[k] = LM_REG_NO_DEVICE; /* its snapshot (recovery) named the old device */
+      a->producer = 0; /* a replay of its producer (recovery) would run on the old devices */
       if (!od || !td || od->worker >= nw || td->worker >= nw) continue;
       if (od == td || (od->worker == td->worker && od->local_index == td->local_index)) {
         restore[od->worker] = 1; /* stays: back on its device (STASH restore) */
