@@ -915,8 +915,37 @@ typedef struct mv_item {
   uint64_t dims[LM_SHARD_MAX_RANK];
 } mv_item;
 
-/* Resumes suspended s on devices nd[0..ndev) (some may be its own); false (logged) when it cannot,
- * before anything changed: it then waits for its own devices. */
+/* Whether suspended s can move now: 1 yes; 0 not yet (a compile of it is in flight: it would load
+ * on the old devices; tried again at the next pass); < 0 (err) not at all: an array or program of
+ * it is on a device not its own (it then waits for its own devices). */
+static int move_check(ctl *c, const pool_sess *s, lm_err *err) {
+  const lm_session *ss = s->p->session;
+  for (const c_program *q = c->programs; q; q = q->next)
+    if (q->state == P_ANALYZING || q->state == P_LOADING)
+      for (const c_waiter *w = q->waiters; w; w = w->next)
+        if (w->client == s->p) return 0;
+  for (size_t i = 0; i < ss->cap; i++) {
+    if (!ss->slots[i].id) continue;
+    const c_array *a = lm_session_get(ss, ss->slots[i].id, H_ARRAY);
+    const c_exe *e = a ? NULL : lm_session_get(ss, ss->slots[i].id, H_EXECUTABLE);
+    for (uint32_t k = 0; a && k < a->sh.ndev; k++)
+      if (!in_list(s->devs, s->ndev, a->devs[k]))
+        return lm_errf(err, LOOM_UNSUPPORTED, "array %llu has a shard on device %u, not one of the session's",
+                       (unsigned long long)a->id, a->devs[k]);
+    const c_program *q = e ? e->prog : NULL;
+    if (q && (q->state != P_READY || q->default_devices))
+      return lm_errf(err, LOOM_UNSUPPORTED, "program %s is not loaded on a device list of the session", q->name);
+    const uint32_t *pd = !q ? NULL : q->asked_prefix ? q->asked : q->devices;
+    size_t npd = !q ? 0 : q->asked_prefix ? q->nasked : q->ndev;
+    for (size_t k = 0; k < npd; k++)
+      if (!in_list(s->devs, s->ndev, pd[k]))
+        return lm_errf(err, LOOM_UNSUPPORTED, "program %s runs on device %u, not one of the session's", q->name, pd[k]);
+  }
+  return 1;
+}
+
+/* Resumes suspended s (move_check said yes) on devices nd[0..ndev) (some may be its own); false
+ * (logged) when it cannot, before anything changed: it then waits for its own devices. */
 static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
   ctl_pool *P = c->pool;
   lm_session *ss = s->p->session;
@@ -924,19 +953,11 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
   lm_err err = {0};
   size_t nshards = 0;
   int rc = 0;
-  for (const c_program *q = c->programs; q; q = q->next) /* a compile of it in flight: it would load there */
-    if (q->state == P_ANALYZING || q->state == P_LOADING)
-      for (const c_waiter *w = q->waiters; w; w = w->next)
-        if (w->client == s->p) return false; /* tried again at the next pass */
-  /* what it has: arrays on its devices only, and the programs of its executables */
+  /* what it has: its arrays, and the programs of its executables */
   for (size_t i = 0; i < ss->cap && rc == 0; i++) {
     if (!ss->slots[i].id) continue;
     const c_array *a = lm_session_get(ss, ss->slots[i].id, H_ARRAY);
     const c_exe *e = a ? NULL : lm_session_get(ss, ss->slots[i].id, H_EXECUTABLE);
-    for (uint32_t k = 0; a && k < a->sh.ndev && rc == 0; k++)
-      if (!in_list(s->devs, n, a->devs[k]))
-        rc = lm_errf(&err, LOOM_UNSUPPORTED, "array %llu has a shard on device %u, not one of the session's",
-                     (unsigned long long)a->id, a->devs[k]);
     if (a) nshards += a->sh.ndev;
     if (!e) continue;
     bool have = false;
@@ -1136,9 +1157,27 @@ static void pool_admit_once(ctl *c, bool *again) {
         resume(c, s);
         for (pool_sess *g = P->head; s->weight && g; g = g->next) /* a sharing group resumes whole */
           if (g != s && g->state == PS_SUSPENDED && g->p && on_devs(g, s)) resume(c, g);
-      } else if (!s->weight && !s->pinned && nfree >= s->ndev) { /* on whatever devices are free */
-        uint32_t *nd = pick_devices(fl, nfree, s->devs, s->ndev);
-        if (nd && resume_elsewhere(c, s, nd)) take_devices(fl, &nfree, nd, s->ndev);
+      } else if (nfree >= s->ndev) { /* on whatever devices are free; a sharing group together */
+        pool_sess *grp[64];
+        uint32_t ng = 0;
+        grp[ng++] = s;
+        for (pool_sess *g = P->head; s->weight && g && ng < 64; g = g->next)
+          if (g != s && g->state == PS_SUSPENDED && g->p && on_devs(g, s)) grp[ng++] = g;
+        bool ok = true;
+        for (uint32_t i = 0; i < ng && ok; i++) {
+          lm_err e;
+          int r = grp[i]->pinned ? 0 : move_check(c, grp[i], &e);
+          if (r < 0) {
+            lm_warn("session %llu cannot resume on other devices (%s); it waits for its own",
+                    (unsigned long long)grp[i]->id, e.msg);
+            grp[i]->pinned = true; /* not tried again until its next suspension */
+          }
+          ok = r > 0;
+        }
+        uint32_t *nd = ok ? pick_devices(fl, nfree, s->devs, s->ndev) : NULL;
+        bool moved = false;
+        for (uint32_t i = 0; nd && i < ng; i++) moved |= resume_elsewhere(c, grp[i], nd);
+        if (moved) take_devices(fl, &nfree, nd, s->ndev);
         free(nd);
       }
     }

@@ -135,3 +135,70 @@ def test_a_preempted_session_resumes_on_other_devices_bitwise(procs, tmp_path, l
     ref.close()
     print(f"{layout}: resumed on other devices {resumed_s * 1000:.0f} ms after the devices were free (5 launches "
           f"included); chain of {count} launches bitwise equal")
+
+
+def test_a_sharing_group_resumes_on_other_devices_together(procs, tmp_path):
+    """Two batch sessions time-sharing devices 0,1 (weights 1 and 2), each in a chain of launches,
+    are suspended together for prod; when the interactive session on the other worker's devices
+    2,3 closes, they resume there together (their shards over the data plane) while prod keeps 0,1,
+    go on sharing those devices, and each chain ends bitwise where an undisturbed one does."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(2)
+    c.start_worker(2)
+    c.wait_devices(4)
+    sh = loom.Sharding.named(np.arange(2), ("d",), ("d",))
+    x0 = np.arange(8, dtype=np.float32) * 0.37 + 0.5
+    runs = []
+    for w in (1, 2):
+        cl = loom.connect(c.addr, devices=2, weight=w, priority="batch", progress=False, timeout=120)
+        runs.append({"cl": cl, "exe": cl.compile(STEP_2), "n": 0, "stop": False, "err": None, "x": None})
+    m = loom.connect(c.addr, devices=2, priority="interactive", progress=False, timeout=120)
+    st = sessions(c.addr)
+    assert [st[r["cl"].session]["device_ids"] for r in runs] == [[0, 1], [0, 1]] and st[m.session]["device_ids"] == [2, 3]
+
+    def chain(r):
+        try:
+            x = r["cl"].put(x0, sharding=sh)
+            while not r["stop"]:
+                (x,), fut = r["exe"].launch(x)
+                fut.result(timeout=120)
+                r["n"] += 1
+            r["x"] = x.numpy()
+        except Exception as e:  # noqa: BLE001 (checked below)
+            r["err"] = e
+
+    ts = [threading.Thread(target=chain, args=(r,), daemon=True) for r in runs]
+    for t in ts:
+        t.start()
+    wait_for(lambda: all(r["n"] >= 5 for r in runs), 30, what="both sharing chains running")
+    p = loom.connect(c.addr, devices=2, priority="prod", name="urgent", progress=False, timeout=60)
+    st = sessions(c.addr)
+    assert [st[r["cl"].session]["state"] for r in runs] == ["suspended", "suspended"], st
+    at = [r["n"] for r in runs]
+    time.sleep(0.5)
+    assert all(r["n"] <= a + 1 for r, a in zip(runs, at))  # held while suspended
+    m.close()
+    wait_for(lambda: all(r["n"] >= a + 5 for r, a in zip(runs, at)), 60, what="both chains resumed elsewhere")
+    st = sessions(c.addr)
+    for r in runs:
+        s = st[r["cl"].session]
+        assert s["state"] == "running" and s["device_ids"] == [2, 3] and s["moves"] == 1, st
+    assert st[p.session]["device_ids"] == [0, 1], st
+    for r in runs:
+        r["stop"] = True
+    for t in ts:
+        t.join(60)
+    assert [r["err"] for r in runs] == [None, None], [r["err"] for r in runs]
+    for r in runs:
+        r["cl"].close()
+    p.close()
+    ref = loom.connect(c.addr, devices=2, progress=False)
+    e2 = ref.compile(STEP_2)
+    for r in runs:
+        y = ref.put(x0, sharding=sh)
+        for _ in range(r["n"]):
+            (y,), f = e2.launch(y)
+            f.result(timeout=30)
+        assert r["x"].tobytes() == y.numpy().tobytes()
+    ref.close()
