@@ -716,6 +716,20 @@ static bool counted_before(const ctl_pool *P, const pool_sess *v, int state) {
   return false;
 }
 
+/* v is preempted for s: its requests are held from now on; it is suspended once its launches in
+ * flight are done and its shards are in host memory (pool_admit_once). */
+static void suspend(ctl *c, pool_sess *v, const pool_sess *s) {
+  ctl_pool *P = c->pool;
+  v->state = PS_SUSPENDING;
+  v->suspended_at = ctl_now_ms(c);
+  v->suspensions++;
+  v->u.held_dev_s += (double)v->ndev * (double)(v->suspended_at - v->admitted_loop_ms) / 1000.0;
+  lm_info("session %llu (user %s, %s) is preempted for session %llu (%s)%s: its requests wait, its shards go to "
+          "host memory",
+          (unsigned long long)v->id, user_label(v->user), P->classes[v->cls].name, (unsigned long long)s->id,
+          P->classes[s->cls].name, same_group(v, s) ? ", which time-shares its devices" : "");
+}
+
 static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
   ctl_pool *P = c->pool;
   uint64_t now = ctl_now_ms(c);
@@ -745,18 +759,29 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
       if (g != best && same_group(g, best)) pick[npick++] = g;
   }
   if (avail < s->asked) return false;
-  for (uint32_t i = 0; i < npick; i++) {
-    pool_sess *v = pick[i];
-    v->state = PS_SUSPENDING;
-    v->suspended_at = ctl_now_ms(c);
-    v->suspensions++;
-    v->u.held_dev_s += (double)v->ndev * (double)(v->suspended_at - v->admitted_loop_ms) / 1000.0;
-    lm_info("session %llu (user %s, %s) is preempted for session %llu (%s): its requests wait, its shards go to "
-            "host memory",
-            (unsigned long long)v->id, user_label(v->user), P->classes[v->cls].name, (unsigned long long)s->id,
-            P->classes[s->cls].name);
-  }
+  for (uint32_t i = 0; i < npick; i++) suspend(c, pick[i], s);
   return true;
+}
+
+/* Part of a sharing group: a member of a lower class than another running member of its group
+ * (which has run preempt_grace there) is suspended once past min_run, so the higher class gets the
+ * devices' time and memory; it resumes when no higher member runs there any more, or on other free
+ * devices (pool_admit_once). Returns true when it suspended one. */
+static bool preempt_in_groups(ctl *c) {
+  ctl_pool *P = c->pool;
+  uint64_t now = ctl_now_ms(c);
+  bool any = false;
+  for (pool_sess *v = P->head; v; v = v->next) {
+    if (v->state != PS_RUNNING || !v->weight || !v->p || now - v->admitted_loop_ms < P->min_run_ms) continue;
+    pool_sess *hi = NULL;
+    for (pool_sess *g = P->head; g && !hi; g = g->next)
+      if (g != v && same_group(g, v) && g->p && g->cls < v->cls && now - g->admitted_loop_ms >= P->preempt_grace_ms)
+        hi = g;
+    if (!hi) continue;
+    suspend(c, v, hi);
+    any = true;
+  }
+  return any;
 }
 
 static void resume(ctl *c, pool_sess *s);
@@ -1114,6 +1139,18 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
   return true;
 }
 
+/* Suspended sharer s may rejoin its group, which runs on its devices: no running member there is of
+ * a higher class than its own. */
+static bool rejoin_ok(const ctl_pool *P, const pool_sess *s) {
+  bool group = false;
+  for (const pool_sess *g = P->head; g; g = g->next) {
+    if (g == s || g->state != PS_RUNNING || !on_devs(g, s)) continue;
+    if (g->cls < s->cls) return false;
+    group = true;
+  }
+  return group;
+}
+
 static void pool_admit_once(ctl *c, bool *again);
 
 static void pool_admit(ctl *c) {
@@ -1124,6 +1161,7 @@ static void pool_admit(ctl *c) {
 static void pool_admit_once(ctl *c, bool *again) {
   ctl_pool *P = c->pool;
   *again = false;
+  *again = preempt_in_groups(c);
   /* suspensions complete once the session's launches in flight are done and its shards are in
    * host memory (or the workers did not answer in time) */
   for (pool_sess *s = P->head; s; s = s->next) {
@@ -1153,6 +1191,10 @@ static void pool_admit_once(ctl *c, bool *again) {
       bool higher = false;
       for (pool_sess *q = P->head; q && !higher; q = q->next) higher = q->state == PS_QUEUED && q->p && q->cls < cls;
       if (higher) continue;
+      if (s->weight && rejoin_ok(P, s)) { /* part of a group: no higher member runs there any more */
+        resume(c, s);
+        continue;
+      }
       if (take_devices(fl, &nfree, s->devs, s->ndev)) {
         resume(c, s);
         for (pool_sess *g = P->head; s->weight && g; g = g->next) /* a sharing group resumes whole */
@@ -1217,6 +1259,7 @@ static void pool_admit_once(ctl *c, bool *again) {
                 (unsigned long long)s->id, user_label(s->user), P->classes[s->cls].name, (unsigned long long)grp->id,
                 s->weight);
         send_hello_reply(c, s);
+        *again = true; /* members of a lower class than its own are preempted (preempt_in_groups) */
         continue;
       }
       if (!blocked && s->asked <= nfree) {
@@ -1292,6 +1335,9 @@ static void resume(ctl *c, pool_sess *s) {
   uint64_t now = ctl_now_ms(c);
   s->state = PS_RUNNING;
   s->stash_sent = false;
+  bool found = false; /* rejoining a group that ran on: from its present, neither ahead nor owed */
+  for (pool_sess *g = c->pool->head; s->weight && g; g = g->next)
+    if (g != s && same_group(g, s) && (!found || g->pass < s->pass)) s->pass = g->pass, found = true;
   send_stash(c, s, true); /* before the held requests: each worker moves the shards back first */
   s->suspended_ms += now - s->suspended_at;
   s->admitted_loop_ms = now; /* held_device_seconds count again from here */

@@ -202,3 +202,85 @@ def test_a_sharing_group_resumes_on_other_devices_together(procs, tmp_path):
             f.result(timeout=30)
         assert r["x"].tobytes() == y.numpy().tobytes()
     ref.close()
+
+
+@pytest.mark.parametrize("then", ["rejoins", "moves"])
+def test_part_of_a_sharing_group_is_preempted(procs, tmp_path, then):
+    """A batch session time-sharing devices 2,3 (weight 1) is preempted alone when an interactive
+    session joins its group: the interactive one runs there by itself. Then either the interactive
+    session closes and batch rejoins the devices (rejoins), or the exclusive session on 0,1 closes
+    and batch resumes there while interactive keeps 2,3 (moves). No error, bitwise results."""
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(4)
+    c.wait_devices(4)
+    sh = loom.Sharding.named(np.arange(2), ("d",), ("d",))
+    x0 = np.arange(8, dtype=np.float32) * 0.29 + 0.75
+    f = loom.connect(c.addr, devices=2, priority="interactive", name="filler", progress=False, timeout=120)
+    b = loom.connect(c.addr, devices=2, weight=1, priority="batch", name="victim", progress=False, timeout=120)
+    exe = b.compile(STEP_2)
+    state = {"n": 0, "stop": False, "err": None, "x": None}
+
+    def chain():
+        try:
+            x = b.put(x0, sharding=sh)
+            while not state["stop"]:
+                (x,), fut = exe.launch(x)
+                fut.result(timeout=120)
+                state["n"] += 1
+            state["x"] = x.numpy()
+        except Exception as e:  # noqa: BLE001 (checked below)
+            state["err"] = e
+
+    t = threading.Thread(target=chain, daemon=True)
+    t.start()
+    wait_for(lambda: state["n"] >= 5, 30, what="the batch chain running")
+    i = loom.connect(c.addr, devices=2, weight=1, priority="interactive", name="joiner", progress=False, timeout=60)
+    wait_for(lambda: sessions(c.addr)[b.session]["state"] == "suspended", 10, what="batch suspended in its group")
+    st = sessions(c.addr)
+    assert st[i.session]["state"] == "running" and st[i.session]["device_ids"] == [2, 3], st
+    assert st[b.session]["device_ids"] == [2, 3] and st[b.session]["suspensions"] == 1, st
+    ie = i.compile(STEP_2)
+    xi = i.put(x0, sharding=sh)
+    for _ in range(3):
+        (xi,), fi = ie.launch(xi)
+        fi.result(timeout=60)
+    n_at = state["n"]
+    time.sleep(0.5)
+    assert state["n"] <= n_at + 1  # held while suspended
+    if then == "rejoins":
+        i_out = xi.numpy()
+        i.close()
+    else:
+        f.close()
+    wait_for(lambda: state["n"] >= n_at + 5, 60, what="the batch chain resumed")
+    st = sessions(c.addr)
+    assert st[b.session]["state"] == "running", st
+    assert st[b.session]["device_ids"] == ([2, 3] if then == "rejoins" else [0, 1]), st
+    assert st[b.session]["moves"] == (0 if then == "rejoins" else 1), st
+    if then == "moves":  # the interactive one runs on beside it
+        assert st[i.session]["device_ids"] == [2, 3]
+        (xi,), fi = ie.launch(xi)
+        fi.result(timeout=60)
+        i_out = xi.numpy()
+        i.close()
+    state["stop"] = True
+    t.join(60)
+    assert state["err"] is None, state["err"]
+    count = state["n"]
+    b.close()
+    if then == "rejoins":
+        f.close()
+    ref = loom.connect(c.addr, devices=2, progress=False, timeout=60)
+    e2 = ref.compile(STEP_2)
+    y = ref.put(x0, sharding=sh)
+    for _ in range(count):
+        (y,), fy = e2.launch(y)
+        fy.result(timeout=30)
+    assert state["x"].tobytes() == y.numpy().tobytes()
+    y = ref.put(x0, sharding=sh)
+    for _ in range(3 if then == "rejoins" else 4):
+        (y,), fy = e2.launch(y)
+        fy.result(timeout=30)
+    assert i_out.tobytes() == y.numpy().tobytes()
+    ref.close()
