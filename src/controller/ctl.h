@@ -484,6 +484,8 @@ void ctl_send_reply(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage
 void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m, uint64_t after);
 /* HELLO with resume_session: takes the restored session (checking its secret and user) into p. */
 int ctl_journal_resume_session(peer *p, const Lmw__Hello *h, lm_session **out, lm_err *err);
+/* True while session id, restored from the journal, waits for its client to resume it. */
+bool ctl_journal_detached(ctl *c, uint64_t session);
 /* A new session: records it and fills secret (the resume secret for HELLO_REPLY); false: no journal. */
 bool ctl_journal_session_opened(peer *p, const Lmw__Hello *h, uint8_t secret[32]);
 void ctl_journal_session_closed(ctl *c, uint64_t id);
@@ -513,8 +515,16 @@ void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m);
 void ctl_j_launch_end(ctl *c, const c_launch *l);
 void ctl_j_launch_del(ctl *c, uint64_t seq);
 void ctl_j_meta(ctl *c);                     /* after a new session, program or sequence number */
+/* A pool session's record: its accounting, and (open, holding devices) what its resume needs. */
+struct ctl_j_pool {
+  const uint32_t *devs;
+  uint32_t ndev, weight, launch_limit_ms;
+  bool suspended;
+};
+typedef struct ctl_j_pool ctl_j_pool;
 void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, const char *priority,
-                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u);
+                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u,
+                 const ctl_j_pool *jp);
 void ctl_j_usage_del(ctl *c, uint64_t session);
 /* the worker slot tables (controller.c) cover id; < 0: out of memory */
 int ctl_worker_slot(ctl *c, uint32_t id);

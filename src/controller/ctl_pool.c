@@ -44,14 +44,16 @@ typedef struct pool_quota {
 enum { PS_QUEUED = 0, PS_RUNNING, PS_SHARED, PS_CLOSED,
        PS_SUSPENDING, /* preempted: its requests are held, its launches in flight finish */
        PS_SUSPENDED,   /* its devices lent to a higher class; its shards in host memory (STASH) */
-       PS_RESUMING };  /* resumed on other devices: its requests still held while its programs load there */
+       PS_RESUMING,    /* resumed on other devices: its requests still held while its programs load there */
+       PS_DETACHED };  /* restored after a controller restart: its devices kept until its client resumes it */
 static const char *const g_state_names[] = {"queued", "running", "shared", "closed", "suspending", "suspended",
-                                            "resuming"};
+                                            "resuming", "detached"};
 /* The session holds devices as its own (its numbering applies), running or not. */
 #define HAS_DEVS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_SUSPENDED || \
                      (s)->state == PS_RESUMING)
 /* Its devices are in use (not free for others). */
-#define HOLDS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_RESUMING)
+#define HOLDS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_RESUMING || \
+                  ((s)->state == PS_DETACHED && !(s)->det_suspended))
 
 /* A request of a suspended session, kept until it resumes. */
 typedef struct held_frame {
@@ -101,6 +103,10 @@ struct pool_sess {
   bool mv_shards;                    /* SHARD_MOVE replies outstanding (stash_wait counts them) */
   uint64_t mv_start_ms;
   uint32_t moves;                    /* times it resumed on other devices */
+  bool det_suspended;                /* PS_DETACHED: it was suspended at the restart (holds no devices) */
+  bool jdirty;                       /* its devices or state changed since the journal last had them */
+  uint8_t resume_secret[32];         /* queued: its HELLO_REPLY's (a journal: resumable after a restart) */
+  bool has_secret;
   pool_usage u;
   pool_usage written;                /* as last written to the journal (ctl_pool_journal) */
   bool written_closed;
@@ -517,6 +523,7 @@ static void held_free(pool_sess *s) {
 static void sess_free(pool_sess *s) {
   if (!s) return;
   held_free(s);
+  memset(s->resume_secret, 0, sizeof s->resume_secret);
   free(s->mv);
   free(s->devs);
   free(s);
@@ -597,7 +604,7 @@ static user_now user_totals(const ctl_pool *P, const char *user) {
   user_now t = {0};
   for (const pool_sess *s = P->head; s; s = s->next) {
     if (s->state == PS_CLOSED || strcmp(s->user, user)) continue;
-    t.sessions++;
+    t.sessions += s->state != PS_DETACHED; /* its resume counts it then */
     if (HOLDS(s)) t.devices += s->ndev;
     t.launches += s->active;
     t.memory += s->memory;
@@ -620,6 +627,11 @@ static void send_hello_reply(ctl *c, pool_sess *s) {
   r.pool_device_ids = s->devs;
   r.priority = c->pool->classes[s->cls].name;
   r.queued_ms = s->admitted_loop_ms - s->opened_loop_ms;
+  if (s->has_secret) {
+    r.resume_secret.data = s->resume_secret;
+    r.resume_secret.len = sizeof s->resume_secret;
+  }
+  s->jdirty = true;
   lm_err err;
   if (lm_conn_send(p->conn, LM_MSG_HELLO_REPLY, s->hello_rid, &r.base, NULL, 0, NULL, NULL, &err) < 0 &&
       lm_conn_is_open(p->conn))
@@ -1039,6 +1051,7 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
       const lm_reg_device *od = lm_registry_device(c->reg, a->devs[k]), *td = lm_registry_device(c->reg, to);
       a->devs[k] = to;
       if (a->bk) a->bk[k] = LM_REG_NO_DEVICE; /* its snapshot (recovery) named the old device */
+      if (k + 1 == a->sh.ndev) ctl_j_array(c, ss->id, a); /* the journal too, once its devices are all new */
       a->producer = 0; /* a replay of its producer (recovery) would run on the old devices */
       if (!od || !td || od->worker >= nw || td->worker >= nw) continue;
       if (od == td || (od->worker == td->worker && od->local_index == td->local_index)) {
@@ -1121,6 +1134,7 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
   free(ptrs), free(it), free(cnt), free(restore);
   uint64_t now = ctl_now_ms(c);
   s->state = PS_RESUMING;
+  s->jdirty = true;
   s->suspended_ms += now - s->suspended_at;
   s->admitted_loop_ms = now; /* held_device_seconds count again from here */
   s->mv_start_ms = now;
@@ -1156,6 +1170,7 @@ static void pool_admit_once(ctl *c, bool *again);
 static void pool_admit(ctl *c) {
   bool again = true;
   for (int i = 0; i < 4 && again; i++) pool_admit_once(c, &again);
+  ctl_pool_journal(c); /* devices held now: what a resume after a restart needs */
 }
 
 static void pool_admit_once(ctl *c, bool *again) {
@@ -1176,6 +1191,7 @@ static void pool_admit_once(ctl *c, bool *again) {
       lm_warn("session %llu: %u workers did not answer STASH within %d ms; suspending it anyway",
               (unsigned long long)s->id, s->stash_wait, POOL_STASH_WAIT_MS);
     s->state = PS_SUSPENDED;
+    s->jdirty = true;
     lm_info("session %llu (user %s) suspended: devices lent to a higher class, its shards in host memory",
             (unsigned long long)s->id, user_label(s->user));
   }
@@ -1334,6 +1350,7 @@ static uint32_t replay_held(pool_sess *s) {
 static void resume(ctl *c, pool_sess *s) {
   uint64_t now = ctl_now_ms(c);
   s->state = PS_RUNNING;
+  s->jdirty = true;
   s->stash_sent = false;
   bool found = false; /* rejoining a group that ran on: from its present, neither ahead nor owed */
   for (pool_sess *g = c->pool->head; s->weight && g; g = g->next)
@@ -1472,9 +1489,18 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     if (!o->restored || o->id != p->session->id || o->refs) continue;
     s->u = o->u;
     s->written = o->u;
+    if (o->state == PS_DETACHED && o->asked == h->pool_devices) { /* and its devices, kept for it */
+      s->devs = o->devs;
+      s->ndev = o->ndev;
+      o->devs = NULL;
+      s->weight = o->weight;
+      s->det_suspended = o->det_suspended;
+      s->launch_limit_ms = o->launch_limit_ms;
+      s->suspensions = o->det_suspended;
+    }
     *pp = o->next;
     if (P->tail == o) P->tail = prev;
-    P->nclosed--;
+    if (o->state == PS_CLOSED) P->nclosed--;
     sess_free(o);
     break;
   }
@@ -1486,12 +1512,13 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   s->asked = asked;
   s->opened_loop_ms = ctl_now_ms(c);
   s->opened_unix_ms = unix_ms();
-  s->weight = asked ? h->share_weight : 0;
+  if (!s->ndev) s->weight = asked ? h->share_weight : 0;
   s->refs = 1;
   s->held_tail = &s->held;
   uint32_t cl_lim = P->classes[cls].launch_limit_ms;
-  s->launch_limit_ms = !cl_lim ? h->launch_limit_ms : !h->launch_limit_ms || h->launch_limit_ms > cl_lim ? cl_lim
-                                                                                                         : h->launch_limit_ms;
+  if (!s->ndev)
+    s->launch_limit_ms = !cl_lim ? h->launch_limit_ms : !h->launch_limit_ms || h->launch_limit_ms > cl_lim
+                                                            ? cl_lim : h->launch_limit_ms;
   if (P->tail) P->tail->next = s;
   else P->head = s;
   P->tail = s;
@@ -1503,8 +1530,26 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     r->priority = P->classes[cls].name;
     return 1;
   }
+  if (s->ndev) { /* resumed after a restart: on the devices it held, or suspended as it was */
+    s->state = s->det_suspended ? PS_SUSPENDED : PS_RUNNING;
+    s->admitted_loop_ms = s->suspended_at = ctl_now_ms(c);
+    s->admitted_unix_ms = unix_ms();
+    s->stash_sent = s->det_suspended;
+    s->jdirty = true;
+    r->n_pool_device_ids = s->ndev;
+    r->pool_device_ids = s->devs;
+    r->priority = P->classes[cls].name;
+    lm_info("session %llu (user %s, %s) resumed after the restart %s devices", (unsigned long long)s->id,
+            user_label(s->user), P->classes[cls].name, s->det_suspended ? "suspended, off its" : "on its");
+    if (s->det_suspended) pool_admit(c);
+    return 1;
+  }
   s->state = PS_QUEUED;
   s->hello_rid = f->h.request_id;
+  if (r->resume_secret.len == sizeof s->resume_secret) { /* for the reply it gets once admitted */
+    memcpy(s->resume_secret, r->resume_secret.data, sizeof s->resume_secret);
+    s->has_secret = true;
+  }
   s->last_position = UINT32_MAX; /* the first pass tells it where it stands */
   pool_admit(c);
   if (s->state == PS_QUEUED)
@@ -1723,6 +1768,11 @@ void ctl_pool_launch_end(ctl *c, c_launch *l) {
 
 void ctl_pool_tick(ctl *c) {
   if (!c->pool) return;
+  for (pool_sess *s = c->pool->head; s; s = s->next) /* restored, but its session was not (or is gone) */
+    if (s->state == PS_DETACHED && !ctl_journal_detached(c, s->id)) {
+      ctl_pool_detached_closed(c, s->id);
+      break; /* the rest at the next tick */
+    }
   pool_admit(c);
   uint64_t now = uv_hrtime();
   for (c_launch *l = c->active; l; l = l->next) {
@@ -1874,11 +1924,16 @@ void ctl_pool_journal(ctl *c) {
   if (!P || !c->jr || c->stopping) return;
   for (pool_sess *s = P->head; s; s = s->next) {
     bool closed = s->state == PS_CLOSED;
-    if (!memcmp(&s->u, &s->written, sizeof s->u) && closed == s->written_closed) continue;
+    if (!memcmp(&s->u, &s->written, sizeof s->u) && closed == s->written_closed && !s->jdirty) continue;
     Lmw__PoolUsage w;
     usage_to_wire(&s->u, 0, &w);
+    bool held = HAS_DEVS(s) || s->state == PS_DETACHED; /* what a resume after a restart needs */
+    ctl_j_pool jp = {.devs = s->devs, .ndev = held ? s->ndev : 0, .weight = s->weight,
+                     .launch_limit_ms = s->launch_limit_ms,
+                     .suspended = s->state == PS_SUSPENDED || (s->state == PS_DETACHED && s->det_suspended)};
     ctl_j_usage(c, s->id, s->user, s->name, P->classes[s->cls].name, s->opened_unix_ms,
-                closed ? s->closed_unix_ms : 0, s->asked, &w);
+                closed ? s->closed_unix_ms : 0, s->asked, &w, &jp);
+    s->jdirty = false;
     s->written = s->u;
     s->written_closed = closed;
   }
@@ -1886,10 +1941,17 @@ void ctl_pool_journal(ctl *c) {
 
 void ctl_pool_restore_usage(ctl *c, uint64_t id, const char *user, const char *name, const char *priority,
                             uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked,
-                            const Lmw__PoolUsage *w) {
+                            const Lmw__PoolUsage *w, const ctl_j_pool *jp) {
   ctl_pool *P = c->pool;
   pool_sess *s = P ? calloc(1, sizeof *s) : NULL;
   if (!s) return;
+  if (!closed_unix_ms && asked && jp && jp->ndev == asked && (s->devs = malloc(asked * sizeof *s->devs))) {
+    memcpy(s->devs, jp->devs, asked * sizeof *s->devs); /* open and holding devices: kept for its client */
+    s->ndev = asked;
+    s->weight = jp->weight;
+    s->launch_limit_ms = jp->launch_limit_ms;
+    s->det_suspended = jp->suspended;
+  }
   s->id = id;
   snprintf(s->user, sizeof s->user, "%s", user ? user : "");
   snprintf(s->name, sizeof s->name, "%s", name ? name : "");
@@ -1914,8 +1976,42 @@ void ctl_pool_restore_usage(ctl *c, uint64_t id, const char *user, const char *n
   }
   s->written = s->u;
   s->written_closed = !s->restored;
+  if (s->ndev) {
+    s->state = PS_DETACHED;
+    s->closed_unix_ms = 0;
+    s->written_closed = false;
+  }
   if (P->tail) P->tail->next = s;
   else P->head = s;
   P->tail = s;
-  P->nclosed++;
+  if (s->state == PS_CLOSED) P->nclosed++;
+}
+
+int ctl_pool_resume_check(ctl *c, uint64_t id, uint32_t asked, lm_err *err) {
+  const pool_sess *o = NULL;
+  for (const pool_sess *q = c->pool ? c->pool->head : NULL; q && !o; q = q->next)
+    if (q->restored && q->id == id) o = q;
+  if (o && o->state == PS_DETACHED && o->asked != asked)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "cannot resume session %llu: it held %u devices of the pool, the "
+                   "resuming client asks for %u", (unsigned long long)id, o->asked, asked);
+  if (asked && (!o || o->state != PS_DETACHED))
+    return lm_errf(err, LOOM_UNSUPPORTED, "cannot resume session %llu: it held no devices of the pool at the "
+                   "restart (it waited in the queue, which is not restored: docs/durability.md)",
+                   (unsigned long long)id);
+  return 0;
+}
+
+void ctl_pool_detached_closed(ctl *c, uint64_t id) {
+  ctl_pool *P = c->pool;
+  for (pool_sess *s = P ? P->head : NULL; s; s = s->next) {
+    if (s->state != PS_DETACHED || s->id != id) continue;
+    s->state = PS_CLOSED;
+    s->closed_unix_ms = unix_ms();
+    P->nclosed++;
+    lm_info("session %llu was not resumed after the restart: the %u devices kept for it are free", (unsigned long long)id,
+            s->ndev);
+    ctl_pool_journal(c);
+    if (!c->stopping) pool_admit(c);
+    return;
+  }
 }
