@@ -157,6 +157,7 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     return;
   }
   Lmw__HelloReply r = LMW__HELLO_REPLY__INIT;
+  uint8_t secret[32]; /* a new session's resume secret: r points at it until the reply is sent, below */
   r.protocol_version = LM_PROTOCOL_VERSION;
   r.software = "loom " LOOM_VERSION_STRING;
   r.max_meta = c->cfg.conn.limits.max_meta;
@@ -202,7 +203,6 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     c->nsessions++;
     if (c->met) lm_met_inc(&c->met->sessions_opened);
     r.session_id = s->id;
-    uint8_t secret[32];
     if (p->resumed) {
       r.resumed = true;
       r.resume_secret = h->resume_secret;
