@@ -1470,7 +1470,11 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     return lm_errf(err, LOOM_BUSY, "user %s already has %u open sessions: %s", user_label(p->user), un.sessions, qn);
   }
   uint32_t asked = h->pool_devices;
-  if (asked) {
+  bool kept = false; /* resumed after a restart, its devices kept for it: they need not be healthy yet (its
+                        workers may come back after it) nor fit the quota again */
+  for (const pool_sess *o = P->head; o && !kept && p->resumed; o = o->next)
+    kept = o->restored && o->state == PS_DETACHED && o->id == p->session->id;
+  if (asked && !kept) {
     uint32_t total;
     free_devices(c, NULL, &total);
     if (asked > total)
