@@ -22,7 +22,15 @@ Then, with 16 batch clients in the pool, a prod session asking for 2 devices con
 until it is admitted (it preempts a batch job), beside a batch session asking the same (it waits
 its turn in the queue).
 
-    python3 bench/bench_pool.py [--seconds 4] [--iters 10000] [--job 20]
+Last, the time a preempted session takes to resume: a batch session (devices 0,1) holding one
+array, preempted by a prod session while interactive sessions fill the other 6 devices, resumes
+either on its own devices (the prod session closes) or on other devices while prod keeps its own
+(an interactive session closes: devices 2,3 on the same worker, or 4,5 on the other worker, the
+shards then crossing the data plane). Timed from the devices being freed to the completion of a
+launch it had issued while suspended (a sum over the array): the shards back (STASH restore) or
+moved (SHARD_MOVE), the program loaded on the new devices, the launch run. Small and large arrays.
+
+    python3 bench/bench_pool.py [--seconds 4] [--iters 10000] [--job 20] [--resume-only]
 """
 import argparse
 import multiprocessing as mp
@@ -132,12 +140,92 @@ def preempt_wait(args):
     return out
 
 
+def sum_program(n):
+    h = n // 2
+    return f"""module @sum2 attributes {{mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32}} {{
+  sdy.mesh @mesh = <["d"=2]>
+  func.func public @main(%x: tensor<{n}xf32>) -> tensor<2xf32> {{
+    %0 = sdy.manual_computation(%x) in_shardings=[<@mesh, [{{"d"}}]>] out_shardings=[<@mesh, [{{"d"}}]>] manual_axes={{"d"}} (%a: tensor<{h}xf32>) {{
+      %z = stablehlo.constant dense<0.0> : tensor<f32>
+      %t = stablehlo.reduce(%a init: %z) applies stablehlo.add across dimensions = [0] : (tensor<{h}xf32>, tensor<f32>) -> tensor<f32>
+      %b = stablehlo.broadcast_in_dim %t, dims = [] : (tensor<f32>) -> tensor<1xf32>
+      sdy.return %b : tensor<1xf32>
+    }} : (tensor<{n}xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }}
+}}"""
+
+
+def resume_time(where, nbytes):
+    """ms from the devices being freed to the completion of the launch the preempted session issued while
+    suspended; where: "own", "same worker", "other worker"."""
+    import threading
+    import loom
+    import numpy as np
+    n = max(2, nbytes // 4 // 2 * 2)
+    sh = loom.Sharding.named(np.arange(2), ("d",), ("d",))
+    b = loom.connect(devices=2, priority="batch", name="victim", progress=False, timeout=300)
+    fill = [loom.connect(devices=2, priority="interactive", name=f"fill{i}", progress=False, timeout=300)
+            for i in range(3)]  # devices 2,3 (worker 0), 4,5 and 6,7 (worker 1)
+    exe = b.compile(sum_program(n))
+    x = b.put(np.ones(n, np.float32), sharding=sh)
+    x.block_until_ready(timeout=300)
+    (y,), f = exe.launch(x)
+    f.result(timeout=300)
+    p = loom.connect(devices=2, priority="prod", name="urgent", progress=False, timeout=300)
+    done = {}
+
+    def held():
+        (z,), fz = exe.launch(x)
+        fz.result(timeout=300)
+        done["t"] = time.perf_counter()
+        done["v"] = z.numpy()
+
+    t = threading.Thread(target=held)
+    t.start()
+    time.sleep(0.3)  # the launch is held at the controller
+    t0 = time.perf_counter()
+    if where == "own":
+        p.close()
+    else:
+        fill[0 if where == "same worker" else 1].close()
+    t.join(300)
+    ms = (done["t"] - t0) * 1000
+    assert float(done["v"].sum()) == n, done["v"]
+    b.close()
+    for c in fill:
+        c.close()
+    if where != "own":
+        p.close()
+    return ms
+
+
+def resume_rows(reps=3):
+    import statistics
+    out = {}
+    for nbytes in (4 << 10, 64 << 20):
+        for where in ("own", "same worker", "other worker"):
+            out[nbytes, where] = statistics.median(resume_time(where, nbytes) for _ in range(reps))
+    return out
+
+
+def print_resume():
+    r = resume_rows()
+    print("a preempted batch session resuming (median of 3; from its devices freed to its held launch done):")
+    print(f"{'array':>8}  {'own devices':>11}  {'other, same worker':>18}  {'other, other worker':>19}")
+    for nbytes in (4 << 10, 64 << 20):
+        label = f"{nbytes >> 10} KiB" if nbytes < 1 << 20 else f"{nbytes >> 20} MiB"
+        print(f"{label:>8}  {r[nbytes, 'own']:>9.1f}ms  {r[nbytes, 'same worker']:>16.1f}ms  "
+              f"{r[nbytes, 'other worker']:>17.1f}ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description="Device utilization of the shared pool with 1/4/8/16 clients beside a "
                                  "plain FIFO run, and the wait of a high-priority session for preemption.")
     ap.add_argument("--seconds", type=float, default=4.0, help="measured time per configuration (default 4)")
     ap.add_argument("--iters", type=int, default=10000, help="spin iterations per device per launch (default 10000)")
     ap.add_argument("--job", type=int, default=20, help="pool: launches per job (session) (default 20)")
+    ap.add_argument("--resume-only", action="store_true", help="only the resume times (own vs other devices)")
     args = ap.parse_args()
     import loom  # noqa: F401 (imported once here: the forked clients inherit it)
     state = tempfile.mkdtemp(prefix="loom-bench-pool-")
@@ -145,6 +233,9 @@ def main():
     os.environ.pop("LOOM_CONTROLLER", None)
     subprocess.run([str(LOOM), "up", "--detach", "--proxy-port", "0"], check=True, stdout=subprocess.DEVNULL)
     try:
+        if args.resume_only:
+            print_resume()
+            return
         rows = {}
         for n in (1, 4, 8, 16):
             for mode in ("pool", "fifo"):
@@ -164,6 +255,7 @@ def main():
         print(f"with 16 batch clients in the pool: a prod session waited {w['prod']:.0f} ms to be admitted "
               f"(preempting a batch job); a batch session waited {w['batch']:.0f} ms (its turn in the queue)")
         print(PATHWAYS)
+        print_resume()
     finally:
         subprocess.run([str(LOOM), "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -113,6 +113,7 @@ static cJSON *session_json(const Lmw__PoolSession *s) {
   cJSON_AddNumberToObject(o, "launch_limit_ms", s->launch_limit_ms);
   cJSON_AddNumberToObject(o, "launches_active", s->launches_active);
   cJSON_AddNumberToObject(o, "suspensions", s->suspensions);
+  cJSON_AddNumberToObject(o, "moves", s->moves);
   cJSON_AddNumberToObject(o, "share_weight", s->share_weight);
   cJSON_AddNumberToObject(o, "suspended_ms", (double)s->suspended_ms);
   cJSON_AddItemToObject(o, "usage", usage_json(s->usage));

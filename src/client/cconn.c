@@ -95,7 +95,7 @@ struct lm_cconn {
   uint8_t *token;
   size_t token_len;
   char priority[32];
-  uint32_t launch_limit_ms, share_weight;
+  uint32_t launch_limit_ms, share_weight, pool_devices;
   lm_frame_limits limits;
   uint64_t reconnects;        /* how many times the session was resumed */
 };
@@ -729,13 +729,14 @@ int lm_cconn_open(const char *addr, const lm_cconn_options *opts, lm_cconn **out
       c->session_id = hr->session_id;
       c->peer_max_payload = hr->max_payload;
       const char *rc_env = getenv("LOOM_RECONNECT");
-      if (hr->resume_secret.len == sizeof c->resume_secret && !o.pool_devices && !(rc_env && !strcmp(rc_env, "0"))) {
+      if (hr->resume_secret.len == sizeof c->resume_secret && !(rc_env && !strcmp(rc_env, "0"))) {
         /* a controller with a journal: this session survives its restart (docs/durability.md) */
         memcpy(c->resume_secret, hr->resume_secret.data, sizeof c->resume_secret);
         snprintf(c->name, sizeof c->name, "%s", o.name ? o.name : "");
         snprintf(c->priority, sizeof c->priority, "%s", o.priority ? o.priority : "");
         c->launch_limit_ms = o.launch_limit_ms;
         c->share_weight = o.share_weight;
+        c->pool_devices = o.pool_devices; /* a pool session gets its devices back (docs/pool.md) */
         c->limits = lim;
         if (o.auth_token && o.auth_token_len && (c->token = malloc(o.auth_token_len))) {
           memcpy(c->token, o.auth_token, o.auth_token_len);
@@ -851,6 +852,7 @@ static int resume_hello(lm_cconn *c, int fd, lm_err *err) {
   h.priority = c->priority;
   h.launch_limit_ms = c->launch_limit_ms;
   h.share_weight = c->share_weight;
+  h.pool_devices = c->pool_devices;
   h.resume_session = c->session_id;
   h.resume_secret.data = c->resume_secret;
   h.resume_secret.len = sizeof c->resume_secret;

@@ -161,7 +161,7 @@ static void on_hello(peer *p, const lm_frame *f, const Lmw__Hello *h) {
     return;
   }
   Lmw__HelloReply r = LMW__HELLO_REPLY__INIT;
-  uint8_t secret[32]; /* r may point at it until it is sent, at the end */
+  uint8_t secret[32]; /* a new session's resume secret: r points at it until the reply is sent, below */
   r.protocol_version = LM_PROTOCOL_VERSION;
   r.software = "loom " LOOM_VERSION_STRING;
   r.max_meta = c->cfg.conn.limits.max_meta;

@@ -100,6 +100,9 @@ enum { P_LOADING = 0, P_READY = 1, P_FAILED = 2, P_ANALYZING = 3 /* parse + part
 typedef struct c_waiter {    /* a COMPILE waiting for its program to load */
   peer *client;
   uint64_t rid;
+  /* instead of a client: called once the program is loaded (READY) or failed (it is freed after) */
+  void (*done)(struct ctl *c, struct c_program *p, void *arg);
+  void *arg;
   struct c_waiter *next;
 } c_waiter;
 
@@ -359,6 +362,13 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m);
 void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m);
 void ctl_on_load_reply(ctl *c, peer *w, const lm_frame *f);
 void ctl_program_release(ctl *c, c_program *prog);
+/* The program of prog's text on other devices: prog's device list with every from[i] replaced by
+ * to[i] (n of them; a pool session resumed on other devices, ctl_pool.c), found in the cache or
+ * compiled anew. 1: *out is READY now; 0: *out is analyzing or loading, and done(c, *out, arg)
+ * runs once it is READY or FAILED; < 0 (err): it cannot be (a device of prog's list is not in
+ * from, out of memory). *out carries no reference. */
+int ctl_program_remap(ctl *c, const c_program *prog, const uint32_t *from, const uint32_t *to, uint32_t n,
+                      void (*done)(ctl *c, c_program *p, void *arg), void *arg, c_program **out, lm_err *err);
 void ctl_programs_client_gone(ctl *c, peer *p);
 void ctl_programs_worker_lost(ctl *c, uint32_t worker, const char *why);
 void ctl_programs_free(ctl *c);
@@ -529,6 +539,8 @@ void ctl_send_reply_after(peer *p, uint64_t rid, unsigned type, const ProtobufCM
 void ctl_send_reply_lazy(peer *p, uint64_t rid, unsigned type, const ProtobufCMessage *m);
 /* HELLO with resume_session: takes the restored session (checking its secret and user) into p. */
 int ctl_journal_resume_session(peer *p, const Lmw__Hello *h, lm_session **out, lm_err *err);
+/* True while session id, restored from the journal, waits for its client to resume it. */
+bool ctl_journal_detached(ctl *c, uint64_t session);
 /* A new session: records it and fills secret (the resume secret for HELLO_REPLY); false: no journal. */
 bool ctl_journal_session_opened(peer *p, const Lmw__Hello *h, uint8_t secret[32]);
 void ctl_journal_session_closed(ctl *c, uint64_t id);
@@ -558,8 +570,16 @@ void ctl_j_launch(ctl *c, const c_launch *l, const Lmw__Launch *m);
 void ctl_j_launch_end(ctl *c, const c_launch *l);
 void ctl_j_launch_del(ctl *c, uint64_t seq);
 void ctl_j_meta(ctl *c);                     /* after a new session, program or sequence number */
+/* A pool session's record: its accounting, and (open, holding devices) what its resume needs. */
+struct ctl_j_pool {
+  const uint32_t *devs;
+  uint32_t ndev, weight, launch_limit_ms;
+  bool suspended;
+};
+typedef struct ctl_j_pool ctl_j_pool;
 void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, const char *priority,
-                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u);
+                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u,
+                 const ctl_j_pool *jp);
 void ctl_j_usage_del(ctl *c, uint64_t session);
 /* the worker slot tables (controller.c) cover id; < 0: out of memory */
 int ctl_worker_slot(ctl *c, uint32_t id);

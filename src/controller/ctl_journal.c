@@ -359,7 +359,8 @@ void ctl_j_launch_del(ctl *c, uint64_t seq) {
 }
 
 void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, const char *priority,
-                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u) {
+                 uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked, const Lmw__PoolUsage *u,
+                 const ctl_j_pool *jp) {
   if (!on(c)) return;
   Lmj__Usage m = LMJ__USAGE__INIT;
   m.session = session;
@@ -370,6 +371,13 @@ void ctl_j_usage(ctl *c, uint64_t session, const char *user, const char *name, c
   m.closed_unix_ms = closed_unix_ms;
   m.usage = (Lmw__PoolUsage *)u;
   m.devices_asked = asked;
+  if (jp && jp->ndev) {
+    m.n_device_ids = jp->ndev;
+    m.device_ids = (uint32_t *)jp->devs;
+    m.share_weight = jp->weight;
+    m.suspended = jp->suspended;
+    m.launch_limit_ms = jp->launch_limit_ms;
+  }
   put_msg(c, LM_J_USAGE, session, 0, &m.base);
 }
 
@@ -444,9 +452,8 @@ int ctl_journal_resume_session(peer *p, const Lmw__Hello *h, lm_session **out, l
   if (strcmp(d->user, p->user))
     return lm_errf(err, LOOM_PERMISSION, "cannot resume session %llu: it belongs to user '%s', the token names '%s'",
                    (unsigned long long)h->resume_session, d->user, p->user);
-  if (h->pool_devices)
-    return lm_errf(err, LOOM_UNSUPPORTED, "cannot resume session %llu: pool sessions holding devices are not "
-                   "restored after a controller restart (docs/durability.md)", (unsigned long long)h->resume_session);
+  int prc = ctl_pool_resume_check(c, h->resume_session, h->pool_devices, err);
+  if (prc < 0) return prc;
   *pp = d->next;
   *out = d->s;
   free(d);
@@ -470,8 +477,16 @@ static void close_detached(ctl *c, j_detached *d) {
     if (c->worker_peer[i] && lm_session_touched(d->s, i))
       ctl_worker_send(c, i, LM_MSG_SESSION_CLOSED, 0, &sc.base, NULL, 0, NULL);
   ctl_journal_session_closed(c, d->s->id);
+  ctl_pool_detached_closed(c, d->s->id); /* a pool session's devices kept for it are free again */
   lm_session_destroy(d->s);
   free(d);
+}
+
+bool ctl_journal_detached(ctl *c, uint64_t session) {
+  if (!on(c)) return false;
+  for (const j_detached *d = c->jr->detached; d; d = d->next)
+    if (d->s->id == session) return true;
+  return false;
 }
 
 /* ---- workers ---- */
@@ -743,8 +758,10 @@ static int load_one(void *arg, int ns, uint64_t k1, uint64_t k2, const void *v, 
   case LM_J_LAUNCH: rc = push((void ***)&L->launches, &L->nlaunches, m); break;
   case LM_J_USAGE: {
     const Lmj__Usage *u = (const Lmj__Usage *)m;
+    ctl_j_pool jp = {.devs = u->device_ids, .ndev = (uint32_t)u->n_device_ids, .weight = u->share_weight,
+                     .launch_limit_ms = u->launch_limit_ms, .suspended = u->suspended};
     ctl_pool_restore_usage(L->c, u->session, u->user, u->name, u->priority, u->opened_unix_ms, u->closed_unix_ms,
-                           u->devices_asked, u->usage);
+                           u->devices_asked, u->usage, &jp);
     protobuf_c_message_free_unpacked(m, NULL);
     break;
   }

@@ -43,12 +43,17 @@ typedef struct pool_quota {
 
 enum { PS_QUEUED = 0, PS_RUNNING, PS_SHARED, PS_CLOSED,
        PS_SUSPENDING, /* preempted: its requests are held, its launches in flight finish */
-       PS_SUSPENDED };  /* its devices lent to a higher class; its shards in host memory (STASH) */
-static const char *const g_state_names[] = {"queued", "running", "shared", "closed", "suspending", "suspended"};
+       PS_SUSPENDED,   /* its devices lent to a higher class; its shards in host memory (STASH) */
+       PS_RESUMING,    /* resumed on other devices: its requests still held while its programs load there */
+       PS_DETACHED };  /* restored after a controller restart: its devices kept until its client resumes it */
+static const char *const g_state_names[] = {"queued", "running", "shared", "closed", "suspending", "suspended",
+                                            "resuming", "detached"};
 /* The session holds devices as its own (its numbering applies), running or not. */
-#define HAS_DEVS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_SUSPENDED)
+#define HAS_DEVS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_SUSPENDED || \
+                     (s)->state == PS_RESUMING)
 /* Its devices are in use (not free for others). */
-#define HOLDS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING)
+#define HOLDS(s) ((s)->state == PS_RUNNING || (s)->state == PS_SUSPENDING || (s)->state == PS_RESUMING || \
+                  ((s)->state == PS_DETACHED && !(s)->det_suspended))
 
 /* A request of a suspended session, kept until it resumes. */
 typedef struct held_frame {
@@ -90,6 +95,18 @@ struct pool_sess {
   uint32_t stash_wait;               /* workers yet to answer it */
   uint64_t stash_rid, stash_nrid;    /* the request ids of the last STASH sent: [rid, rid + n) */
   uint64_t stash_sent_ms;
+  bool pinned;                       /* this suspension's STASH left shards in place (memory Loom does not
+                                        own): it resumes on its own devices only */
+  /* resuming on other devices (resume_elsewhere): the programs of its executables there */
+  struct pool_mv { c_program *old, *nw; bool settled; } *mv;
+  uint32_t nmv, mv_wait;             /* programs, and those not loaded (or failed) yet */
+  bool mv_shards;                    /* SHARD_MOVE replies outstanding (stash_wait counts them) */
+  uint64_t mv_start_ms;
+  uint32_t moves;                    /* times it resumed on other devices */
+  bool det_suspended;                /* PS_DETACHED: it was suspended at the restart (holds no devices) */
+  bool jdirty;                       /* its devices or state changed since the journal last had them */
+  uint8_t resume_secret[32];         /* queued: its HELLO_REPLY's (a journal: resumable after a restart) */
+  bool has_secret;
   pool_usage u;
   pool_usage written;                /* as last written to the journal (ctl_pool_journal) */
   bool written_closed;
@@ -108,7 +125,8 @@ typedef struct ctl_pool {
   uint32_t nquotas;
   pool_sess *head, *tail;
   uint32_t nclosed;
-  uint32_t stash_replies;            /* STASH answers not yet in (worker replies skip the sessions when 0) */
+  uint32_t stash_replies;            /* STASH and SHARD_MOVE answers not yet in (worker replies skip the sessions when 0) */
+  uint64_t next_tag;                 /* data-plane tags of SHARD_MOVE transfers (with POOL_TAG_BIT) */
   struct ctl *ctl;
 } ctl_pool;
 
@@ -505,6 +523,8 @@ static void held_free(pool_sess *s) {
 static void sess_free(pool_sess *s) {
   if (!s) return;
   held_free(s);
+  memset(s->resume_secret, 0, sizeof s->resume_secret);
+  free(s->mv);
   free(s->devs);
   free(s);
 }
@@ -584,7 +604,7 @@ static user_now user_totals(const ctl_pool *P, const char *user) {
   user_now t = {0};
   for (const pool_sess *s = P->head; s; s = s->next) {
     if (s->state == PS_CLOSED || strcmp(s->user, user)) continue;
-    t.sessions++;
+    t.sessions += s->state != PS_DETACHED; /* its resume counts it then */
     if (HOLDS(s)) t.devices += s->ndev;
     t.launches += s->active;
     t.memory += s->memory;
@@ -607,6 +627,11 @@ static void send_hello_reply(ctl *c, pool_sess *s) {
   r.pool_device_ids = s->devs;
   r.priority = c->pool->classes[s->cls].name;
   r.queued_ms = s->admitted_loop_ms - s->opened_loop_ms;
+  if (s->has_secret) {
+    r.resume_secret.data = s->resume_secret;
+    r.resume_secret.len = sizeof s->resume_secret;
+  }
+  s->jdirty = true;
   lm_err err;
   if (lm_conn_send(p->conn, LM_MSG_HELLO_REPLY, s->hello_rid, &r.base, NULL, 0, NULL, NULL, &err) < 0 &&
       lm_conn_is_open(p->conn))
@@ -703,6 +728,20 @@ static bool counted_before(const ctl_pool *P, const pool_sess *v, int state) {
   return false;
 }
 
+/* v is preempted for s: its requests are held from now on; it is suspended once its launches in
+ * flight are done and its shards are in host memory (pool_admit_once). */
+static void suspend(ctl *c, pool_sess *v, const pool_sess *s) {
+  ctl_pool *P = c->pool;
+  v->state = PS_SUSPENDING;
+  v->suspended_at = ctl_now_ms(c);
+  v->suspensions++;
+  v->u.held_dev_s += (double)v->ndev * (double)(v->suspended_at - v->admitted_loop_ms) / 1000.0;
+  lm_info("session %llu (user %s, %s) is preempted for session %llu (%s)%s: its requests wait, its shards go to "
+          "host memory",
+          (unsigned long long)v->id, user_label(v->user), P->classes[v->cls].name, (unsigned long long)s->id,
+          P->classes[s->cls].name, same_group(v, s) ? ", which time-shares its devices" : "");
+}
+
 static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
   ctl_pool *P = c->pool;
   uint64_t now = ctl_now_ms(c);
@@ -732,18 +771,29 @@ static bool preempt_for(ctl *c, pool_sess *s, uint32_t nfree) {
       if (g != best && same_group(g, best)) pick[npick++] = g;
   }
   if (avail < s->asked) return false;
-  for (uint32_t i = 0; i < npick; i++) {
-    pool_sess *v = pick[i];
-    v->state = PS_SUSPENDING;
-    v->suspended_at = ctl_now_ms(c);
-    v->suspensions++;
-    v->u.held_dev_s += (double)v->ndev * (double)(v->suspended_at - v->admitted_loop_ms) / 1000.0;
-    lm_info("session %llu (user %s, %s) is preempted for session %llu (%s): its requests wait, its shards go to "
-            "host memory",
-            (unsigned long long)v->id, user_label(v->user), P->classes[v->cls].name, (unsigned long long)s->id,
-            P->classes[s->cls].name);
-  }
+  for (uint32_t i = 0; i < npick; i++) suspend(c, pick[i], s);
   return true;
+}
+
+/* Part of a sharing group: a member of a lower class than another running member of its group
+ * (which has run preempt_grace there) is suspended once past min_run, so the higher class gets the
+ * devices' time and memory; it resumes when no higher member runs there any more, or on other free
+ * devices (pool_admit_once). Returns true when it suspended one. */
+static bool preempt_in_groups(ctl *c) {
+  ctl_pool *P = c->pool;
+  uint64_t now = ctl_now_ms(c);
+  bool any = false;
+  for (pool_sess *v = P->head; v; v = v->next) {
+    if (v->state != PS_RUNNING || !v->weight || !v->p || now - v->admitted_loop_ms < P->min_run_ms) continue;
+    pool_sess *hi = NULL;
+    for (pool_sess *g = P->head; g && !hi; g = g->next)
+      if (g != v && same_group(g, v) && g->p && g->cls < v->cls && now - g->admitted_loop_ms >= P->preempt_grace_ms)
+        hi = g;
+    if (!hi) continue;
+    suspend(c, v, hi);
+    any = true;
+  }
+  return any;
 }
 
 static void resume(ctl *c, pool_sess *s);
@@ -757,6 +807,7 @@ static void send_stash(ctl *c, pool_sess *s, bool restore) {
   s->stash_rid = c->next_rid;
   s->stash_nrid = 0;
   s->stash_sent_ms = ctl_now_ms(c);
+  if (!restore) s->pinned = false;
   if (!s->p || !s->p->session) return;
   Lmw__Stash m = LMW__STASH__INIT;
   m.session = s->id;
@@ -785,11 +836,333 @@ bool ctl_pool_on_reply(ctl *c, peer *w, const lm_frame *f) {
       lm_err e;
       lm_msg_error_status(f, &e);
       lm_warn("session %llu: worker %u: %s", (unsigned long long)s->id, w->worker_id, e.msg);
+    } else if (f->h.type == LM_MSG_ACK && f->h.meta_len && s->state == PS_SUSPENDING) {
+      ProtobufCMessage *m = NULL;
+      lm_err e;
+      if (lm_msg_decode(f, &m, &e) == 0 && ((Lmw__Ack *)m)->stash_kept) s->pinned = true;
+      if (m) lm_msg_free(m);
     }
-    if (s->stash_wait && s->state == PS_SUSPENDING && --s->stash_wait == 0) pool_admit(c);
+    if (!s->stash_wait) return true;
+    s->stash_wait--;
+    if (s->state == PS_SUSPENDING && !s->stash_wait) {
+      pool_admit(c);
+    } else if (s->mv_shards && !s->stash_wait) {
+      s->mv_shards = false;
+      lm_info("session %llu: its shards are on its new devices, %llu ms after it resumed there",
+              (unsigned long long)s->id, (unsigned long long)(ctl_now_ms(c) - s->mv_start_ms));
+    }
     return true;
   }
   return false;
+}
+
+/* ---- resuming on other devices than its own ----
+ *
+ * A suspended session whose devices are still lent out resumes on whatever devices are free: its
+ * device i (its own numbering is unchanged) becomes nd[i]. Its arrays name the new devices from
+ * then on, and every worker involved gets its part of moving the shards there (SHARD_MOVE: within
+ * the worker, or to another over the data plane, from the host memory STASH put them in); its
+ * executables get the same programs loaded on the new devices (from the cache or compiled anew).
+ * Its requests stay held until those programs are loaded; the workers list the arriving shards as
+ * pending at once, so launches that read them wait for the bytes. Launches run in the same order
+ * on the same numbering of devices, so results are bitwise those of an undisturbed run. */
+
+#define POOL_TAG_BIT (UINT64_C(1) << 62) /* SHARD_MOVE tags, apart from recovery's shard copies */
+
+static uint32_t replay_held(pool_sess *s);
+static void sess_unref(ctl_pool *P, pool_sess *s);
+
+static bool in_list(const uint32_t *l, uint32_t n, uint32_t v) {
+  for (uint32_t i = 0; i < n; i++)
+    if (l[i] == v) return true;
+  return false;
+}
+
+/* n of the free devices fl[0..nfree) (nfree >= n) for a session that held own[0..n): its own where
+ * they are free (fewer shards move), others in id order for the rest. NULL: out of memory. */
+static uint32_t *pick_devices(const uint32_t *fl, uint32_t nfree, const uint32_t *own, uint32_t n) {
+  uint32_t *nd = malloc(n * sizeof *nd);
+  if (!nd) return NULL;
+  for (uint32_t k = 0; k < n; k++) nd[k] = in_list(fl, nfree, own[k]) ? own[k] : UINT32_MAX;
+  uint32_t j = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    if (nd[k] != UINT32_MAX) continue;
+    while (j < nfree && in_list(own, n, fl[j])) j++; /* its own free ones are taken above */
+    nd[k] = fl[j++];
+  }
+  return nd;
+}
+
+/* Drops what a move holds (the session closed while resuming): program references taken. */
+static void mv_drop(ctl *c, pool_sess *s) {
+  for (uint32_t k = 0; k < s->nmv; k++)
+    if (s->mv[k].settled && s->mv[k].nw) ctl_program_release(c, s->mv[k].nw);
+  free(s->mv);
+  s->mv = NULL;
+  s->nmv = s->mv_wait = 0;
+}
+
+/* Every program is loaded on the new devices (or failed there): the executables take them, and
+ * the session runs. */
+static void finish_move(ctl *c, pool_sess *s) {
+  lm_session *ss = s->p->session;
+  for (size_t i = 0; i < ss->cap; i++) {
+    c_exe *e = ss->slots[i].id ? lm_session_get(ss, ss->slots[i].id, H_EXECUTABLE) : NULL;
+    if (!e) continue;
+    for (uint32_t k = 0; k < s->nmv; k++) {
+      if (e->prog != s->mv[k].old || !s->mv[k].nw) continue;
+      c_program *old = e->prog;
+      e->prog = s->mv[k].nw;
+      e->prog->refs++;
+      ctl_j_exe(c, ss->id, ss->slots[i].id, e->prog->id);
+      ctl_program_release(c, old);
+      break;
+    }
+  }
+  mv_drop(c, s);
+  uint64_t now = ctl_now_ms(c);
+  s->state = PS_RUNNING;
+  s->stash_sent = false;
+  uint32_t n = replay_held(s);
+  lm_info("session %llu (user %s) runs on its new devices %llu ms after it resumed there; %u held requests replayed",
+          (unsigned long long)s->id, user_label(s->user), (unsigned long long)(now - s->mv_start_ms), n);
+}
+
+static void mv_prog_done(ctl *c, c_program *p, void *arg) {
+  pool_sess *s = arg;
+  for (uint32_t k = 0; k < s->nmv; k++) {
+    if (s->mv[k].nw != p || s->mv[k].settled) continue;
+    s->mv[k].settled = true;
+    if (p->state == P_READY) {
+      p->refs++;
+    } else {
+      lm_warn("session %llu: program %s could not be loaded on its new devices (%s); launches of it will fail",
+              (unsigned long long)s->id, p->name, p->msg);
+      s->mv[k].nw = NULL;
+    }
+    if (--s->mv_wait == 0 && s->state == PS_RESUMING && s->p) finish_move(c, s);
+    break;
+  }
+  sess_unref(c->pool, s);
+}
+
+typedef struct mv_item {
+  uint32_t worker;
+  Lmw__ShardMoveItem m;
+  uint64_t dims[LM_SHARD_MAX_RANK];
+} mv_item;
+
+/* Whether suspended s can move now: 1 yes; 0 not yet (a compile of it is in flight: it would load
+ * on the old devices; tried again at the next pass); < 0 (err) not at all: an array or program of
+ * it is on a device not its own (it then waits for its own devices). */
+static int move_check(ctl *c, const pool_sess *s, lm_err *err) {
+  const lm_session *ss = s->p->session;
+  for (const c_program *q = c->programs; q; q = q->next)
+    if (q->state == P_ANALYZING || q->state == P_LOADING)
+      for (const c_waiter *w = q->waiters; w; w = w->next)
+        if (w->client == s->p) return 0;
+  for (size_t i = 0; i < ss->cap; i++) {
+    if (!ss->slots[i].id) continue;
+    const c_array *a = lm_session_get(ss, ss->slots[i].id, H_ARRAY);
+    const c_exe *e = a ? NULL : lm_session_get(ss, ss->slots[i].id, H_EXECUTABLE);
+    for (uint32_t k = 0; a && k < a->sh.ndev; k++)
+      if (!in_list(s->devs, s->ndev, a->devs[k]))
+        return lm_errf(err, LOOM_UNSUPPORTED, "array %llu has a shard on device %u, not one of the session's",
+                       (unsigned long long)a->id, a->devs[k]);
+    const c_program *q = e ? e->prog : NULL;
+    if (q && (q->state != P_READY || q->default_devices))
+      return lm_errf(err, LOOM_UNSUPPORTED, "program %s is not loaded on a device list of the session", q->name);
+    const uint32_t *pd = !q ? NULL : q->asked_prefix ? q->asked : q->devices;
+    size_t npd = !q ? 0 : q->asked_prefix ? q->nasked : q->ndev;
+    for (size_t k = 0; k < npd; k++)
+      if (!in_list(s->devs, s->ndev, pd[k]))
+        return lm_errf(err, LOOM_UNSUPPORTED, "program %s runs on device %u, not one of the session's", q->name, pd[k]);
+  }
+  return 1;
+}
+
+/* Resumes suspended s (move_check said yes) on devices nd[0..ndev) (some may be its own); false
+ * (logged) when it cannot, before anything changed: it then waits for its own devices. */
+static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
+  ctl_pool *P = c->pool;
+  lm_session *ss = s->p->session;
+  uint32_t n = s->ndev;
+  lm_err err = {0};
+  size_t nshards = 0;
+  int rc = 0;
+  /* what it has: its arrays, and the programs of its executables */
+  for (size_t i = 0; i < ss->cap && rc == 0; i++) {
+    if (!ss->slots[i].id) continue;
+    const c_array *a = lm_session_get(ss, ss->slots[i].id, H_ARRAY);
+    const c_exe *e = a ? NULL : lm_session_get(ss, ss->slots[i].id, H_EXECUTABLE);
+    if (a) nshards += a->sh.ndev;
+    if (!e) continue;
+    bool have = false;
+    for (uint32_t k = 0; k < s->nmv && !have; k++) have = s->mv[k].old == e->prog;
+    if (have) continue;
+    struct pool_mv *mv = realloc(s->mv, (s->nmv + 1) * sizeof *mv);
+    if (!mv) {
+      rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+      break;
+    }
+    s->mv = mv;
+    s->mv[s->nmv++] = (struct pool_mv){.old = e->prog};
+  }
+  mv_item *it = rc == 0 ? calloc(2 * nshards + 1, sizeof *it) : NULL;
+  uint32_t nw = lm_registry_worker_count(c->reg);
+  uint32_t *cnt = rc == 0 ? calloc(nw + 1, sizeof *cnt) : NULL;
+  uint8_t *restore = rc == 0 ? calloc(nw + 1, 1) : NULL;
+  if (rc == 0 && (!it || !cnt || !restore)) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  /* the programs there: found or compiled (a failure here leaves nothing changed) */
+  for (uint32_t k = 0; k < s->nmv && rc == 0; k++) {
+    c_program *np = NULL;
+    int r = ctl_program_remap(c, s->mv[k].old, s->devs, nd, n, mv_prog_done, s, &np, &err);
+    if (r < 0) {
+      rc = r;
+      break;
+    }
+    s->mv[k].nw = np;
+    if (r == 1) {
+      np->refs++;
+      s->mv[k].settled = true;
+    } else {
+      s->refs++; /* until mv_prog_done */
+      s->mv_wait++;
+    }
+  }
+  if (rc < 0) {
+    lm_warn("session %llu cannot resume on other devices (%s); it waits for its own", (unsigned long long)s->id,
+            err.msg);
+    mv_drop(c, s); /* programs being loaded for it settle later and find no move (mv_prog_done) */
+    s->pinned = true; /* not tried again until its next suspension */
+    free(it), free(cnt), free(restore);
+    return false;
+  }
+  /* its arrays name the new devices; each shard's move goes to the workers at both ends */
+  size_t ni = 0;
+  for (size_t i = 0; i < ss->cap; i++) {
+    c_array *a = ss->slots[i].id ? lm_session_get(ss, ss->slots[i].id, H_ARRAY) : NULL;
+    if (!a) continue;
+    if (a->held) ctl_release(a->held, a->devs, a->sh.ndev);
+    for (uint32_t k = 0; k < a->sh.ndev; k++) {
+      uint32_t j = 0;
+      while (s->devs[j] != a->devs[k]) j++;
+      uint32_t to = nd[j];
+      const lm_reg_device *od = lm_registry_device(c->reg, a->devs[k]), *td = lm_registry_device(c->reg, to);
+      a->devs[k] = to;
+      if (a->bk) a->bk[k] = LM_REG_NO_DEVICE; /* its snapshot (recovery) named the old device */
+      if (k + 1 == a->sh.ndev) ctl_j_array(c, ss->id, a); /* the journal too, once its devices are all new */
+      a->producer = 0; /* a replay of its producer (recovery) would run on the old devices */
+      if (!od || !td || od->worker >= nw || td->worker >= nw) continue;
+      if (od == td || (od->worker == td->worker && od->local_index == td->local_index)) {
+        restore[od->worker] = 1; /* stays: back on its device (STASH restore) */
+        continue;
+      }
+      int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
+      lm_sharding_shard(&a->sh, a->rank, a->dims, k, off, sd);
+      uint64_t tag = POOL_TAG_BIT | ++P->next_tag;
+      for (int side = 0; side < (od->worker == td->worker ? 1 : 2); side++) {
+        mv_item *x = &it[ni++];
+        lmw__shard_move_item__init(&x->m);
+        x->m.array = a->id;
+        x->m.tag = tag;
+        x->m.dtype = (uint32_t)a->dtype;
+        for (int d = 0; d < a->rank; d++) x->dims[d] = (uint64_t)sd[d];
+        x->m.n_dims = (size_t)a->rank;
+        x->m.dims = x->dims;
+        x->m.from_local = od->local_index;
+        x->m.to_local = td->local_index;
+        if (od->worker == td->worker) {
+          x->m.kind = LMW__SHARD_MOVE_KIND__MOVE_LOCAL;
+          x->worker = od->worker;
+        } else {
+          x->m.kind = side == 0 ? LMW__SHARD_MOVE_KIND__MOVE_SEND : LMW__SHARD_MOVE_KIND__MOVE_RECV;
+          x->worker = side == 0 ? od->worker : td->worker;
+          x->m.peer = side == 0 ? td->worker : od->worker;
+        }
+        cnt[x->worker]++;
+      }
+    }
+    if (a->held) a->held = ctl_hold(c, a->devs, a->sh.ndev);
+  }
+  uint32_t *old = malloc(n * sizeof *old);
+  if (old) memcpy(old, s->devs, n * sizeof *old);
+  memcpy(s->devs, nd, n * sizeof *nd);
+  s->stash_wait = 0;
+  s->stash_rid = c->next_rid;
+  s->stash_nrid = 0;
+  s->mv_shards = true;
+  uint32_t nmoved = 0, nworkers = 0;
+  Lmw__ShardMoveItem **ptrs = calloc(ni + 1, sizeof *ptrs);
+  for (uint32_t w = 0; w < nw; w++) { /* moves first, then the STASH restore of shards that stay */
+    if (!cnt[w] && !restore[w]) continue;
+    const lm_reg_worker *rw = lm_registry_worker(c->reg, w);
+    bool connected = rw && rw->state == LM_WORKER_ALIVE && w < c->worker_peer_cap && c->worker_peer[w];
+    lm_session_touch(ss, w);
+    if (cnt[w]) {
+      size_t k = 0;
+      for (size_t i = 0; ptrs && i < ni; i++)
+        if (it[i].worker == w) ptrs[k++] = &it[i].m;
+      Lmw__ShardMove m = LMW__SHARD_MOVE__INIT;
+      m.session = s->id;
+      m.n_items = k;
+      m.items = ptrs;
+      uint64_t rid = c->next_rid++;
+      s->stash_nrid++;
+      if (ptrs && connected && ctl_worker_send(c, w, LM_MSG_SHARD_MOVE, rid, &m.base, NULL, 0, NULL) == 0) {
+        s->stash_wait++;
+        P->stash_replies++;
+        nworkers++;
+      } else {
+        lm_warn("session %llu: cannot send worker %u its part of moving the session's shards; the shards it was to "
+                "move are lost", (unsigned long long)s->id, w);
+      }
+      nmoved += cnt[w];
+    }
+    if (restore[w]) {
+      Lmw__Stash m = LMW__STASH__INIT;
+      m.session = s->id;
+      m.restore = true;
+      uint64_t rid = c->next_rid++;
+      s->stash_nrid++;
+      if (connected && ctl_worker_send(c, w, LM_MSG_STASH, rid, &m.base, NULL, 0, NULL) == 0) {
+        s->stash_wait++;
+        P->stash_replies++;
+      }
+    }
+  }
+  free(ptrs), free(it), free(cnt), free(restore);
+  uint64_t now = ctl_now_ms(c);
+  s->state = PS_RESUMING;
+  s->jdirty = true;
+  s->suspended_ms += now - s->suspended_at;
+  s->admitted_loop_ms = now; /* held_device_seconds count again from here */
+  s->mv_start_ms = now;
+  s->moves++;
+  char from[128] = "", to[128] = "";
+  for (uint32_t k = 0, a = 0, b = 0; k < n && old; k++) {
+    if (a < sizeof from - 12) a += (uint32_t)snprintf(from + a, sizeof from - a, "%s%u", k ? "," : "", old[k]);
+    if (b < sizeof to - 12) b += (uint32_t)snprintf(to + b, sizeof to - b, "%s%u", k ? "," : "", nd[k]);
+  }
+  free(old);
+  lm_info("session %llu (user %s) resumes on devices %s (its own, %s, are in use) after %llu ms suspended: %u shard "
+          "transfers on %u workers, %u programs to load there",
+          (unsigned long long)s->id, user_label(s->user), to, from, (unsigned long long)(now - s->suspended_at),
+          nmoved, nworkers, s->mv_wait);
+  if (!s->mv_wait) finish_move(c, s);
+  return true;
+}
+
+/* Suspended sharer s may rejoin its group, which runs on its devices: no running member there is of
+ * a higher class than its own. */
+static bool rejoin_ok(const ctl_pool *P, const pool_sess *s) {
+  bool group = false;
+  for (const pool_sess *g = P->head; g; g = g->next) {
+    if (g == s || g->state != PS_RUNNING || !on_devs(g, s)) continue;
+    if (g->cls < s->cls) return false;
+    group = true;
+  }
+  return group;
 }
 
 static void pool_admit_once(ctl *c, bool *again);
@@ -797,11 +1170,13 @@ static void pool_admit_once(ctl *c, bool *again);
 static void pool_admit(ctl *c) {
   bool again = true;
   for (int i = 0; i < 4 && again; i++) pool_admit_once(c, &again);
+  ctl_pool_journal(c); /* devices held now: what a resume after a restart needs */
 }
 
 static void pool_admit_once(ctl *c, bool *again) {
   ctl_pool *P = c->pool;
   *again = false;
+  *again = preempt_in_groups(c);
   /* suspensions complete once the session's launches in flight are done and its shards are in
    * host memory (or the workers did not answer in time) */
   for (pool_sess *s = P->head; s; s = s->next) {
@@ -816,6 +1191,7 @@ static void pool_admit_once(ctl *c, bool *again) {
       lm_warn("session %llu: %u workers did not answer STASH within %d ms; suspending it anyway",
               (unsigned long long)s->id, s->stash_wait, POOL_STASH_WAIT_MS);
     s->state = PS_SUSPENDED;
+    s->jdirty = true;
     lm_info("session %llu (user %s) suspended: devices lent to a higher class, its shards in host memory",
             (unsigned long long)s->id, user_label(s->user));
   }
@@ -830,10 +1206,37 @@ static void pool_admit_once(ctl *c, bool *again) {
       if (s->state != PS_SUSPENDED || s->cls != cls || !s->p) continue;
       bool higher = false;
       for (pool_sess *q = P->head; q && !higher; q = q->next) higher = q->state == PS_QUEUED && q->p && q->cls < cls;
-      if (!higher && take_devices(fl, &nfree, s->devs, s->ndev)) {
+      if (higher) continue;
+      if (s->weight && rejoin_ok(P, s)) { /* part of a group: no higher member runs there any more */
+        resume(c, s);
+        continue;
+      }
+      if (take_devices(fl, &nfree, s->devs, s->ndev)) {
         resume(c, s);
         for (pool_sess *g = P->head; s->weight && g; g = g->next) /* a sharing group resumes whole */
           if (g != s && g->state == PS_SUSPENDED && g->p && on_devs(g, s)) resume(c, g);
+      } else if (nfree >= s->ndev) { /* on whatever devices are free; a sharing group together */
+        pool_sess *grp[64];
+        uint32_t ng = 0;
+        grp[ng++] = s;
+        for (pool_sess *g = P->head; s->weight && g && ng < 64; g = g->next)
+          if (g != s && g->state == PS_SUSPENDED && g->p && on_devs(g, s)) grp[ng++] = g;
+        bool ok = true;
+        for (uint32_t i = 0; i < ng && ok; i++) {
+          lm_err e;
+          int r = grp[i]->pinned ? 0 : move_check(c, grp[i], &e);
+          if (r < 0) {
+            lm_warn("session %llu cannot resume on other devices (%s); it waits for its own",
+                    (unsigned long long)grp[i]->id, e.msg);
+            grp[i]->pinned = true; /* not tried again until its next suspension */
+          }
+          ok = r > 0;
+        }
+        uint32_t *nd = ok ? pick_devices(fl, nfree, s->devs, s->ndev) : NULL;
+        bool moved = false;
+        for (uint32_t i = 0; nd && i < ng; i++) moved |= resume_elsewhere(c, grp[i], nd);
+        if (moved) take_devices(fl, &nfree, nd, s->ndev);
+        free(nd);
       }
     }
   bool blocked = false;
@@ -872,6 +1275,7 @@ static void pool_admit_once(ctl *c, bool *again) {
                 (unsigned long long)s->id, user_label(s->user), P->classes[s->cls].name, (unsigned long long)grp->id,
                 s->weight);
         send_hello_reply(c, s);
+        *again = true; /* members of a lower class than its own are preempted (preempt_in_groups) */
         continue;
       }
       if (!blocked && s->asked <= nfree) {
@@ -919,14 +1323,8 @@ static void pool_admit_once(ctl *c, bool *again) {
       send_queue_update(c, s, pos, nfree);
 }
 
-/* Back on its devices: its held requests run, in order, as if they had just arrived. */
-static void resume(ctl *c, pool_sess *s) {
-  uint64_t now = ctl_now_ms(c);
-  s->state = PS_RUNNING;
-  s->stash_sent = false;
-  send_stash(c, s, true); /* before the held requests: each worker moves the shards back first */
-  s->suspended_ms += now - s->suspended_at;
-  s->admitted_loop_ms = now; /* held_device_seconds count again from here */
+/* Its held requests run, in order, as if they had just arrived; their number. */
+static uint32_t replay_held(pool_sess *s) {
   held_frame *h = s->held;
   uint32_t n = 0;
   s->held = NULL;
@@ -945,6 +1343,22 @@ static void resume(ctl *c, pool_sess *s) {
     free(h);
     h = next;
   }
+  return n;
+}
+
+/* Back on its devices: its held requests run, in order, as if they had just arrived. */
+static void resume(ctl *c, pool_sess *s) {
+  uint64_t now = ctl_now_ms(c);
+  s->state = PS_RUNNING;
+  s->jdirty = true;
+  s->stash_sent = false;
+  bool found = false; /* rejoining a group that ran on: from its present, neither ahead nor owed */
+  for (pool_sess *g = c->pool->head; s->weight && g; g = g->next)
+    if (g != s && same_group(g, s) && (!found || g->pass < s->pass)) s->pass = g->pass, found = true;
+  send_stash(c, s, true); /* before the held requests: each worker moves the shards back first */
+  s->suspended_ms += now - s->suspended_at;
+  s->admitted_loop_ms = now; /* held_device_seconds count again from here */
+  uint32_t n = replay_held(s);
   lm_info("session %llu (user %s) resumed on its devices after %llu ms; %u held requests replayed",
           (unsigned long long)s->id, user_label(s->user), (unsigned long long)(now - s->suspended_at), n);
 }
@@ -1001,7 +1415,7 @@ int ctl_pool_hold(peer *p, const lm_frame *f) {
       hold = true;
     }
     if (!hold) return 0;
-  } else if (!s || (s->state != PS_SUSPENDING && s->state != PS_SUSPENDED)) {
+  } else if (!s || (s->state != PS_SUSPENDING && s->state != PS_SUSPENDED && s->state != PS_RESUMING)) {
     return 0;
   }
   if (t == LM_MSG_PING || t == LM_MSG_LIST_DEVICES || t == LM_MSG_CLUSTER_STATUS || t == LM_MSG_POOL_STATUS) return 0;
@@ -1056,7 +1470,11 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     return lm_errf(err, LOOM_BUSY, "user %s already has %u open sessions: %s", user_label(p->user), un.sessions, qn);
   }
   uint32_t asked = h->pool_devices;
-  if (asked) {
+  bool kept = false; /* resumed after a restart, its devices kept for it: they need not be healthy yet (its
+                        workers may come back after it) nor fit the quota again */
+  for (const pool_sess *o = P->head; o && !kept && p->resumed; o = o->next)
+    kept = o->restored && o->state == PS_DETACHED && o->id == p->session->id;
+  if (asked && !kept) {
     uint32_t total;
     free_devices(c, NULL, &total);
     if (asked > total)
@@ -1075,9 +1493,18 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     if (!o->restored || o->id != p->session->id || o->refs) continue;
     s->u = o->u;
     s->written = o->u;
+    if (o->state == PS_DETACHED && o->asked == h->pool_devices) { /* and its devices, kept for it */
+      s->devs = o->devs;
+      s->ndev = o->ndev;
+      o->devs = NULL;
+      s->weight = o->weight;
+      s->det_suspended = o->det_suspended;
+      s->launch_limit_ms = o->launch_limit_ms;
+      s->suspensions = o->det_suspended;
+    }
     *pp = o->next;
     if (P->tail == o) P->tail = prev;
-    P->nclosed--;
+    if (o->state == PS_CLOSED) P->nclosed--;
     sess_free(o);
     break;
   }
@@ -1089,12 +1516,13 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
   s->asked = asked;
   s->opened_loop_ms = ctl_now_ms(c);
   s->opened_unix_ms = unix_ms();
-  s->weight = asked ? h->share_weight : 0;
+  if (!s->ndev) s->weight = asked ? h->share_weight : 0;
   s->refs = 1;
   s->held_tail = &s->held;
   uint32_t cl_lim = P->classes[cls].launch_limit_ms;
-  s->launch_limit_ms = !cl_lim ? h->launch_limit_ms : !h->launch_limit_ms || h->launch_limit_ms > cl_lim ? cl_lim
-                                                                                                         : h->launch_limit_ms;
+  if (!s->ndev)
+    s->launch_limit_ms = !cl_lim ? h->launch_limit_ms : !h->launch_limit_ms || h->launch_limit_ms > cl_lim
+                                                            ? cl_lim : h->launch_limit_ms;
   if (P->tail) P->tail->next = s;
   else P->head = s;
   P->tail = s;
@@ -1106,8 +1534,26 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     r->priority = P->classes[cls].name;
     return 1;
   }
+  if (s->ndev) { /* resumed after a restart: on the devices it held, or suspended as it was */
+    s->state = s->det_suspended ? PS_SUSPENDED : PS_RUNNING;
+    s->admitted_loop_ms = s->suspended_at = ctl_now_ms(c);
+    s->admitted_unix_ms = unix_ms();
+    s->stash_sent = s->det_suspended;
+    s->jdirty = true;
+    r->n_pool_device_ids = s->ndev;
+    r->pool_device_ids = s->devs;
+    r->priority = P->classes[cls].name;
+    lm_info("session %llu (user %s, %s) resumed after the restart %s devices", (unsigned long long)s->id,
+            user_label(s->user), P->classes[cls].name, s->det_suspended ? "suspended, off its" : "on its");
+    if (s->det_suspended) pool_admit(c);
+    return 1;
+  }
   s->state = PS_QUEUED;
   s->hello_rid = f->h.request_id;
+  if (r->resume_secret.len == sizeof s->resume_secret) { /* for the reply it gets once admitted */
+    memcpy(s->resume_secret, r->resume_secret.data, sizeof s->resume_secret);
+    s->has_secret = true;
+  }
   s->last_position = UINT32_MAX; /* the first pass tells it where it stands */
   pool_admit(c);
   if (s->state == PS_QUEUED)
@@ -1140,7 +1586,9 @@ void ctl_pool_client_gone(ctl *c, peer *p) {
   p->pool = NULL;
   s->p = NULL;
   uint64_t now = ctl_now_ms(c);
-  if (s->state == PS_RUNNING) s->u.held_dev_s += (double)s->ndev * (double)(now - s->admitted_loop_ms) / 1000.0;
+  if (s->state == PS_RUNNING || s->state == PS_RESUMING)
+    s->u.held_dev_s += (double)s->ndev * (double)(now - s->admitted_loop_ms) / 1000.0;
+  mv_drop(c, s);
   if (s->state == PS_SUSPENDING || s->state == PS_SUSPENDED) s->suspended_ms += now - s->suspended_at;
   if (s->state == PS_QUEUED) s->position = 0;
   held_free(s);
@@ -1324,6 +1772,11 @@ void ctl_pool_launch_end(ctl *c, c_launch *l) {
 
 void ctl_pool_tick(ctl *c) {
   if (!c->pool) return;
+  for (pool_sess *s = c->pool->head; s; s = s->next) /* restored, but its session was not (or is gone) */
+    if (s->state == PS_DETACHED && !ctl_journal_detached(c, s->id)) {
+      ctl_pool_detached_closed(c, s->id);
+      break; /* the rest at the next tick */
+    }
   pool_admit(c);
   uint64_t now = uv_hrtime();
   for (c_launch *l = c->active; l; l = l->next) {
@@ -1398,7 +1851,7 @@ void ctl_pool_on_status(peer *p, const lm_frame *f, const Lmw__PoolStatus *m) {
       for (; s; s = s->next) {
         if (pass == 1 && s->state == PS_QUEUED && s->p) continue;
         if (s->state == PS_CLOSED && m->since_unix_ms && s->closed_unix_ms < m->since_unix_ms) continue;
-        double held = s->state == PS_RUNNING ? (double)s->ndev * (double)(now - s->admitted_loop_ms) / 1000.0 : 0;
+        double held = s->state == PS_RUNNING || s->state == PS_RESUMING ? (double)s->ndev * (double)(now - s->admitted_loop_ms) / 1000.0 : 0;
         Lmw__PoolSession *o = &ss[k];
         lmw__pool_session__init(o);
         o->id = s->id;
@@ -1413,6 +1866,7 @@ void ctl_pool_on_status(peer *p, const lm_frame *f, const Lmw__PoolStatus *m) {
         o->blocked_by = s->state == PS_QUEUED ? s->blocked_by : "";
         o->suspensions = s->suspensions;
         o->share_weight = s->weight;
+        o->moves = s->moves;
         o->suspended_ms = s->suspended_ms + (s->state == PS_SUSPENDING || s->state == PS_SUSPENDED ? now - s->suspended_at : 0);
         o->opened_unix_ms = s->opened_unix_ms;
         o->admitted_unix_ms = s->admitted_unix_ms;
@@ -1474,11 +1928,16 @@ void ctl_pool_journal(ctl *c) {
   if (!P || !c->jr || c->stopping) return;
   for (pool_sess *s = P->head; s; s = s->next) {
     bool closed = s->state == PS_CLOSED;
-    if (!memcmp(&s->u, &s->written, sizeof s->u) && closed == s->written_closed) continue;
+    if (!memcmp(&s->u, &s->written, sizeof s->u) && closed == s->written_closed && !s->jdirty) continue;
     Lmw__PoolUsage w;
     usage_to_wire(&s->u, 0, &w);
+    bool held = HAS_DEVS(s) || s->state == PS_DETACHED; /* what a resume after a restart needs */
+    ctl_j_pool jp = {.devs = s->devs, .ndev = held ? s->ndev : 0, .weight = s->weight,
+                     .launch_limit_ms = s->launch_limit_ms,
+                     .suspended = s->state == PS_SUSPENDED || (s->state == PS_DETACHED && s->det_suspended)};
     ctl_j_usage(c, s->id, s->user, s->name, P->classes[s->cls].name, s->opened_unix_ms,
-                closed ? s->closed_unix_ms : 0, s->asked, &w);
+                closed ? s->closed_unix_ms : 0, s->asked, &w, &jp);
+    s->jdirty = false;
     s->written = s->u;
     s->written_closed = closed;
   }
@@ -1486,10 +1945,17 @@ void ctl_pool_journal(ctl *c) {
 
 void ctl_pool_restore_usage(ctl *c, uint64_t id, const char *user, const char *name, const char *priority,
                             uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked,
-                            const Lmw__PoolUsage *w) {
+                            const Lmw__PoolUsage *w, const ctl_j_pool *jp) {
   ctl_pool *P = c->pool;
   pool_sess *s = P ? calloc(1, sizeof *s) : NULL;
   if (!s) return;
+  if (!closed_unix_ms && asked && jp && jp->ndev == asked && (s->devs = malloc(asked * sizeof *s->devs))) {
+    memcpy(s->devs, jp->devs, asked * sizeof *s->devs); /* open and holding devices: kept for its client */
+    s->ndev = asked;
+    s->weight = jp->weight;
+    s->launch_limit_ms = jp->launch_limit_ms;
+    s->det_suspended = jp->suspended;
+  }
   s->id = id;
   snprintf(s->user, sizeof s->user, "%s", user ? user : "");
   snprintf(s->name, sizeof s->name, "%s", name ? name : "");
@@ -1514,8 +1980,42 @@ void ctl_pool_restore_usage(ctl *c, uint64_t id, const char *user, const char *n
   }
   s->written = s->u;
   s->written_closed = !s->restored;
+  if (s->ndev) {
+    s->state = PS_DETACHED;
+    s->closed_unix_ms = 0;
+    s->written_closed = false;
+  }
   if (P->tail) P->tail->next = s;
   else P->head = s;
   P->tail = s;
-  P->nclosed++;
+  if (s->state == PS_CLOSED) P->nclosed++;
+}
+
+int ctl_pool_resume_check(ctl *c, uint64_t id, uint32_t asked, lm_err *err) {
+  const pool_sess *o = NULL;
+  for (const pool_sess *q = c->pool ? c->pool->head : NULL; q && !o; q = q->next)
+    if (q->restored && q->id == id) o = q;
+  if (o && o->state == PS_DETACHED && o->asked != asked)
+    return lm_errf(err, LOOM_INVALID_ARGUMENT, "cannot resume session %llu: it held %u devices of the pool, the "
+                   "resuming client asks for %u", (unsigned long long)id, o->asked, asked);
+  if (asked && (!o || o->state != PS_DETACHED))
+    return lm_errf(err, LOOM_UNSUPPORTED, "cannot resume session %llu: it held no devices of the pool at the "
+                   "restart (it waited in the queue, which is not restored: docs/durability.md)",
+                   (unsigned long long)id);
+  return 0;
+}
+
+void ctl_pool_detached_closed(ctl *c, uint64_t id) {
+  ctl_pool *P = c->pool;
+  for (pool_sess *s = P ? P->head : NULL; s; s = s->next) {
+    if (s->state != PS_DETACHED || s->id != id) continue;
+    s->state = PS_CLOSED;
+    s->closed_unix_ms = unix_ms();
+    P->nclosed++;
+    lm_info("session %llu was not resumed after the restart: the %u devices kept for it are free", (unsigned long long)id,
+            s->ndev);
+    ctl_pool_journal(c);
+    if (!c->stopping) pool_admit(c);
+    return;
+  }
 }

@@ -22,6 +22,7 @@ struct c_array;
 struct c_launch;
 struct c_program;
 typedef struct pool_sess pool_sess;
+struct ctl_j_pool;
 
 /* Reads the configuration (path NULL: the built-in classes prod > interactive > batch, no
  * quotas) into c->pool. Errors name the file and line. */
@@ -74,8 +75,15 @@ void ctl_pool_launch_end(struct ctl *c, struct c_launch *l);
 void ctl_pool_journal(struct ctl *c);
 /* A session's accounting read back from the journal: listed as closed (one that was open at the
  * restart closes then, unless its client resumes it: its usage then goes on). */
+/* jp: what the session held (open, holding devices: kept for its client to resume it; see
+ * ctl_pool_resume_check). */
 void ctl_pool_restore_usage(struct ctl *c, uint64_t id, const char *user, const char *name, const char *priority,
                             uint64_t opened_unix_ms, uint64_t closed_unix_ms, uint32_t asked,
-                            const Lmw__PoolUsage *w);
+                            const Lmw__PoolUsage *w, const struct ctl_j_pool *jp);
+/* A client resumes session id after a restart asking the pool for `asked` devices: < 0 (err) when
+ * that cannot be (it held another number; it waited in the queue, which is not restored). */
+int ctl_pool_resume_check(struct ctl *c, uint64_t id, uint32_t asked, lm_err *err);
+/* A restored session was not resumed in time (closed): the devices kept for it are free again. */
+void ctl_pool_detached_closed(struct ctl *c, uint64_t id);
 
 #endif

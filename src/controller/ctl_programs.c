@@ -264,7 +264,9 @@ static void loads_settled(ctl *c, c_program *p) {
   while (w) {
     c_waiter *n = w->next;
     waiter_ext *we = (waiter_ext *)w;
-    if (w->client) {
+    if (w->done) {
+      w->done(c, p, w->arg);
+    } else if (w->client) {
       if (p->state == P_READY) finish_compile(c, w->client, w->rid, we->exe_id, p, false);
       else ctl_reply_error(w->client, w->rid, p->code, "%s", p->msg);
     }
@@ -630,6 +632,93 @@ void ctl_on_compile(peer *p, const lm_frame *f, const Lmw__Compile *m) {
   }
   prog->next = c->programs;
   c->programs = prog;
+}
+
+int ctl_program_remap(ctl *c, const c_program *prog, const uint32_t *from, const uint32_t *to, uint32_t n,
+                      void (*done)(ctl *c, c_program *p, void *arg), void *arg, c_program **out, lm_err *err) {
+  if (prog->state != P_READY || prog->default_devices)
+    return lm_errf(err, LOOM_UNSUPPORTED, "program %llu (%s) is not loaded on a device list of its session",
+                   (unsigned long long)prog->id, prog->name);
+  /* the list it was compiled with: the session's devices (a compile without a list) or its own */
+  const uint32_t *old = prog->asked_prefix ? prog->asked : prog->devices;
+  size_t nd = prog->asked_prefix ? prog->nasked : prog->ndev;
+  uint32_t *asked = malloc((nd ? nd : 1) * sizeof *asked);
+  if (!asked) return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  for (size_t i = 0; i < nd; i++) {
+    uint32_t k = 0;
+    while (k < n && from[k] != old[i]) k++;
+    if (k == n) {
+      free(asked);
+      return lm_errf(err, LOOM_UNSUPPORTED, "program %llu (%s) runs on device %u, which is not the session's",
+                     (unsigned long long)prog->id, prog->name, old[i]);
+    }
+    asked[i] = to[k];
+  }
+  uint64_t fp = fingerprint(prog->text, prog->len, asked, nd);
+  c_program *q = c->programs;
+  for (; q; q = q->next) {
+    if (q->fingerprint != fp || q->state == P_FAILED || q->len != prog->len || memcmp(q->text, prog->text, prog->len))
+      continue;
+    if (prog->asked_prefix ? q->asked_prefix && q->nasked == nd && !memcmp(q->asked, asked, nd * sizeof *asked)
+                           : !q->default_devices && !q->asked_prefix && q->ndev == nd && q->devices &&
+                                 !memcmp(q->devices, asked, nd * sizeof *asked))
+      break;
+  }
+  c_waiter *w = calloc(1, sizeof(waiter_ext));
+  if (!w) {
+    free(asked);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  w->done = done;
+  w->arg = arg;
+  if (q) {
+    free(asked);
+    *out = q;
+    if (q->state == P_READY) {
+      free(w);
+      return 1;
+    }
+    w->next = q->waiters;
+    q->waiters = w;
+    return 0;
+  }
+  c_program *np = calloc(1, sizeof *np);
+  analyze_job *j = calloc(1, sizeof *j);
+  if (np) {
+    np->text = text_new(prog->len);
+    np->name = strdup(prog->name);
+  }
+  if (!np || !j || !np->text || !np->name) {
+    program_free(np);
+    free(j);
+    free(w);
+    free(asked);
+    return lm_errf(err, LOOM_NO_MEMORY, "out of host memory");
+  }
+  memcpy(np->text, prog->text, prog->len);
+  np->len = prog->len;
+  np->fingerprint = fp;
+  np->asked_prefix = prog->asked_prefix;
+  np->nasked = nd;
+  np->asked = asked;
+  np->waiters = w;
+  np->id = c->next_program++;
+  ctl_j_meta(c);
+  np->state = P_ANALYZING;
+  j->c = c;
+  j->prog = np;
+  j->req.data = j;
+  if (uv_queue_work(&c->loop, &j->req, analyze_work, analyze_done) != 0) {
+    free(j);
+    np->waiters = NULL;
+    free(w);
+    program_free(np);
+    return lm_errf(err, LOOM_INTERNAL, "cannot queue the compilation");
+  }
+  np->next = c->programs;
+  c->programs = np;
+  *out = np;
+  return 0;
 }
 
 void ctl_on_executable_destroy(peer *p, const lm_frame *f, const Lmw__ExecutableDestroy *m) {

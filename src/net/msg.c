@@ -51,6 +51,7 @@
  *                                                     ctl -> worker        none (reply ACK)
  *   70 STASH                   Stash                  ctl -> worker        none (reply ACK or ERROR)
  *   71 SNAPSHOT_KEPT           SnapshotKept           worker -> ctl        none (one-way)
+ *   73 SHARD_MOVE              ShardMove              ctl -> worker        none (reply ACK or ERROR)
  *   74 RELAY_RUN               RelayRun               ctl -> relay worker  RelayGroup (one-way)
  *   75 RELAY_DONE              RelayDone              relay -> ctl         none (one-way)
  *   80 TRACE_CONTROL           TraceControl           client -> ctl        none (reply ACK, or TRACE_RESULT to a stop)
@@ -117,6 +118,7 @@ static const msg_info g_msgs[] = {
     [LM_MSG_SNAPSHOT_KEPT] = {"SNAPSHOT_KEPT", &lmw__snapshot_kept__descriptor},
     [LM_MSG_RELAY_RUN] = {"RELAY_RUN", &lmw__relay_run__descriptor},
     [LM_MSG_RELAY_DONE] = {"RELAY_DONE", &lmw__relay_done__descriptor},
+    [LM_MSG_SHARD_MOVE] = {"SHARD_MOVE", &lmw__shard_move__descriptor},
     [LM_MSG_TRACE_CONTROL] = {"TRACE_CONTROL", &lmw__trace_control__descriptor},
     [LM_MSG_TRACE_RESULT] = {"TRACE_RESULT", &lmw__trace_result__descriptor},
 };

@@ -180,6 +180,12 @@ struct px_session {
   parray **trash;              /* destructed arrays, freed once the answer is sent (the client */
   size_t ntrash, trash_cap;    /* batches destructs at exit and should not wait for the frees) */
   char err[2048];              /* the current request's error message */
+  /* the shared pool, per session: the client's session metadata (loom.* attributes of its
+   * initialization_data) where it gives them, else the proxy's flags */
+  uint32_t pool_devices, share_weight, launch_limit_ms;
+  bool has_pool_devices, has_share_weight, has_priority;
+  char priority[32];
+  char md_err[256];            /* metadata refused: the session ends with this error */
 };
 
 static uint64_t new_handle(px_session *s) { return s->next_handle++; }
@@ -2604,11 +2610,16 @@ static void *session_main(void *arg) {
   char name[64];
   snprintf(name, sizeof name, "ifrt-proxy session %" PRIu64, s->id);
   co.client_name = name;
-  co.pool_devices = s->opts->pool_devices; /* the shared pool (docs/pool.md): JAX sees its devices */
-  co.priority = s->opts->priority;
-  co.share_weight = s->opts->share_weight;
-  int st = loom_connect(&co, &s->client);
-  if (st != LOOM_OK) {
+  co.pool_devices = s->has_pool_devices ? s->pool_devices : s->opts->pool_devices; /* the shared pool (docs/pool.md): JAX sees its devices */
+  co.priority = s->has_priority ? s->priority : s->opts->priority;
+  co.share_weight = s->has_share_weight ? s->share_weight : s->opts->share_weight;
+  co.launch_limit_ms = s->launch_limit_ms;
+  int st = s->md_err[0] ? LOOM_INVALID_ARGUMENT : loom_connect(&co, &s->client);
+  if (st != LOOM_OK && s->md_err[0]) {
+    snprintf(s->err, sizeof s->err, "%s", s->md_err);
+    lm_log(LM_LOG_WARN, "proxy: session %" PRIu64 ": %s", s->id, s->err);
+    px_stream_finish(s->st, PX_INVALID_ARGUMENT, s->err);
+  } else if (st != LOOM_OK) {
     snprintf(s->err, sizeof s->err, "the Loom proxy cannot reach the cluster's controller: %s", loom_errmsg(NULL));
     lm_log(LM_LOG_WARN, "proxy: session %" PRIu64 ": %s", s->id, s->err);
     px_stream_finish(s->st, PX_UNAVAILABLE, s->err);
@@ -2641,6 +2652,51 @@ static void *session_main(void *arg) {
   return NULL;
 }
 
+/* The session's own pool request from its metadata: the attributes loom.pool_devices (int),
+ * loom.priority (string), loom.share_weight (int) and loom.launch_limit_ms (int) of the
+ * initialization_data JAX sends (ClientConnectionOptions.initialization_data). Other attributes
+ * are not Loom's and are ignored; a loom.* one that is unknown or of the wrong type ends the session
+ * with an error naming it (md_err). */
+static void pool_metadata(px_session *s, const Xla__Ifrt__AttributeMapProto *am) {
+  for (size_t i = 0; i < am->n_attributes && !s->md_err[0]; i++) {
+    const Xla__Ifrt__AttributeMapProto__AttributesEntry *e = am->attributes[i];
+    if (!e || !e->key || strncmp(e->key, "loom.", 5)) continue;
+    const Xla__Ifrt__AttributeMapProto__Value *v = e->value;
+    bool is_int = v && v->value_case == XLA__IFRT__ATTRIBUTE_MAP_PROTO__VALUE__VALUE_INT64_VALUE;
+    bool is_str = v && v->value_case == XLA__IFRT__ATTRIBUTE_MAP_PROTO__VALUE__VALUE_STRING_VALUE;
+    int64_t x = is_int ? v->int64_value : 0;
+    const char *k = e->key + 5;
+    if (!strcmp(k, "pool_devices") || !strcmp(k, "share_weight") || !strcmp(k, "launch_limit_ms")) {
+      int64_t max = !strcmp(k, "pool_devices") ? 65536 : !strcmp(k, "share_weight") ? 1000000 : UINT32_MAX;
+      if (!is_int || x < 0 || x > max) {
+        snprintf(s->md_err, sizeof s->md_err, "the session metadata's %.40s must be an integer from 0 to %lld",
+                 e->key, (long long)max);
+      } else if (!strcmp(k, "pool_devices")) {
+        s->pool_devices = (uint32_t)x, s->has_pool_devices = true;
+      } else if (!strcmp(k, "share_weight")) {
+        s->share_weight = (uint32_t)x, s->has_share_weight = true;
+      } else {
+        s->launch_limit_ms = (uint32_t)x;
+      }
+    } else if (!strcmp(k, "priority")) {
+      size_t n = is_str ? v->string_value.len : 0;
+      bool ok = is_str && n > 0 && n < sizeof s->priority;
+      for (size_t j = 0; ok && j < n; j++) ok = v->string_value.data[j] > 0x20 && v->string_value.data[j] < 0x7f;
+      if (!ok) {
+        snprintf(s->md_err, sizeof s->md_err, "the session metadata's loom.priority must be a class name of 1 to %zu "
+                 "printable characters", sizeof s->priority - 1);
+      } else {
+        memcpy(s->priority, v->string_value.data, n);
+        s->priority[n] = 0;
+        s->has_priority = true;
+      }
+    } else {
+      snprintf(s->md_err, sizeof s->md_err, "unknown Loom attribute '%.60s' in the session metadata (Loom reads "
+               "loom.pool_devices, loom.priority, loom.share_weight, loom.launch_limit_ms)", e->key);
+    }
+  }
+}
+
 px_session *px_session_start(px_stream *st, const px_options *opts, uint64_t id, const uint8_t *md, size_t md_len) {
   px_session *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -2652,6 +2708,7 @@ px_session *px_session_start(px_stream *st, const px_options *opts, uint64_t id,
   if (md) {
     Xla__Ifrt__Proxy__GrpcIfrtSessionMetadata *m = xla__ifrt__proxy__grpc_ifrt_session_metadata__unpack(NULL, md_len, md);
     if (m && m->version) s->protocol = m->version->protocol_version;
+    if (m && m->initialization_data) pool_metadata(s, m->initialization_data);
     if (m) xla__ifrt__proxy__grpc_ifrt_session_metadata__free_unpacked(m, NULL);
   }
   pthread_mutex_init(&s->mu, NULL);

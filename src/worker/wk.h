@@ -67,6 +67,8 @@ wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t d
 /* The same with st->mu held by the caller, taking no reference (NULL when not listed). */
 wk_slot *wk_store_get_locked(wk_store *st, uint64_t session, uint64_t array, uint32_t dev);
 void wk_slot_release(wk_store *st, wk_slot *s); /* NULL ok */
+/* Unlists the slot with that key and hands over the table's reference (NULL when none). */
+wk_slot *wk_store_take(wk_store *st, uint64_t session, uint64_t array, uint32_t dev);
 /* PENDING -> READY with buf (the slot takes the caller's reference) or FAILED with code/msg. */
 void wk_slot_finish(wk_store *st, wk_slot *s, lm_buffer *buf, int code, const char *msg);
 /* Unlists the slots of (session, array) on devices 0..ndev-1. */
@@ -279,6 +281,8 @@ void wk_sc_defer_ack(wk *w, wk_dconn *dc, uint64_t rid, uint64_t session, uint64
                      size_t n);
 void wk_sc_conn_gone(wk *w, wk_dconn *dc);
 void wk_data_ack(wk_dconn *dc, uint64_t rid);
+/* Set when the worker stops: the cancel flag of data-plane calls off the loop (lm_dp_call.cancel). */
+volatile int *wk_sc_cancel_flag(wk *w);
 void wk_sc_stop(wk *w);   /* cancels and joins every copy thread */
 bool wk_sc_sending(wk *w); /* a copy from this worker is still being sent (or waits for its receipt) */
 /* How many copies sent for a receipt (a drain's) failed, and the first one's error. */
@@ -293,6 +297,8 @@ void wk_on_checkpoint_io(wk *w, const lm_frame *f);
 void wk_on_drain(wk *w, uint64_t rid);
 /* STASH (wk_stash.c): a suspended pool session's shards out of device memory, or back. */
 void wk_on_stash(wk *w, uint64_t rid, const Lmw__Stash *m);
+/* SHARD_MOVE (wk_stash.c): a resumed pool session's shards to their new devices. */
+void wk_on_shard_move(wk *w, uint64_t rid, const Lmw__ShardMove *m);
 void wk_sc_free(wk *w);
 
 /* ---- the worker ---- */

@@ -465,6 +465,8 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   }
 }
 
+volatile int *wk_sc_cancel_flag(wk *w) { return w->sc ? &w->sc->stopping : NULL; }
+
 bool wk_sc_sending(wk *w) {
   wk_sc *sc = w->sc;
   if (!sc) return false;

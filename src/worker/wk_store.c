@@ -97,6 +97,13 @@ wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t d
   return x;
 }
 
+wk_slot *wk_store_take(wk_store *st, uint64_t session, uint64_t array, uint32_t dev) {
+  pthread_mutex_lock(&st->mu);
+  wk_slot *x = unlink_key(st, session, array, dev); /* the table's reference becomes the caller's */
+  pthread_mutex_unlock(&st->mu);
+  return x;
+}
+
 void wk_slot_release(wk_store *st, wk_slot *s) {
   if (!s) return;
   pthread_mutex_lock(&st->mu);

@@ -420,6 +420,7 @@ static void on_frame(lm_conn *c, lm_frame *f) {
   case LM_MSG_CHECKPOINT_IO: wk_on_checkpoint_io(w, f); break;
   case LM_MSG_DRAIN: wk_on_drain(w, f->h.request_id); break;
   case LM_MSG_STASH: wk_on_stash(w, f->h.request_id, (Lmw__Stash *)m); break;
+  case LM_MSG_SHARD_MOVE: wk_on_shard_move(w, f->h.request_id, (Lmw__ShardMove *)m); break;
   default: lm_warn("ignoring unexpected %s from the controller", lm_msg_name(type)); break;
   }
   lm_msg_free(m);

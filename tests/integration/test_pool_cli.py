@@ -153,3 +153,56 @@ def test_jax_through_the_proxy_in_the_pool(procs, tmp_path):
     assert "devices 4" in r.stdout and "sum 56.0" in r.stdout
     s = [x for x in as_json(c.addr, "sessions", "--all")["sessions"] if x["name"].startswith("ifrt-proxy session")]
     assert s and all(x["devices_asked"] == 4 and x["priority"] == "batch" for x in s)
+
+
+def test_jax_session_picks_its_pool_request_through_the_proxy(procs, tmp_path):
+    """One `loom proxy` (no pool flags), two JAX programs each naming their own request in the
+    session metadata (ClientConnectionOptions.initialization_data: loom.pool_devices,
+    loom.priority): each sees its own number of devices and shows in `loom sessions` with its class;
+    a malformed loom.* attribute ends the session with an error naming it."""
+    import os
+    import sys
+    import pytest
+    pytest.importorskip("grpc")
+    pytest.importorskip("jax")
+    c = Cluster(procs, tmp_path)
+    c.start_controller()
+    c.start_worker(4)
+    c.wait_devices(4)
+    addr_file = tmp_path / "proxy.addr"
+    px = procs.start(["proxy", "--listen", "127.0.0.1:0", "--address-file", str(addr_file), "--controller",
+                      c.addr], "proxy")
+    paddr = wait_for(lambda: addr_file.exists() and addr_file.read_text().strip(), 30, what="the proxy's address")
+    script = tmp_path / "job.py"
+    script.write_text("import sys, json, jax, jax.numpy as jnp\n"
+                      "from jax.extend import backend\n"
+                      "from jax.extend.backend import ifrt_proxy\n"
+                      "data = json.loads(sys.argv[1])\n"
+                      "data = {k: v.encode() if isinstance(v, str) else v for k, v in data.items()}\n"
+                      "def make():\n"
+                      "    o = ifrt_proxy.ClientConnectionOptions()\n"
+                      "    o.initialization_data = data\n"
+                      "    o.connection_timeout_in_seconds = 8  # a refused session is retried until then\n"
+                      "    return ifrt_proxy.get_client(jax.config.read('jax_backend_target'), o)\n"
+                      "backend.register_backend_factory('proxy', make, priority=-1)\n"
+                      "print('devices', len(jax.devices()), flush=True)\n"
+                      "print('sum', float((jnp.arange(8.0) * 2).sum()), flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != "LOOM_CONTROLLER"}
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://{paddr}", IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS="true")
+
+    def job(data):
+        return subprocess.run([sys.executable, str(script), json.dumps(data)], capture_output=True, text=True,
+                              timeout=240, env=env, stdin=subprocess.DEVNULL)
+
+    for n, cls in ((2, "prod"), (1, "batch")):
+        r = job({"loom.pool_devices": n, "loom.priority": cls, "other.tool": "ignored"})
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"devices {n}" in r.stdout and "sum 56.0" in r.stdout, r.stdout
+    s = [x for x in as_json(c.addr, "sessions", "--all")["sessions"] if x["name"].startswith("ifrt-proxy session")]
+    assert {(x["devices_asked"], x["priority"]) for x in s} >= {(2, "prod"), (1, "batch")}, s
+    r = job({"loom.pool_devices": "two"})
+    assert r.returncode != 0
+    assert "loom.pool_devices must be an integer" in r.stderr + procs.log(px), r.stderr[-2000:]
+    r = job({"loom.pool_devics": 2})
+    assert r.returncode != 0
+    assert "unknown Loom attribute 'loom.pool_devics'" in r.stderr + procs.log(px), r.stderr[-2000:]
