@@ -31,7 +31,7 @@
 static const char g_usage[] =
     "usage: loom up [--workers N] [--devices-per-worker D] [--slices S] [--device-memory BYTES] [--detach]\n"
     "               [--proxy-port PORT] [--http HOST:PORT] [--backend interp|pjrt] [--standby N]\n"
-    "               [--recover-wait MS] [--state DIR]\n"
+    "               [--recover-wait MS] [--snapshot-every N] [--snapshot-interval MS] [--state DIR]\n"
     "\n"
     "Starts a local cluster: one controller and N workers with D CPU devices each, spread over S\n"
     "slices; waits until every device has registered and prints the controller's address. An IFRT\n"
@@ -48,6 +48,9 @@ static const char g_usage[] =
     "                            worker: docs/elastic.md), in the last slice (default 0)\n"
     "  --recover-wait MS         a lost worker with no standby: its launches wait this long for a new\n"
     "                            worker (the controller's --recover-wait; default 0: they fail)\n"
+    "  --snapshot-every N        with standbys or --recover-wait: snapshot launch outputs that only a replay\n"
+    "                            could restore every N launches (the controller's; default 100, 0: not by count)\n"
+    "  --snapshot-interval MS    ... or every MS milliseconds (the controller's; default 10000, 0: not by time)\n"
     "  --state DIR               the controller keeps a journal in DIR (its --state: docs/durability.md);\n"
     "                            when the controller dies it is started again on the same address and\n"
     "                            restores from the journal, while workers, clients and the proxy wait\n"
@@ -95,6 +98,7 @@ typedef struct sup {
   uint32_t workers, dpw, slices;
   uint32_t nstandby;     /* the last nstandby of the workers are standbys */
   const char *recover_wait; /* the controller's --recover-wait, or NULL */
+  const char *snap_every, *snap_interval; /* its --snapshot-every and --snapshot-interval, or NULL */
   const char *state;     /* the controller's --state (its journal), or NULL */
   uint64_t restarts[5];  /* when the controller was last restarted (ms), oldest first */
   uint64_t mem, timeout_ms;
@@ -298,11 +302,13 @@ static int spawn_controller(sup *s, char *listen, char *http, lm_err *err) {
   snprintf(httpfile, sizeof httpfile, "%s/http.addr", s->dir);
   char *cargv[] = {"loom", "controller", "--listen", listen, "--address-file", addrfile, "--secret-file", s->secret,
                    "--tokens-file", s->tokens, "--admins", s->user, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                   NULL, NULL};
+                   NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   int na = 12;
   if (http[0]) cargv[na++] = "--http", cargv[na++] = http, cargv[na++] = "--http-address-file", cargv[na++] = httpfile;
   if (s->recover_wait) cargv[na++] = "--recover-wait", cargv[na++] = (char *)s->recover_wait;
   if (s->state) cargv[na++] = "--state", cargv[na++] = (char *)s->state;
+  if (s->snap_every) cargv[na++] = "--snapshot-every", cargv[na++] = (char *)s->snap_every;
+  if (s->snap_interval) cargv[na++] = "--snapshot-interval", cargv[na++] = (char *)s->snap_interval;
   return spawn(s, &s->kids[0], cargv, err);
 }
 
@@ -647,7 +653,7 @@ int cmd_up(int argc, char **argv) {
   sup s = {.cmd = cmd, .workers = 2, .dpw = 4, .slices = 1, .mem = (uint64_t)2 << 30, .timeout_ms = 60000,
            .listen = "127.0.0.1:0", .http = "127.0.0.1:0", .notify_fd = -1};
   enum { O_WORKERS = 1, O_DPW, O_SLICES, O_MEM, O_DETACH, O_LISTEN, O_TIMEOUT, O_PROXY, O_BACKEND, O_PLUGIN, O_POPT, O_HTTP,
-         O_STANDBY, O_RECWAIT, O_STATE };
+         O_STANDBY, O_RECWAIT, O_STATE, O_SNAPEVERY, O_SNAPINT };
   const char *popts[64];
   static char state_abs[4096];
   s.pjrt_options = popts;
@@ -666,6 +672,8 @@ int cmd_up(int argc, char **argv) {
       {"pjrt-option", required_argument, 0, O_POPT},
       {"standby", required_argument, 0, O_STANDBY},
       {"recover-wait", required_argument, 0, O_RECWAIT},
+      {"snapshot-every", required_argument, 0, O_SNAPEVERY},
+      {"snapshot-interval", required_argument, 0, O_SNAPINT},
       {"state", required_argument, 0, O_STATE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
@@ -731,6 +739,14 @@ int cmd_up(int argc, char **argv) {
     case O_RECWAIT:
       if (cli_parse_u64(cmd, "--recover-wait", optarg, 0, 86400000, &v) < 0) return 2;
       s.recover_wait = optarg;
+      break;
+    case O_SNAPEVERY: /* the same bounds as the controller's */
+      if (cli_parse_u64(cmd, "--snapshot-every", optarg, 0, 1u << 30, &v) < 0) return 2;
+      s.snap_every = optarg;
+      break;
+    case O_SNAPINT:
+      if (cli_parse_u64(cmd, "--snapshot-interval", optarg, 0, 86400000, &v) < 0) return 2;
+      s.snap_interval = optarg;
       break;
     }
   }

@@ -220,3 +220,25 @@ def test_no_snapshots_keeps_the_whole_chain_in_the_log(procs, tmp_path):
         assert s["snapshots"] == 0 and s["launch_log"] == 120, s
     finally:
         probe.close()
+
+
+def test_loom_up_passes_its_snapshot_flags_on(tmp_path, monkeypatch):
+    """`loom up --standby 1 --snapshot-every 10 --snapshot-interval 0`: its controller takes a
+    round every 10 launches of the chain (at the defaults, 100 launches or 10 s, 35 launches take
+    none)."""
+    for k in ("LOOM_CONTROLLER", "LOOM_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path / "state"))  # the probe finds the cluster's token there
+    run_loom("up", "--detach", "--proxy-port", "0", "--standby", "1", "--snapshot-every", "10",
+             "--snapshot-interval", "0", timeout=120, check=True)
+    probe = None
+    try:
+        addr = (tmp_path / "state" / "controller.addr").read_text().strip()
+        probe = Probe(addr, tmp_path)
+        probe.run(35)
+        s = snapshots_settled(addr, 3)
+        assert s["launch_log"] <= 20, s
+    finally:
+        if probe:
+            probe.close()
+        run_loom("down", timeout=60)
