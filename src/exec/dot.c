@@ -20,6 +20,7 @@
 #pragma GCC optimize("fp-contract=off") /* the small-problem loops round every product and sum */
 #endif
 #include <cblas.h>
+#include <unistd.h>
 #include <complex.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -131,6 +132,15 @@ static bool is_identity(const int64_t *perm, int n) {
   for (int i = 0; i < n; i++)
     if (perm[i] != i) return false;
   return true;
+}
+
+int lm_blas_share_cores(uint32_t busy_devices) {
+  if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS")) return 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long n = busy_devices ? cores / (long)busy_devices : cores;
+  if (n < 1) n = 1;
+  openblas_set_num_threads((int)n);
+  return (int)n;
 }
 
 /* Element type the product is computed in for result type t: f32 (f16, bf16, f32), f64, c64,

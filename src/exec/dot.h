@@ -45,4 +45,11 @@ void lm_conv_ref(const lm_buffer *lhs, const lm_buffer *rhs, const lm_conv *c, l
  * bytes; st is the source type. */
 void lm_permute_copy(void *dst, const void *src, const lm_type *st, const int64_t *perm, size_t esize);
 
+/* Threads OpenBLAS uses for each call (process-wide). A process that runs several devices at
+ * once (a worker) gives each call its share of the cores: OpenBLAS's own pool per call, on top of
+ * one thread per busy device, oversubscribes the cores (2x slower steps on 4 devices over 2
+ * cores). Returns the count set; OPENBLAS_NUM_THREADS or OMP_NUM_THREADS in the environment win
+ * (0 returned: left as they say). */
+int lm_blas_share_cores(uint32_t busy_devices);
+
 #endif

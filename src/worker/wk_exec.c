@@ -13,10 +13,12 @@
 #include <string.h>
 #include <time.h>
 #include "common/log.h"
+#include "exec/dot.h"
 #include "worker/relay.h"
 #include "hlo/parse.h"
 #include "hlo/print.h"
 #include "pjrt/pjrt.h"
+#include "exec/dot.h"
 #include "worker/wk.h"
 
 #include "worker/spmd_coll.h"
@@ -1049,6 +1051,8 @@ static void relayed_free(wk *w) {
 
 int wk_exec_start(wk *w, lm_err *err) {
   pthread_mutex_init(&w->done_mu, NULL);
+  int blas = lm_blas_share_cores(w->cfg.devices); /* SPMD launches keep every device busy at once */
+  if (blas) lm_debug("BLAS calls use %d thread(s) each (%u devices; OPENBLAS_NUM_THREADS overrides)", blas, w->cfg.devices);
   if (uv_async_init(&w->loop, &w->async, on_async) != 0)
     return lm_errf(err, LOOM_INTERNAL, "cannot create the async handle");
   w->async.data = w;
