@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,3 +59,28 @@ def time_limit(seconds):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+class Chain(dict):
+    """A chain of launches on a thread of its own: x = put(x0, sharding), then x, = exe.launch(x)
+    until ["stop"] is set; ["n"] counts the launches done, ["x"] is the last value (numpy) once
+    stopped, ["err"] what failed (checked by the test). ["cl"] and ["exe"] are the client and the
+    executable. .thread runs it: started at once unless start=False."""
+
+    def __init__(self, client, exe, x0, sharding, start=True):
+        super().__init__(cl=client, exe=exe, n=0, stop=False, err=None, x=None)
+        self.x0, self.sharding = x0, sharding
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        if start:
+            self.thread.start()
+
+    def _run(self):
+        try:
+            x = self["cl"].put(self.x0, sharding=self.sharding)
+            while not self["stop"]:
+                (x,), fut = self["exe"].launch(x)
+                fut.result(timeout=120)
+                self["n"] += 1
+            self["x"] = x.numpy()
+        except Exception as e:  # noqa: BLE001 (the test checks ["err"])
+            self["err"] = e

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Auth, Cluster, loom_package, run_loom, wait_for
+from loomtest import Chain
 
 # Skipped (each test, so ctest reports the file as skipped) where this build's Python package is
 # not what `import loom` finds: the sanitizer build has none (test_pool_cli.py covers it there).
@@ -308,21 +309,8 @@ def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
     exe = b.compile(STEP_4)
     sh = loom.Sharding.named(np.arange(4), ("d",), ("d",))
     x0 = np.arange(8, dtype=np.float32) * 0.37 + 0.5
-    state = {"n": 0, "stop": False, "err": None, "x": None}
-
-    def chain():
-        try:
-            x = b.put(x0, sharding=sh)
-            while not state["stop"]:
-                (x,), fut = exe.launch(x)
-                fut.result(timeout=120)
-                state["n"] += 1
-            state["x"] = x.numpy()
-        except Exception as e:  # noqa: BLE001 (checked below)
-            state["err"] = e
-
-    t = threading.Thread(target=chain, daemon=True)
-    t.start()
+    state = Chain(b, exe, x0, sh)
+    t = state.thread
     wait_for(lambda: state["n"] >= 5, 30, what="the batch chain running")
     t0 = time.monotonic()
     p = loom.connect(c.addr, devices=4, priority="prod", name="urgent", progress=False)
@@ -409,20 +397,8 @@ def test_a_sharing_group_is_preempted_and_resumes_whole(procs, tmp_path):
     runs = []
     for w in (1, 2):
         cl = loom.connect(c.addr, devices=4, weight=w, priority="batch", progress=False, timeout=120)
-        runs.append({"cl": cl, "exe": cl.compile(STEP_4), "n": 0, "stop": False, "err": None, "x": None})
-
-    def chain(r):
-        try:
-            x = r["cl"].put(x0, sharding=sh)
-            while not r["stop"]:
-                (x,), fut = r["exe"].launch(x)
-                fut.result(timeout=120)
-                r["n"] += 1
-            r["x"] = x.numpy()
-        except Exception as e:  # noqa: BLE001 (checked below)
-            r["err"] = e
-
-    ts = [threading.Thread(target=chain, args=(r,), daemon=True) for r in runs]
+        runs.append(Chain(cl, cl.compile(STEP_4), x0, sh, start=False))
+    ts = [r.thread for r in runs]
     for t in ts:
         t.start()
     wait_for(lambda: all(r["n"] >= 5 for r in runs), 30, what="both sharing chains running")

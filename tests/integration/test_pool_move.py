@@ -4,13 +4,13 @@ a worker, or to another worker over the data plane: SHARD_MOVE), its programs ar
 and its held launches run. Its client sees no error; its results are bitwise those of an
 undisturbed run. Real controller and worker processes."""
 import json
-import threading
 import time
 
 import numpy as np
 import pytest
 
 from conftest import Cluster, loom_package, run_loom, wait_for
+from loomtest import Chain
 
 loom, _SKIP = loom_package()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
@@ -76,21 +76,8 @@ def test_a_preempted_session_resumes_on_other_devices_bitwise(procs, tmp_path, l
     exe = b.compile(STEP_2)
     kept = b.put(other, sharding=sh)
     kept.block_until_ready(timeout=60)
-    state = {"n": 0, "stop": False, "err": None, "x": None}
-
-    def chain():
-        try:
-            x = b.put(x0, sharding=sh)
-            while not state["stop"]:
-                (x,), fut = exe.launch(x)
-                fut.result(timeout=120)
-                state["n"] += 1
-            state["x"] = x.numpy()
-        except Exception as e:  # noqa: BLE001 (checked below)
-            state["err"] = e
-
-    t = threading.Thread(target=chain, daemon=True)
-    t.start()
+    state = Chain(b, exe, x0, sh)
+    t = state.thread
     wait_for(lambda: state["n"] >= 5, 30, what="the batch chain running")
     p = loom.connect(c.addr, devices=2, priority="prod", name="urgent", progress=False, timeout=60)
     st = sessions(c.addr)
@@ -152,23 +139,11 @@ def test_a_sharing_group_resumes_on_other_devices_together(procs, tmp_path):
     runs = []
     for w in (1, 2):
         cl = loom.connect(c.addr, devices=2, weight=w, priority="batch", progress=False, timeout=120)
-        runs.append({"cl": cl, "exe": cl.compile(STEP_2), "n": 0, "stop": False, "err": None, "x": None})
+        runs.append(Chain(cl, cl.compile(STEP_2), x0, sh, start=False))
     m = loom.connect(c.addr, devices=2, priority="interactive", progress=False, timeout=120)
     st = sessions(c.addr)
     assert [st[r["cl"].session]["device_ids"] for r in runs] == [[0, 1], [0, 1]] and st[m.session]["device_ids"] == [2, 3]
-
-    def chain(r):
-        try:
-            x = r["cl"].put(x0, sharding=sh)
-            while not r["stop"]:
-                (x,), fut = r["exe"].launch(x)
-                fut.result(timeout=120)
-                r["n"] += 1
-            r["x"] = x.numpy()
-        except Exception as e:  # noqa: BLE001 (checked below)
-            r["err"] = e
-
-    ts = [threading.Thread(target=chain, args=(r,), daemon=True) for r in runs]
+    ts = [r.thread for r in runs]
     for t in ts:
         t.start()
     wait_for(lambda: all(r["n"] >= 5 for r in runs), 30, what="both sharing chains running")
@@ -219,21 +194,8 @@ def test_part_of_a_sharing_group_is_preempted(procs, tmp_path, then):
     f = loom.connect(c.addr, devices=2, priority="interactive", name="filler", progress=False, timeout=120)
     b = loom.connect(c.addr, devices=2, weight=1, priority="batch", name="victim", progress=False, timeout=120)
     exe = b.compile(STEP_2)
-    state = {"n": 0, "stop": False, "err": None, "x": None}
-
-    def chain():
-        try:
-            x = b.put(x0, sharding=sh)
-            while not state["stop"]:
-                (x,), fut = exe.launch(x)
-                fut.result(timeout=120)
-                state["n"] += 1
-            state["x"] = x.numpy()
-        except Exception as e:  # noqa: BLE001 (checked below)
-            state["err"] = e
-
-    t = threading.Thread(target=chain, daemon=True)
-    t.start()
+    state = Chain(b, exe, x0, sh)
+    t = state.thread
     wait_for(lambda: state["n"] >= 5, 30, what="the batch chain running")
     i = loom.connect(c.addr, devices=2, weight=1, priority="interactive", name="joiner", progress=False, timeout=60)
     wait_for(lambda: sessions(c.addr)[b.session]["state"] == "suspended", 10, what="batch suspended in its group")

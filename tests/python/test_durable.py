@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from loomtest import run_loom, wait_for
+from loomtest import Chain, run_loom, wait_for
 from test_elastic import LOOM_BIN, TRAIN, Daemons, bitwise_equal
 
 
@@ -427,7 +427,7 @@ def test_pool_sessions_survive_a_restart(durable, tmp_path):
     runs = []
     for cls in ("batch", "prod"):
         cl = loom.connect(d.addr, devices=4, priority=cls, name=f"pool-{cls}", progress=False, timeout=120)
-        runs.append({"cl": cl, "exe": cl.compile(POOL_STEP_4), "n": 0, "stop": False, "err": None, "x": None})
+        runs.append(Chain(cl, cl.compile(POOL_STEP_4), x0, sh, start=False))
 
     def sessions():
         r = run_loom("sessions", "--json", "--controller", d.addr, check=True)
@@ -436,19 +436,7 @@ def test_pool_sessions_survive_a_restart(durable, tmp_path):
     before = sessions()
     devs = [before[r["cl"].session]["device_ids"] for r in runs]
     assert sorted(map(tuple, devs)) == [(0, 1, 2, 3), (4, 5, 6, 7)], before
-
-    def chain(r):
-        try:
-            x = r["cl"].put(x0, sharding=sh)
-            while not r["stop"]:
-                (x,), fut = r["exe"].launch(x)
-                fut.result(timeout=120)
-                r["n"] += 1
-            r["x"] = x.numpy()
-        except Exception as e:  # noqa: BLE001 (checked below)
-            r["err"] = e
-
-    ts = [threading.Thread(target=chain, args=(r,), daemon=True) for r in runs]
+    ts = [r.thread for r in runs]
     for t in ts:
         t.start()
     wait_for(lambda: all(r["n"] >= 10 for r in runs), 30, what="both chains running")
