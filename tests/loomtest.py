@@ -61,6 +61,25 @@ def time_limit(seconds):
         signal.signal(signal.SIGALRM, old)
 
 
+# One step of a chain on 4 devices: x * 1.0001 + sin(x) on each quarter of an (8,) f32 array
+# (elementwise: bitwise the same wherever it runs).
+CHAIN_STEP_4 = """
+module @step attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["d"=4]>
+  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"d"}]>] out_shardings=[<@mesh, [{"d"}]>] manual_axes={"d"} (%a: tensor<2xf32>) {
+      %c = stablehlo.constant dense<1.0001> : tensor<2xf32>
+      %m = stablehlo.multiply %a, %c : tensor<2xf32>
+      %s = stablehlo.sine %a : tensor<2xf32>
+      %r = stablehlo.add %m, %s : tensor<2xf32>
+      sdy.return %r : tensor<2xf32>
+    } : (tensor<8xf32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
+"""
+
+
 class Chain(dict):
     """A chain of launches on a thread of its own: x = put(x0, sharding), then x, = exe.launch(x)
     until ["stop"] is set; ["n"] counts the launches done, ["x"] is the last value (numpy) once

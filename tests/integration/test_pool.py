@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Auth, Cluster, loom_package, run_loom, wait_for
-from loomtest import Chain
+from loomtest import CHAIN_STEP_4, Chain
 
 # Skipped (each test, so ctest reports the file as skipped) where this build's Python package is
 # not what `import loom` finds: the sanitizer build has none (test_pool_cli.py covers it there).
@@ -283,21 +283,6 @@ def test_watchdog_cuts_a_runaway_launch_and_frees_the_devices(procs, tmp_path):
     p.close()
 
 
-STEP_4 = """
-module @step attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
-  sdy.mesh @mesh = <["d"=4]>
-  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
-    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"d"}]>] out_shardings=[<@mesh, [{"d"}]>] manual_axes={"d"} (%a: tensor<2xf32>) {
-      %c = stablehlo.constant dense<1.0001> : tensor<2xf32>
-      %m = stablehlo.multiply %a, %c : tensor<2xf32>
-      %s = stablehlo.sine %a : tensor<2xf32>
-      %r = stablehlo.add %m, %s : tensor<2xf32>
-      sdy.return %r : tensor<2xf32>
-    } : (tensor<8xf32>) -> tensor<8xf32>
-    return %0 : tensor<8xf32>
-  }
-}
-"""
 
 
 def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
@@ -306,7 +291,7 @@ def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
     the result of the same chain run undisturbed."""
     c = start(procs, tmp_path, workers=1)
     b = loom.connect(c.addr, devices=4, priority="batch", name="victim", progress=False, timeout=120)
-    exe = b.compile(STEP_4)
+    exe = b.compile(CHAIN_STEP_4)
     sh = loom.Sharding.named(np.arange(4), ("d",), ("d",))
     x0 = np.arange(8, dtype=np.float32) * 0.37 + 0.5
     state = Chain(b, exe, x0, sh)
@@ -335,7 +320,7 @@ def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
     count = state["n"]
     b.close()
     ref = loom.connect(c.addr, devices=4, progress=False)
-    e2 = ref.compile(STEP_4)
+    e2 = ref.compile(CHAIN_STEP_4)
     y = ref.put(x0, sharding=sh)
     for _ in range(count):
         (y,), f = e2.launch(y)
@@ -397,7 +382,7 @@ def test_a_sharing_group_is_preempted_and_resumes_whole(procs, tmp_path):
     runs = []
     for w in (1, 2):
         cl = loom.connect(c.addr, devices=4, weight=w, priority="batch", progress=False, timeout=120)
-        runs.append(Chain(cl, cl.compile(STEP_4), x0, sh, start=False))
+        runs.append(Chain(cl, cl.compile(CHAIN_STEP_4), x0, sh, start=False))
     ts = [r.thread for r in runs]
     for t in ts:
         t.start()
@@ -423,7 +408,7 @@ def test_a_sharing_group_is_preempted_and_resumes_whole(procs, tmp_path):
     for r in runs:
         r["cl"].close()
     ref = loom.connect(c.addr, devices=4, progress=False)
-    e2 = ref.compile(STEP_4)
+    e2 = ref.compile(CHAIN_STEP_4)
     for r in runs:
         y = ref.put(x0, sharding=sh)
         for _ in range(r["n"]):

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from loomtest import Chain, run_loom, wait_for
+from loomtest import CHAIN_STEP_4, Chain, run_loom, wait_for
 from test_elastic import LOOM_BIN, TRAIN, Daemons, bitwise_equal
 
 
@@ -395,21 +395,6 @@ def test_loom_up_restarts_its_controller_from_the_journal(tmp_path, monkeypatch)
     assert dn.returncode == 0, dn.stdout + dn.stderr
 
 
-POOL_STEP_4 = """
-module @step attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
-  sdy.mesh @mesh = <["d"=4]>
-  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
-    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"d"}]>] out_shardings=[<@mesh, [{"d"}]>] manual_axes={"d"} (%a: tensor<2xf32>) {
-      %c = stablehlo.constant dense<1.0001> : tensor<2xf32>
-      %m = stablehlo.multiply %a, %c : tensor<2xf32>
-      %s = stablehlo.sine %a : tensor<2xf32>
-      %r = stablehlo.add %m, %s : tensor<2xf32>
-      sdy.return %r : tensor<2xf32>
-    } : (tensor<8xf32>) -> tensor<8xf32>
-    return %0 : tensor<8xf32>
-  }
-}
-"""
 
 
 def test_pool_sessions_survive_a_restart(durable, tmp_path):
@@ -427,7 +412,7 @@ def test_pool_sessions_survive_a_restart(durable, tmp_path):
     runs = []
     for cls in ("batch", "prod"):
         cl = loom.connect(d.addr, devices=4, priority=cls, name=f"pool-{cls}", progress=False, timeout=120)
-        runs.append(Chain(cl, cl.compile(POOL_STEP_4), x0, sh, start=False))
+        runs.append(Chain(cl, cl.compile(CHAIN_STEP_4), x0, sh, start=False))
 
     def sessions():
         r = run_loom("sessions", "--json", "--controller", d.addr, check=True)
@@ -459,7 +444,7 @@ def test_pool_sessions_survive_a_restart(durable, tmp_path):
     for r in runs:
         r["cl"].close()
     ref = loom.connect(d.addr, devices=4, progress=False, timeout=60)
-    e2 = ref.compile(POOL_STEP_4)
+    e2 = ref.compile(CHAIN_STEP_4)
     for r in runs:
         y = ref.put(x0, sharding=sh)
         for _ in range(r["n"]):
