@@ -103,3 +103,13 @@ class Chain(dict):
             self["x"] = x.numpy()
         except Exception as e:  # noqa: BLE001 (the test checks ["err"])
             self["err"] = e
+
+
+def chain_value(client, exe, x0, sharding, n):
+    """The bytes a chain (see Chain) ends with after n launches when nothing disturbs it: x0 put
+    with sharding, then exe launched n times in a row on client."""
+    y = client.put(x0, sharding=sharding)
+    for _ in range(n):
+        (y,), f = exe.launch(y)
+        f.result(timeout=30)
+    return y.numpy().tobytes()

@@ -1139,6 +1139,18 @@ static uint32_t zero(pt *P) {
   return (uint32_t)P->zero;
 }
 
+/* Ends the constant table `table` (one i32 per process) whose values were just written and picks
+ * this process's entry from it by partition_id `id` into `res` (through the slice `sl`). */
+static uint32_t table_pick(pt *P, uint32_t id, uint32_t table, uint32_t sl, uint32_t res) {
+  lm_tb_put(&P->out, "]> : tensor<%uxi32>} : () -> tensor<%uxi32>\n", P->nproc, P->nproc);
+  lm_tb_put(&P->out,
+            "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u, %%p%u) {slice_sizes = array<i64: 1>} : (tensor<%uxi32>, "
+            "tensor<i32>) -> tensor<1xi32>\n",
+            sl, table, id, P->nproc);
+  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (tensor<1xi32>) -> tensor<i32>\n", res, sl);
+  return res;
+}
+
 /* This process's index along `axes` (row-major over them) times `scale`, as an i32 scalar. */
 static uint32_t index_along(pt *P, const int8_t *axes, int nax, int64_t scale) {
   uint32_t id = pid(P);
@@ -1154,13 +1166,7 @@ static uint32_t index_along(pt *P, const int8_t *axes, int nax, int64_t scale) {
     for (int j = 0; j < nax; j++) idx = idx * P->ms.sizes[axes[j]] + coord[axes[j]];
     lm_tb_put(&P->out, "%s%lld", p ? ", " : "", (long long)(idx * scale));
   }
-  lm_tb_put(&P->out, "]> : tensor<%uxi32>} : () -> tensor<%uxi32>\n", P->nproc, P->nproc);
-  lm_tb_put(&P->out,
-            "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u, %%p%u) {slice_sizes = array<i64: 1>} : (tensor<%uxi32>, "
-            "tensor<i32>) -> tensor<1xi32>\n",
-            sl, table, id, P->nproc);
-  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (tensor<1xi32>) -> tensor<i32>\n", res, sl);
-  return res;
+  return table_pick(P, id, table, sl, res);
 }
 
 static void put_axes_ex(pt *P, const int8_t *axes, int n) { put_axes(P, &P->ex, axes, n); }
@@ -1171,13 +1177,7 @@ static uint32_t proc_value(pt *P, const int64_t *vals) {
   uint32_t table = nid(P), sl = nid(P), res = nid(P);
   lm_tb_put(&P->out, "    %%p%u = \"stablehlo.constant\"() {value = dense<[", table);
   for (uint32_t p = 0; p < P->nproc; p++) lm_tb_put(&P->out, "%s%lld", p ? ", " : "", (long long)vals[p]);
-  lm_tb_put(&P->out, "]> : tensor<%uxi32>} : () -> tensor<%uxi32>\n", P->nproc, P->nproc);
-  lm_tb_put(&P->out,
-            "    %%p%u = \"stablehlo.dynamic_slice\"(%%p%u, %%p%u) {slice_sizes = array<i64: 1>} : (tensor<%uxi32>, "
-            "tensor<i32>) -> tensor<1xi32>\n",
-            sl, table, id, P->nproc);
-  lm_tb_put(&P->out, "    %%p%u = \"stablehlo.reshape\"(%%p%u) : (tensor<1xi32>) -> tensor<i32>\n", res, sl);
-  return res;
+  return table_pick(P, id, table, sl, res);
 }
 
 static void mesh_coord(const pt *P, int64_t pos, int64_t *coord) {

@@ -162,6 +162,10 @@ static int parse_item(const cJSON *q, bool write, int idx, px_persist_item *it, 
   return device_ids(q, it, what, msg, cap);
 }
 
+static int by_dir(const void *a, const void *b) {
+  return strcmp((*(const px_persist_item *const *)a)->dir, (*(const px_persist_item *const *)b)->dir);
+}
+
 int px_persist_parse(const cJSON *root, px_persist **out, char *msg, size_t cap) {
   *out = NULL;
   static const struct { const char *key, *list; bool write, bulk; } kinds[] = {
@@ -196,10 +200,15 @@ int px_persist_parse(const cJSON *root, px_persist **out, char *msg, size_t cap)
     if (!rc && (ids += (size_t)p->items[i].ndevices) > PS_DEVICES_MAX)
       rc = errf(msg, cap, PX_INVALID_ARGUMENT, "%s: more than %d device ids in all", kinds[k].key, PS_DEVICES_MAX);
   }
-  for (int a = 0; !rc && a < n; a++) /* one array per directory in a request */
-    for (int b = a + 1; !rc && b < n; b++)
-      if (!strcmp(p->items[a].dir, p->items[b].dir))
-        rc = errf(msg, cap, PX_INVALID_ARGUMENT, "persistence request: array '%.200s' is named twice", p->items[a].name);
+  /* one array per directory in a request: sorted by directory, a name given twice is side by side */
+  const px_persist_item **by = rc ? NULL : malloc(sizeof *by * (size_t)n);
+  if (!rc && !by) rc = errf(msg, cap, PX_RESOURCE_EXHAUSTED, "out of memory");
+  for (int a = 0; !rc && a < n; a++) by[a] = &p->items[a];
+  if (!rc) qsort(by, (size_t)n, sizeof *by, by_dir);
+  for (int a = 1; !rc && a < n; a++)
+    if (!strcmp(by[a - 1]->dir, by[a]->dir))
+      rc = errf(msg, cap, PX_INVALID_ARGUMENT, "persistence request: array '%.200s' is named twice", by[a]->name);
+  free(by);
   if (rc) {
     px_persist_free(p);
     return rc;

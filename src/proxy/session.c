@@ -2614,15 +2614,17 @@ static void *session_main(void *arg) {
   co.priority = s->has_priority ? s->priority : s->opts->priority;
   co.share_weight = s->has_share_weight ? s->share_weight : s->opts->share_weight;
   co.launch_limit_ms = s->launch_limit_ms;
-  int st = s->md_err[0] ? LOOM_INVALID_ARGUMENT : loom_connect(&co, &s->client);
-  if (st != LOOM_OK && s->md_err[0]) {
+  int code = PX_OK;
+  if (s->md_err[0]) {
+    code = PX_INVALID_ARGUMENT;
     snprintf(s->err, sizeof s->err, "%s", s->md_err);
-    lm_log(LM_LOG_WARN, "proxy: session %" PRIu64 ": %s", s->id, s->err);
-    px_stream_finish(s->st, PX_INVALID_ARGUMENT, s->err);
-  } else if (st != LOOM_OK) {
+  } else if (loom_connect(&co, &s->client) != LOOM_OK) {
+    code = PX_UNAVAILABLE;
     snprintf(s->err, sizeof s->err, "the Loom proxy cannot reach the cluster's controller: %s", loom_errmsg(NULL));
+  }
+  if (code != PX_OK) {
     lm_log(LM_LOG_WARN, "proxy: session %" PRIu64 ": %s", s->id, s->err);
-    px_stream_finish(s->st, PX_UNAVAILABLE, s->err);
+    px_stream_finish(s->st, code, s->err);
   } else {
     lm_log(LM_LOG_INFO, "proxy: session %" PRIu64 " opened (protocol %d, Loom session %" PRIu64 ")", s->id, s->protocol,
            loom_client_session(s->client));

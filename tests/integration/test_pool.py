@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import Auth, Cluster, loom_package, run_loom, wait_for
-from loomtest import CHAIN_STEP_4, Chain
+from loomtest import CHAIN_STEP_4, Chain, chain_value
 
 # Skipped (each test, so ctest reports the file as skipped) where this build's Python package is
 # not what `import loom` finds: the sanitizer build has none (test_pool_cli.py covers it there).
@@ -321,11 +321,7 @@ def test_preemption_suspends_and_resumes_bitwise(procs, tmp_path):
     b.close()
     ref = loom.connect(c.addr, devices=4, progress=False)
     e2 = ref.compile(CHAIN_STEP_4)
-    y = ref.put(x0, sharding=sh)
-    for _ in range(count):
-        (y,), f = e2.launch(y)
-        f.result(timeout=30)
-    assert state["x"].tobytes() == y.numpy().tobytes()
+    assert state["x"].tobytes() == chain_value(ref, e2, x0, sh, count)
     ref.close()
     print(f"preempted after a {waited * 1000:.0f} ms wait; chain of {count} launches bitwise equal")
 
@@ -410,11 +406,7 @@ def test_a_sharing_group_is_preempted_and_resumes_whole(procs, tmp_path):
     ref = loom.connect(c.addr, devices=4, progress=False)
     e2 = ref.compile(CHAIN_STEP_4)
     for r in runs:
-        y = ref.put(x0, sharding=sh)
-        for _ in range(r["n"]):
-            (y,), f = e2.launch(y)
-            f.result(timeout=30)
-        assert r["x"].tobytes() == y.numpy().tobytes()
+        assert r["x"].tobytes() == chain_value(ref, e2, x0, sh, r["n"])
     ref.close()
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import Cluster, loom_package, run_loom, wait_for
-from loomtest import Chain
+from loomtest import Chain, chain_value
 
 loom, _SKIP = loom_package()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
@@ -110,15 +110,8 @@ def test_a_preempted_session_resumes_on_other_devices_bitwise(procs, tmp_path, l
     p.close()
     ref = loom.connect(c.addr, devices=2, progress=False, timeout=60)
     e2 = ref.compile(STEP_2)
-    y = ref.put(x0, sharding=sh)
-    for _ in range(count):
-        (y,), f = e2.launch(y)
-        f.result(timeout=30)
-    assert state["x"].tobytes() == y.numpy().tobytes()
-    y1 = ref.put(x0, sharding=sh)
-    (y1,), f = e2.launch(y1)
-    f.result(timeout=30)
-    assert prod_out.tobytes() == y1.numpy().tobytes()
+    assert state["x"].tobytes() == chain_value(ref, e2, x0, sh, count)
+    assert prod_out.tobytes() == chain_value(ref, e2, x0, sh, 1)
     ref.close()
     print(f"{layout}: resumed on other devices {resumed_s * 1000:.0f} ms after the devices were free (5 launches "
           f"included); chain of {count} launches bitwise equal")
@@ -171,11 +164,7 @@ def test_a_sharing_group_resumes_on_other_devices_together(procs, tmp_path):
     ref = loom.connect(c.addr, devices=2, progress=False)
     e2 = ref.compile(STEP_2)
     for r in runs:
-        y = ref.put(x0, sharding=sh)
-        for _ in range(r["n"]):
-            (y,), f = e2.launch(y)
-            f.result(timeout=30)
-        assert r["x"].tobytes() == y.numpy().tobytes()
+        assert r["x"].tobytes() == chain_value(ref, e2, x0, sh, r["n"])
     ref.close()
 
 
@@ -235,14 +224,6 @@ def test_part_of_a_sharing_group_is_preempted(procs, tmp_path, then):
         f.close()
     ref = loom.connect(c.addr, devices=2, progress=False, timeout=60)
     e2 = ref.compile(STEP_2)
-    y = ref.put(x0, sharding=sh)
-    for _ in range(count):
-        (y,), fy = e2.launch(y)
-        fy.result(timeout=30)
-    assert state["x"].tobytes() == y.numpy().tobytes()
-    y = ref.put(x0, sharding=sh)
-    for _ in range(3 if then == "rejoins" else 4):
-        (y,), fy = e2.launch(y)
-        fy.result(timeout=30)
-    assert i_out.tobytes() == y.numpy().tobytes()
+    assert state["x"].tobytes() == chain_value(ref, e2, x0, sh, count)
+    assert i_out.tobytes() == chain_value(ref, e2, x0, sh, 3 if then == "rejoins" else 4)
     ref.close()

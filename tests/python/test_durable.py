@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from loomtest import CHAIN_STEP_4, Chain, run_loom, wait_for
+from loomtest import CHAIN_STEP_4, Chain, chain_value, run_loom, wait_for
 from test_elastic import LOOM_BIN, TRAIN, Daemons, bitwise_equal
 
 
@@ -446,9 +446,5 @@ def test_pool_sessions_survive_a_restart(durable, tmp_path):
     ref = loom.connect(d.addr, devices=4, progress=False, timeout=60)
     e2 = ref.compile(CHAIN_STEP_4)
     for r in runs:
-        y = ref.put(x0, sharding=sh)
-        for _ in range(r["n"]):
-            (y,), f = e2.launch(y)
-            f.result(timeout=30)
-        assert r["x"].tobytes() == y.numpy().tobytes()
+        assert r["x"].tobytes() == chain_value(ref, e2, x0, sh, r["n"])
     ref.close()
