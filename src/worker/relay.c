@@ -129,19 +129,24 @@ static void member_done(lm_relay *r, rl_launch *l, uint32_t i, Lmw__RunDone *d) 
   maybe_finish(r, l);
 }
 
+/* A copy of d the launch can keep (freed with lm_msg_free), or NULL when out of host memory. */
+static Lmw__RunDone *done_dup(const Lmw__RunDone *d) {
+  size_t n = protobuf_c_message_get_packed_size(&d->base);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) return NULL;
+  protobuf_c_message_pack(&d->base, buf);
+  Lmw__RunDone *out = lmw__run_done__unpack(NULL, n, buf);
+  free(buf);
+  return out;
+}
+
 /* A RunDone of our own making (a copy the launch can keep). */
 static Lmw__RunDone *made_done(uint64_t seq, int code, const char *msg) {
   Lmw__RunDone d = LMW__RUN_DONE__INIT;
   d.seq = seq;
   d.code = code;
   d.message = (char *)msg;
-  size_t n = protobuf_c_message_get_packed_size(&d.base);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return NULL;
-  protobuf_c_message_pack(&d.base, buf);
-  Lmw__RunDone *out = lmw__run_done__unpack(NULL, n, buf);
-  free(buf);
-  return out;
+  return done_dup(&d);
 }
 
 static void member_failed(lm_relay *r, rl_launch *l, uint32_t i, int code, const char *fmt, ...)
@@ -412,13 +417,7 @@ void lm_relay_local_done(lm_relay *r, const Lmw__RunDone *d) {
   if (!l || i == l->n || l->state[i] == M_DONE) return;
   Lmw__RunDone *copy = NULL;
   if (d->code < 0 || d->n_timings) { /* kept for the controller: a copy */
-    size_t n = protobuf_c_message_get_packed_size(&d->base);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf) {
-      protobuf_c_message_pack(&d->base, buf);
-      copy = lmw__run_done__unpack(NULL, n, buf);
-      free(buf);
-    }
+    copy = done_dup(d);
     if (!copy && d->code < 0) {
       member_failed(r, l, i, d->code, "worker %u: %.400s", r->self, d->message ? d->message : "failed");
       return;

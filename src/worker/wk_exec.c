@@ -18,7 +18,6 @@
 #include "hlo/parse.h"
 #include "hlo/print.h"
 #include "pjrt/pjrt.h"
-#include "exec/dot.h"
 #include "worker/wk.h"
 
 #include "worker/spmd_coll.h"

@@ -38,11 +38,20 @@ typedef struct sc_backup {
   struct sc_backup *next;
 } sc_backup;
 
+typedef struct sc_report {
+  uint64_t session, array, tag, bytes;
+  uint32_t dev;              /* virtual device */
+  int code;
+  char msg[200];
+  struct sc_report *next;
+} sc_report;
+
 typedef struct sc_job {
   wk *w;
   uint64_t session, array, tag;
   uint32_t peer, local_index, device;
   bool send, backup, receipt, report;
+  struct sc_report *rp;      /* report: made with the job, handed to the loop when the copy ends */
   int rc;                    /* the outcome (snapshot sends report it to the loop) */
   lm_type ty;
   size_t nbytes;
@@ -88,13 +97,6 @@ typedef struct sc_key {
   struct sc_key *next;
 } sc_key;
 
-typedef struct sc_report {
-  uint64_t session, array, tag, bytes;
-  uint32_t dev;              /* virtual device */
-  int code;
-  char msg[200];
-  struct sc_report *next;
-} sc_report;
 
 typedef struct sc_waiter {
   wk_dconn *dc;
@@ -279,7 +281,8 @@ static void *job_main(void *arg) {
     }
     if (b) free(b->data);
     free(b);
-    sc_report *rp = j->report ? calloc(1, sizeof *rp) : NULL;
+    sc_report *rp = j->rp;
+    j->rp = NULL;
     if (rp) { /* the loop thread sends it to the controller */
       rp->session = j->session, rp->array = j->array, rp->tag = j->tag, rp->dev = j->device;
       rp->code = rc, rp->bytes = rc == 0 ? j->nbytes : 0;
@@ -438,6 +441,11 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   j->peer = m->peer, j->local_index = m->local_index, j->device = m->device;
   j->send = m->send, j->backup = m->backup, j->receipt = m->receipt;
   j->report = m->report && !m->send && m->backup;
+  if (j->report && !(j->rp = calloc(1, sizeof *j->rp))) {
+    free(j);
+    lm_warn("ignoring SHARD_COPY of array %llu: out of host memory", (unsigned long long)m->array);
+    return;
+  }
   j->nbytes = (size_t)nbytes;
   int64_t dims[LM_MAX_RANK];
   for (size_t d = 0; d < m->n_dims; d++) dims[d] = (int64_t)m->dims[d];
@@ -445,6 +453,7 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
   if (!m->send && !m->backup) { /* launches that read it wait for it from now on */
     j->slot = wk_slot_new(m->session, m->array, m->local_index);
     if (!j->slot) {
+      free(j->rp);
       free(j);
       lm_warn("out of host memory restoring array %llu", (unsigned long long)m->array);
       return;
@@ -459,6 +468,7 @@ void wk_on_shard_copy(wk *w, const Lmw__ShardCopy *m) {
       wk_slot_finish(&w->store, j->slot, NULL, LOOM_NO_MEMORY, "cannot start a thread to restore the shard");
       wk_slot_release(&w->store, j->slot);
     }
+    free(j->rp);
     free(j);
     lm_warn("cannot start a shard copy thread");
     return;
@@ -513,6 +523,7 @@ void wk_sc_stop(wk *w) {
   pthread_mutex_unlock(&sc->mu);
   while (jobs) {
     sc_job *n = jobs->next;
+    free(jobs->rp);
     free(jobs);
     jobs = n;
   }
@@ -590,6 +601,7 @@ void wk_sc_reap(wk *w) {
   pthread_mutex_unlock(&sc->mu);
   while (done) {
     sc_job *n = done->next;
+    free(done->rp);
     free(done);
     done = n;
   }

@@ -150,6 +150,7 @@ typedef struct move_job {
   move_item *it;
   uint64_t moved, bytes, failed;
   char first[300];              /* the first failure */
+  int first_code;               /* and its code */
 } move_job;
 
 static void item_fail(move_item *x, int rc, const char *why) {
@@ -157,6 +158,18 @@ static void item_fail(move_item *x, int rc, const char *why) {
   x->rc = rc < 0 ? rc : LOOM_INTERNAL;
   snprintf(x->why, sizeof x->why, "%.199s", why);
 }
+
+/* A new buffer on x's device for the bytes it receives or copies: 0, or -1 with x failed. */
+static int dst_alloc(wk *w, move_item *x) {
+  lm_err e;
+  if (!x->dst) return item_fail(x, LOOM_NO_MEMORY, "out of host memory"), -1;
+  if (lm_buffer_alloc(w->devs[x->to].dev, &x->ty, &x->buf, &e) < 0) return item_fail(x, e.code, e.msg), -1;
+  return 0;
+}
+
+/* A transfer this side cannot serve (no shard to send, no buffer to receive into) still runs, with
+ * a length the other side does not expect: that side then fails at once instead of waiting. */
+static size_t wrong_len(const move_item *x) { return x->nbytes == 1 ? 2 : 1; }
 
 /* The leaving shard, READY, in memory this worker can read, of the expected size; else why not. */
 static int src_ok(const move_item *x, char *why, size_t cap) {
@@ -182,10 +195,8 @@ static void move_work(uv_work_t *r) {
     move_item *x = &j->it[i];
     if (x->kind != LMW__SHARD_MOVE_KIND__MOVE_RECV) continue;
     void *into = x->scratch;
-    size_t len = x->nbytes == 1 ? 2 : 1;
-    if (!x->dst) item_fail(x, LOOM_NO_MEMORY, "out of host memory");
-    else if (lm_buffer_alloc(w->devs[x->to].dev, &x->ty, &x->buf, &e) < 0) item_fail(x, e.code, e.msg);
-    else into = x->buf->data, len = x->nbytes;
+    size_t len = wrong_len(x);
+    if (dst_alloc(w, x) == 0) into = x->buf->data, len = x->nbytes;
     if (lm_dp_irecv(w->dp, x->peer, x->tag, into, len, &x->rq, &e) < 0) x->rq = NULL, item_fail(x, e.code, e.msg);
   }
   for (size_t i = 0; i < j->n; i++) {
@@ -195,12 +206,10 @@ static void move_work(uv_work_t *r) {
     if (rc < 0) item_fail(x, rc, why);
     if (x->kind == LMW__SHARD_MOVE_KIND__MOVE_SEND) {
       const void *from = rc == 0 ? x->src->buf->data : x->scratch;
-      size_t len = rc == 0 ? x->nbytes : x->nbytes == 1 ? 2 : 1;
+      size_t len = rc == 0 ? x->nbytes : wrong_len(x);
       if (lm_dp_isend(w->dp, x->peer, x->tag, from, len, &x->rq, &e) < 0) x->rq = NULL, item_fail(x, e.code, e.msg);
-    } else if (rc == 0) {
-      if (!x->dst) item_fail(x, LOOM_NO_MEMORY, "out of host memory");
-      else if (lm_buffer_alloc(w->devs[x->to].dev, &x->ty, &x->buf, &e) < 0) item_fail(x, e.code, e.msg);
-      else memcpy(x->buf->data, x->src->buf->data, x->nbytes);
+    } else if (rc == 0 && dst_alloc(w, x) == 0) {
+      memcpy(x->buf->data, x->src->buf->data, x->nbytes);
     }
   }
   for (size_t i = 0; i < j->n; i++) {
@@ -223,6 +232,7 @@ static void move_work(uv_work_t *r) {
       j->moved++;
       j->bytes += x->nbytes;
     } else if (!j->failed++) {
+      j->first_code = x->rc;
       snprintf(j->first, sizeof j->first, "array %llu (%s device %u%s%u): %s", (unsigned long long)x->array,
                x->kind == LMW__SHARD_MOVE_KIND__MOVE_RECV ? "to" : "from",
                x->kind == LMW__SHARD_MOVE_KIND__MOVE_RECV ? x->to : x->from,
@@ -251,7 +261,7 @@ static void move_done(uv_work_t *r, int status) {
     lm_warn("session %" PRIu64 ": %" PRIu64 " shards moved to other devices, %" PRIu64 " not: %s", j->session,
             j->moved, j->failed, j->first);
     if (w->conn)
-      lm_conn_send_errorf(w->conn, j->rid, LOOM_INTERNAL, "worker %u: %" PRIu64 " shards of session %" PRIu64
+      lm_conn_send_errorf(w->conn, j->rid, j->first_code, "worker %u: %" PRIu64 " shards of session %" PRIu64
                           " could not be moved to other devices; the first: %s", w->worker_id, j->failed, j->session,
                           j->first);
   } else {
@@ -288,15 +298,17 @@ void wk_on_shard_move(wk *w, uint64_t rid, const Lmw__ShardMove *m) {
   }
   move_job *j = why[0] ? NULL : calloc(1, sizeof *j);
   if (j) j->it = calloc(m->n_items ? m->n_items : 1, sizeof *j->it);
+  int code = LOOM_PROTOCOL; /* a malformed item, or: */
   if (!why[0] && (!j || !j->it)) {
     free(j);
     j = NULL;
+    code = LOOM_NO_MEMORY;
     snprintf(why, sizeof why, "out of host memory");
   }
   if (why[0]) {
     lm_warn("refusing SHARD_MOVE of session %" PRIu64 " (item %zu): %s", m->session, bad, why);
     if (w->conn)
-      lm_conn_send_errorf(w->conn, rid, LOOM_PROTOCOL, "worker %u: SHARD_MOVE item %zu: %s", w->worker_id, bad, why);
+      lm_conn_send_errorf(w->conn, rid, code, "worker %u: SHARD_MOVE item %zu: %s", w->worker_id, bad, why);
     return;
   }
   j->w = w;

@@ -90,8 +90,7 @@ wk_slot *wk_store_get_locked(wk_store *st, uint64_t session, uint64_t array, uin
 
 wk_slot *wk_store_get(wk_store *st, uint64_t session, uint64_t array, uint32_t dev) {
   pthread_mutex_lock(&st->mu);
-  wk_slot *x = st->buckets[bucket(st, session, array, dev)];
-  while (x && !(x->session == session && x->array == array && x->dev == dev)) x = x->next;
+  wk_slot *x = wk_store_get_locked(st, session, array, dev);
   if (x) x->refs++;
   pthread_mutex_unlock(&st->mu);
   return x;
