@@ -473,9 +473,11 @@ bool ctl_recover_idle(ctl *c);             /* no recovery or drain in progress *
 uint32_t ctl_snapshot_buddy(ctl *c, uint32_t holder); /* the worker to keep holder's snapshots, or UINT32_MAX */
 bool ctl_shard_replicated(ctl *c, const c_array *a, uint32_t k); /* shard k's region is on another worker too */
 c_array *ctl_find_array(ctl *c, lm_session *s, uint64_t id);     /* live, or deleted and kept; NULL: neither */
-/* Sends a snapshot copy of shard k of a from its holder to buddy's host memory, the buddy to
- * report how it ended (SNAPSHOT_KEPT); returns the copy's tag. */
-uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy);
+/* Sends a snapshot copy of shard k of a from its holder to buddy's host memory; receipt: the
+ * buddy confirms to the holder that it kept the bytes; report: it tells the controller how it
+ * ended (SNAPSHOT_KEPT). Returns the copy's tag. */
+uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy, bool receipt,
+                           bool report);
 void ctl_zombies_sweep(ctl *c);
 
 /* periodic snapshots of launch outputs and the launch log's truncation (ctl_snapshot.c) */
