@@ -384,12 +384,17 @@ bool ctl_plan_current(ctl *c, const c_program *prog);
 static inline uint32_t ctl_plan_worker_index(const c_plan *plan, uint32_t worker) {
   return plan && worker < plan->nwidx ? plan->widx[worker] : UINT32_MAX;
 }
+/* One past the plan's index of the last member of relay group g. */
+static inline uint32_t ctl_plan_group_end(const c_plan *plan, uint32_t g) {
+  return (g + 1) * plan->gsize < plan->nworkers ? (g + 1) * plan->gsize : plan->nworkers;
+}
 
 /* frees (ctl_frees.c): FREE_ARRAYS are batched per worker, sent with the worker's next RUN of the
  * same session or within LM_FREE_DELAY_MS */
 void ctl_free_later(ctl *c, uint32_t worker, uint64_t session, const uint64_t *ids, size_t n);
-/* The frees waiting for worker that a RUN of session can carry: *ids (valid until the next call
- * here) and their count; frees of another session are sent now. */
+/* The frees waiting for worker that a RUN of session can carry: *ids (worker's own list, valid and
+ * unchanged until ctl_frees_sent or ctl_free_later for worker) and their count; frees of another
+ * session are sent now. */
 size_t ctl_frees_for_run(ctl *c, uint32_t worker, uint64_t session, const uint64_t **ids);
 /* After the RUN carrying them was sent: forget them. */
 void ctl_frees_sent(ctl *c, uint32_t worker);
