@@ -384,12 +384,17 @@ bool ctl_plan_current(ctl *c, const c_program *prog);
 static inline uint32_t ctl_plan_worker_index(const c_plan *plan, uint32_t worker) {
   return plan && worker < plan->nwidx ? plan->widx[worker] : UINT32_MAX;
 }
+/* One past the plan's index of the last member of relay group g. */
+static inline uint32_t ctl_plan_group_end(const c_plan *plan, uint32_t g) {
+  return (g + 1) * plan->gsize < plan->nworkers ? (g + 1) * plan->gsize : plan->nworkers;
+}
 
 /* frees (ctl_frees.c): FREE_ARRAYS are batched per worker, sent with the worker's next RUN of the
  * same session or within LM_FREE_DELAY_MS */
 void ctl_free_later(ctl *c, uint32_t worker, uint64_t session, const uint64_t *ids, size_t n);
-/* The frees waiting for worker that a RUN of session can carry: *ids (valid until the next call
- * here) and their count; frees of another session are sent now. */
+/* The frees waiting for worker that a RUN of session can carry: *ids (worker's own list, valid and
+ * unchanged until ctl_frees_sent or ctl_free_later for worker) and their count; frees of another
+ * session are sent now. */
 size_t ctl_frees_for_run(ctl *c, uint32_t worker, uint64_t session, const uint64_t **ids);
 /* After the RUN carrying them was sent: forget them. */
 void ctl_frees_sent(ctl *c, uint32_t worker);
@@ -473,9 +478,11 @@ bool ctl_recover_idle(ctl *c);             /* no recovery or drain in progress *
 uint32_t ctl_snapshot_buddy(ctl *c, uint32_t holder); /* the worker to keep holder's snapshots, or UINT32_MAX */
 bool ctl_shard_replicated(ctl *c, const c_array *a, uint32_t k); /* shard k's region is on another worker too */
 c_array *ctl_find_array(ctl *c, lm_session *s, uint64_t id);     /* live, or deleted and kept; NULL: neither */
-/* Sends a snapshot copy of shard k of a from its holder to buddy's host memory, the buddy to
- * report how it ended (SNAPSHOT_KEPT); returns the copy's tag. */
-uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy);
+/* Sends a snapshot copy of shard k of a from its holder to buddy's host memory; receipt: the
+ * buddy confirms to the holder that it kept the bytes; report: it tells the controller how it
+ * ended (SNAPSHOT_KEPT). Returns the copy's tag. */
+uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy, bool receipt,
+                           bool report);
 void ctl_zombies_sweep(ctl *c);
 
 /* periodic snapshots of launch outputs and the launch log's truncation (ctl_snapshot.c) */

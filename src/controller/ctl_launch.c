@@ -182,10 +182,6 @@ static void launch_free(ctl *c, c_launch *l) {
   free(l);
 }
 
-static uint32_t group_end(const c_plan *p, uint32_t g) {
-  return (g + 1) * p->gsize < p->nworkers ? (g + 1) * p->gsize : p->nworkers;
-}
-
 void ctl_launch_abort(ctl *c, c_launch *l, const Lmw__AbortLaunch *ab, uint32_t skip) {
   if (l->relayed) { /* through the relays, after the RUNs they forwarded (a lost relay's members stop
                        when its connection to them closes) */
@@ -248,6 +244,18 @@ static void launch_worker_done(ctl *c, c_launch *l, uint32_t idx) {
   launch_free(c, l);
 }
 
+/* Members k0..k1-1 of l not done yet are done (their outcome is known or lost); true when the
+ * last of them freed l. */
+static bool settle_members(ctl *c, c_launch *l, uint32_t k0, uint32_t k1) {
+  for (uint32_t k = k0; k < k1; k++) {
+    if (l->done[k]) continue;
+    bool last = l->pending == 1;
+    launch_worker_done(c, l, k); /* the last frees l */
+    if (last) return true;
+  }
+  return false;
+}
+
 void ctl_on_run_done(ctl *c, peer *w, const Lmw__RunDone *m) {
   c_launch *l = find_launch(c, m->seq);
   if (!l) return; /* already finished (failed elsewhere and freed) */
@@ -275,7 +283,7 @@ void ctl_on_relay_done(ctl *c, peer *w, const Lmw__RelayDone *m) {
     lm_warn("worker %u reported launch %llu as a relay, which it is not", w->worker_id, (unsigned long long)m->seq);
     return;
   }
-  uint32_t g = idx / l->plan->gsize, k1 = group_end(l->plan, g);
+  uint32_t g = idx / l->plan->gsize, k1 = ctl_plan_group_end(l->plan, g);
   if (l->gdone[g]) return;
   l->gdone[g] = 1;
   for (size_t j = 0; j < m->n_members; j++) { /* failures and timings, each naming its worker */
@@ -292,12 +300,7 @@ void ctl_on_relay_done(ctl *c, peer *w, const Lmw__RelayDone *m) {
       launch_fail(c, l, md->done->code, msg);
     }
   }
-  for (uint32_t k = idx; k < k1; k++) { /* the others ran */
-    if (l->done[k]) continue;
-    bool last = l->pending == 1;
-    launch_worker_done(c, l, k); /* the last frees l */
-    if (last) return;
-  }
+  settle_members(c, l, idx, k1); /* the others ran */
 }
 
 void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
@@ -309,17 +312,12 @@ void ctl_launches_worker_lost(ctl *c, uint32_t worker, const char *why) {
     uint32_t i = ctl_plan_worker_index(l->plan, worker);
     if (i < l->nworkers && l->workers[i] == worker && l->relayed && i % l->plan->gsize == 0 &&
         !l->gdone[i / l->plan->gsize]) { /* a relay: its whole group's outcome is lost with it */
-      uint32_t g = i / l->plan->gsize, k1 = group_end(l->plan, g);
+      uint32_t g = i / l->plan->gsize, k1 = ctl_plan_group_end(l->plan, g);
       snprintf(msg, sizeof msg, "%s, the relay for workers %u-%u of the launch (%u workers), was lost during the "
                "launch: %s", wn, l->workers[i], l->workers[k1 - 1], k1 - i, why);
       launch_fail(c, l, LOOM_WORKER_LOST, msg);
       l->gdone[g] = 1;
-      for (uint32_t k = i; k < k1; k++) {
-        if (l->done[k]) continue;
-        bool last = l->pending == 1;
-        launch_worker_done(c, l, k); /* the last frees l */
-        if (last) break;
-      }
+      settle_members(c, l, i, k1); /* may free l */
     } else if (i < l->nworkers && l->workers[i] == worker && !l->done[i]) {
       snprintf(msg, sizeof msg, "%s was lost during the launch: %s", wn, why);
       launch_fail(c, l, LOOM_WORKER_LOST, msg);
@@ -453,30 +451,28 @@ static void plan_unref(void *arg) { ctl_plan_release(arg); }
 static void relay_dispatch(ctl *c, c_launch *l, lm_session *s, Lmw__Run *run) {
   c_plan *plan = l->plan;
   uint32_t gs = plan->gsize;
-  uint64_t *mincs = calloc(gs, sizeof *mincs);
-  Lmw__RelayFrees *fr = calloc(gs, sizeof *fr), **frp = calloc(gs, sizeof *frp);
-  uint64_t **fcopy = calloc(gs, sizeof *fcopy);
+  /* per member of a group: its frees, a pointer to them, its min_cseq (one allocation) */
+  Lmw__RelayFrees *fr = calloc(gs, sizeof *fr + sizeof(Lmw__RelayFrees *) + sizeof(uint64_t));
+  Lmw__RelayFrees **frp = fr ? (Lmw__RelayFrees **)(fr + gs) : NULL;
+  uint64_t *mincs = fr ? (uint64_t *)(frp + gs) : NULL;
   lm_err err;
   for (uint32_t g = 0; g < plan->ngroups; g++) {
-    uint32_t k0 = g * gs, k1 = group_end(plan, g);
+    uint32_t k0 = g * gs, k1 = ctl_plan_group_end(plan, g);
     int src = 0;
     Lmw__RelayRun rr = LMW__RELAY_RUN__INIT;
-    if (!mincs || !fr || !frp || !fcopy) src = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory at the controller");
+    if (!fr) src = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory at the controller");
     for (uint32_t k = k0; src == 0 && k < k1; k++) {
       uint32_t w = l->workers[k];
-      const uint64_t *ids;
+      const uint64_t *ids; /* the member's own list, unchanged until ctl_frees_sent (the members are distinct
+                              workers, and nothing here adds frees) */
       size_t nf = ctl_frees_for_run(c, w, s->id, &ids); /* (may send another session's frees first) */
       if (nf) {
-        fcopy[rr.n_frees] = malloc(nf * sizeof *ids);
-        if (fcopy[rr.n_frees]) {
-          memcpy(fcopy[rr.n_frees], ids, nf * sizeof *ids);
-          Lmw__RelayFrees *f = &fr[rr.n_frees];
-          lmw__relay_frees__init(f);
-          f->member = k - k0;
-          f->n_ids = nf;
-          f->ids = fcopy[rr.n_frees];
-          frp[rr.n_frees++] = f;
-        }
+        Lmw__RelayFrees *f = &fr[rr.n_frees];
+        lmw__relay_frees__init(f);
+        f->member = k - k0;
+        f->n_ids = nf;
+        f->ids = (uint64_t *)ids;
+        frp[rr.n_frees++] = f;
       }
       if (k > k0) ctl_peers_flush(c, w); /* it learns its peers before the RUN (the relay's flush on send) */
       peer *wp = w < c->worker_peer_cap ? c->worker_peer[w] : NULL;
@@ -491,23 +487,15 @@ static void relay_dispatch(ctl *c, c_launch *l, lm_session *s, Lmw__Run *run) {
       src = ctl_worker_send_ref(c, l->workers[k0], LM_MSG_RELAY_RUN, 0, &rr.base, plan->gblob[g], plan->gblen[g],
                                 plan_unref, plan, &err);
     }
-    for (size_t j = 0; j < rr.n_frees; j++) {
-      if (src == 0) ctl_frees_sent(c, l->workers[k0 + frp[j]->member]);
-      free(fcopy[j]);
-    }
+    for (size_t j = 0; src == 0 && j < rr.n_frees; j++) ctl_frees_sent(c, l->workers[k0 + frp[j]->member]);
     if (src < 0) { /* fail it; the groups from g on never got it (the last worker done frees l) */
       for (uint32_t h = plan->ngroups; h-- > g;) l->gdone[h] = 1; /* (nothing to abort there) */
       launch_fail(c, l, err.code, err.msg);
-      for (uint32_t j = l->nworkers; j-- > k0;) {
-        if (l->done[j]) continue;
-        bool last = l->pending == 1;
-        launch_worker_done(c, l, j);
-        if (last) break;
-      }
+      settle_members(c, l, k0, l->nworkers); /* may free l */
       break;
     }
   }
-  free(mincs), free(fr), free(frp), free(fcopy);
+  free(fr);
 }
 
 /* Sends one RUN per worker holding a device of l (its devices, and where every process runs, for

@@ -33,7 +33,7 @@ static bool plan_groups(ctl *c, c_plan *p) {
   p->ngroups = ng; /* (freed by ctl_plan_release whatever happens) */
   p->gsize = gs;
   for (uint32_t g = 0; ok && g < ng; g++) {
-    uint32_t k0 = g * gs, k1 = k0 + gs < p->nworkers ? k0 + gs : p->nworkers, relay = p->workers[k0];
+    uint32_t k0 = g * gs, k1 = ctl_plan_group_end(p, g), relay = p->workers[k0];
     Lmw__RelayGroup grp = LMW__RELAY_GROUP__INIT;
     for (uint32_t k = k0; k < k1; k++) {
       uint32_t w = p->workers[k];

@@ -125,7 +125,8 @@ typedef struct ctl_pool {
   uint32_t nquotas;
   pool_sess *head, *tail;
   uint32_t nclosed;
-  uint32_t stash_replies;            /* STASH and SHARD_MOVE answers not yet in (worker replies skip the sessions when 0) */
+  uint32_t stash_replies;            /* STASH and SHARD_MOVE answers not yet in: the sessions' stash_wait summed
+                                        (worker replies skip the sessions when 0) */
   uint64_t next_tag;                 /* data-plane tags of SHARD_MOVE transfers (with POOL_TAG_BIT) */
   struct ctl *ctl;
 } ctl_pool;
@@ -520,8 +521,16 @@ static void held_free(pool_sess *s) {
   s->held_bytes = 0;
 }
 
-static void sess_free(pool_sess *s) {
+/* s waits for no STASH or SHARD_MOVE answer any more: what it waited for leaves the pool's count
+ * (answers still in flight to it are no longer matched, or s is gone). */
+static void stash_forget(ctl_pool *P, pool_sess *s) {
+  P->stash_replies -= s->stash_wait < P->stash_replies ? s->stash_wait : P->stash_replies;
+  s->stash_wait = 0;
+}
+
+static void sess_free(ctl_pool *P, pool_sess *s) {
   if (!s) return;
+  stash_forget(P, s);
   held_free(s);
   memset(s->resume_secret, 0, sizeof s->resume_secret);
   free(s->mv);
@@ -534,7 +543,7 @@ void ctl_pool_free(ctl *c) {
   if (!P) return;
   for (pool_sess *s = P->head, *n; s; s = n) {
     n = s->next;
-    sess_free(s);
+    sess_free(P, s);
   }
   free(P->quotas);
   free(P);
@@ -803,7 +812,7 @@ static void pool_admit(ctl *c);
 
 /* Sends STASH (restore: back onto the devices) to every worker holding state of s's session. */
 static void send_stash(ctl *c, pool_sess *s, bool restore) {
-  s->stash_wait = 0;
+  stash_forget(c->pool, s);
   s->stash_rid = c->next_rid;
   s->stash_nrid = 0;
   s->stash_sent_ms = ctl_now_ms(c);
@@ -831,7 +840,6 @@ bool ctl_pool_on_reply(ctl *c, peer *w, const lm_frame *f) {
   uint64_t rid = f->h.request_id;
   for (pool_sess *s = c->pool->head; s; s = s->next) {
     if (!s->stash_nrid || rid < s->stash_rid || rid >= s->stash_rid + s->stash_nrid) continue;
-    c->pool->stash_replies--;
     if (f->h.type == LM_MSG_ERROR) {
       lm_err e;
       lm_msg_error_status(f, &e);
@@ -844,6 +852,7 @@ bool ctl_pool_on_reply(ctl *c, peer *w, const lm_frame *f) {
     }
     if (!s->stash_wait) return true;
     s->stash_wait--;
+    c->pool->stash_replies--; /* (the sum of the sessions' stash_wait) */
     if (s->state == PS_SUSPENDING && !s->stash_wait) {
       pool_admit(c);
     } else if (s->mv_shards && !s->stash_wait) {
@@ -1009,10 +1018,11 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
     s->mv[s->nmv++] = (struct pool_mv){.old = e->prog};
   }
   mv_item *it = rc == 0 ? calloc(2 * nshards + 1, sizeof *it) : NULL;
+  Lmw__ShardMoveItem **ptrs = rc == 0 ? calloc(2 * nshards + 1, sizeof *ptrs) : NULL; /* one worker's items */
   uint32_t nw = lm_registry_worker_count(c->reg);
   uint32_t *cnt = rc == 0 ? calloc(nw + 1, sizeof *cnt) : NULL;
   uint8_t *restore = rc == 0 ? calloc(nw + 1, 1) : NULL;
-  if (rc == 0 && (!it || !cnt || !restore)) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
+  if (rc == 0 && (!it || !ptrs || !cnt || !restore)) rc = lm_errf(&err, LOOM_NO_MEMORY, "out of host memory");
   /* the programs there: found or compiled (a failure here leaves nothing changed) */
   for (uint32_t k = 0; k < s->nmv && rc == 0; k++) {
     c_program *np = NULL;
@@ -1035,7 +1045,7 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
             err.msg);
     mv_drop(c, s); /* programs being loaded for it settle later and find no move (mv_prog_done) */
     s->pinned = true; /* not tried again until its next suspension */
-    free(it), free(cnt), free(restore);
+    free(it), free(ptrs), free(cnt), free(restore);
     return false;
   }
   /* its arrays name the new devices; each shard's move goes to the workers at both ends */
@@ -1088,12 +1098,11 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
   uint32_t *old = malloc(n * sizeof *old);
   if (old) memcpy(old, s->devs, n * sizeof *old);
   memcpy(s->devs, nd, n * sizeof *nd);
-  s->stash_wait = 0;
+  stash_forget(P, s);
   s->stash_rid = c->next_rid;
   s->stash_nrid = 0;
   s->mv_shards = true;
   uint32_t nmoved = 0, nworkers = 0;
-  Lmw__ShardMoveItem **ptrs = calloc(ni + 1, sizeof *ptrs);
   for (uint32_t w = 0; w < nw; w++) { /* moves first, then the STASH restore of shards that stay */
     if (!cnt[w] && !restore[w]) continue;
     const lm_reg_worker *rw = lm_registry_worker(c->reg, w);
@@ -1101,7 +1110,7 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
     lm_session_touch(ss, w);
     if (cnt[w]) {
       size_t k = 0;
-      for (size_t i = 0; ptrs && i < ni; i++)
+      for (size_t i = 0; i < ni; i++)
         if (it[i].worker == w) ptrs[k++] = &it[i].m;
       Lmw__ShardMove m = LMW__SHARD_MOVE__INIT;
       m.session = s->id;
@@ -1109,7 +1118,7 @@ static bool resume_elsewhere(ctl *c, pool_sess *s, const uint32_t *nd) {
       m.items = ptrs;
       uint64_t rid = c->next_rid++;
       s->stash_nrid++;
-      if (ptrs && connected && ctl_worker_send(c, w, LM_MSG_SHARD_MOVE, rid, &m.base, NULL, 0, NULL) == 0) {
+      if (connected && ctl_worker_send(c, w, LM_MSG_SHARD_MOVE, rid, &m.base, NULL, 0, NULL) == 0) {
         s->stash_wait++;
         P->stash_replies++;
         nworkers++;
@@ -1175,7 +1184,6 @@ static void pool_admit(ctl *c) {
 
 static void pool_admit_once(ctl *c, bool *again) {
   ctl_pool *P = c->pool;
-  *again = false;
   *again = preempt_in_groups(c);
   /* suspensions complete once the session's launches in flight are done and its shards are in
    * host memory (or the workers did not answer in time) */
@@ -1505,7 +1513,7 @@ int ctl_pool_hello(peer *p, const lm_frame *f, const Lmw__Hello *h, Lmw__HelloRe
     *pp = o->next;
     if (P->tail == o) P->tail = prev;
     if (o->state == PS_CLOSED) P->nclosed--;
-    sess_free(o);
+    sess_free(P, o);
     break;
   }
   s->p = p;
@@ -1576,7 +1584,7 @@ static void sess_unref(ctl_pool *P, pool_sess *s) {
     if (P->tail == o) P->tail = prev;
     P->nclosed--;
     ctl_j_usage_del(P->ctl, o->id);
-    sess_free(o);
+    sess_free(P, o);
   }
 }
 

@@ -279,10 +279,12 @@ static void array_fail(c_array *a, int code, const char *msg) {
 static uint32_t dev_worker(ctl *c, uint32_t v) { return lm_registry_device(c->reg, v)->worker; }
 
 /* Sends the two halves of a shard copy: from (src, its device src_local or its snapshot of
- * device v) to (dst, its device dst_local or a snapshot of device v). */
-static uint64_t send_copy_ex(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
-                             uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt,
-                             bool report) {
+ * device v) to (dst, its device dst_local or a snapshot of device v); receipt: dst confirms to src
+ * that it kept the bytes; report: dst tells the controller how it ended (SNAPSHOT_KEPT). Returns
+ * the copy's tag. */
+static uint64_t send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
+                          uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt,
+                          bool report) {
   int64_t off[LM_SHARD_MAX_RANK], sd[LM_SHARD_MAX_RANK];
   lm_sharding_shard(&a->sh, a->rank, a->dims, k, off, sd);
   uint64_t dims[LM_SHARD_MAX_RANK];
@@ -313,11 +315,6 @@ static uint64_t send_copy_ex(ctl *c, lm_session *s, const c_array *a, uint32_t k
   return tag;
 }
 
-static void send_copy(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t src, bool src_backup,
-                      uint32_t src_local, uint32_t dst, bool dst_backup, uint32_t dst_local, bool receipt) {
-  send_copy_ex(c, s, a, k, src, src_backup, src_local, dst, dst_backup, dst_local, receipt, false);
-}
-
 /* The next usable regular worker after `holder` (in id order, wrapping), or UINT32_MAX. */
 static uint32_t pick_buddy(ctl *c, uint32_t holder) {
   uint32_t n = lm_registry_worker_count(c->reg);
@@ -328,11 +325,18 @@ static uint32_t pick_buddy(ctl *c, uint32_t holder) {
   return UINT32_MAX;
 }
 
-/* Chooses a buddy for shard k of a (a->bk[k]) when it has no replica on another worker. */
-static bool plan_shard(ctl *c, c_array *a, uint32_t k) {
+/* (also for ctl_snapshot.c) */
+bool ctl_shard_replicated(ctl *c, const c_array *a, uint32_t k) {
   uint32_t hw = dev_worker(c, a->devs[k]);
   for (uint32_t j = 0; j < a->sh.ndev; j++)
-    if (j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j)) return false; /* a replica elsewhere */
+    if (j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j)) return true;
+  return false;
+}
+
+/* Chooses a buddy for shard k of a (a->bk[k]) when it has no replica on another worker. */
+static bool plan_shard(ctl *c, c_array *a, uint32_t k) {
+  if (ctl_shard_replicated(c, a, k)) return false; /* a replica elsewhere */
+  uint32_t hw = dev_worker(c, a->devs[k]);
   uint32_t buddy = pick_buddy(c, hw);
   if (buddy == UINT32_MAX || !worker_usable(c, hw)) return false;
   if (!a->bk) {
@@ -344,10 +348,11 @@ static bool plan_shard(ctl *c, c_array *a, uint32_t k) {
   return true;
 }
 
-/* Snapshots shard k of a into its buddy's host memory (planned in a->bk[k]). */
-static void snapshot_shard(ctl *c, lm_session *s, c_array *a, uint32_t k, bool receipt) {
-  send_copy(c, s, a, k, dev_worker(c, a->devs[k]), false, lm_registry_device(c->reg, a->devs[k])->local_index,
-            a->bk[k], true, 0, receipt);
+/* Snapshots shard k of a into buddy's host memory (also for ctl_snapshot.c). */
+uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy, bool receipt,
+                           bool report) {
+  return send_copy(c, s, a, k, dev_worker(c, a->devs[k]), false, lm_registry_device(c->reg, a->devs[k])->local_index,
+                   buddy, true, 0, receipt, report);
 }
 
 void ctl_snapshot_plan(ctl *c, c_array *a) {
@@ -357,7 +362,7 @@ void ctl_snapshot_plan(ctl *c, c_array *a) {
 
 void ctl_snapshot_put(ctl *c, peer *p, c_array *a) {
   for (uint32_t k = 0; a->bk && k < a->sh.ndev; k++)
-    if (a->bk[k] != LM_REG_NO_DEVICE) snapshot_shard(c, p->session, a, k, true);
+    if (a->bk[k] != LM_REG_NO_DEVICE) ctl_snapshot_send(c, p->session, a, k, a->bk[k], true, false);
 }
 
 /* ---- shared with ctl_snapshot.c ---- */
@@ -367,17 +372,6 @@ bool ctl_recovery_possible(ctl *c) { return recovery_possible(c); }
 bool ctl_recover_idle(ctl *c) { return c->rec && c->rec->phase == R_IDLE && c->rec->drain_worker == UINT32_MAX; }
 uint32_t ctl_snapshot_buddy(ctl *c, uint32_t holder) { return pick_buddy(c, holder); }
 
-bool ctl_shard_replicated(ctl *c, const c_array *a, uint32_t k) {
-  uint32_t hw = dev_worker(c, a->devs[k]);
-  for (uint32_t j = 0; j < a->sh.ndev; j++)
-    if (j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j)) return true;
-  return false;
-}
-
-uint64_t ctl_snapshot_send(ctl *c, lm_session *s, const c_array *a, uint32_t k, uint32_t buddy) {
-  return send_copy_ex(c, s, a, k, dev_worker(c, a->devs[k]), false, lm_registry_device(c->reg, a->devs[k])->local_index,
-                      buddy, true, 0, false, true);
-}
 
 /* ---- zombies ---- */
 
@@ -418,13 +412,8 @@ c_array *ctl_find_array(ctl *c, lm_session *s, uint64_t id) {
 
 /* True when some shard of a has no shard of the same region on another worker. */
 static bool at_risk(ctl *c, const c_array *a) {
-  for (uint32_t k = 0; k < a->sh.ndev; k++) {
-    uint32_t hw = dev_worker(c, a->devs[k]);
-    bool covered = false;
-    for (uint32_t j = 0; j < a->sh.ndev && !covered; j++)
-      covered = j != k && dev_worker(c, a->devs[j]) != hw && same_region(a, k, j);
-    if (!covered) return true;
-  }
+  for (uint32_t k = 0; k < a->sh.ndev; k++)
+    if (!ctl_shard_replicated(c, a, k)) return true;
   return false;
 }
 
@@ -551,7 +540,9 @@ static bool sweep_once(ctl *c) {
 
 /* Frees (at the workers) the zombies no active launch reads any more and no replay may need
  * (or that no longer fit the replay budget). A zombie freed drops its lineage, which may free
- * older ones (later in the list, newest first: the same pass); passes repeat while one frees. */
+ * the zombies of its inputs. The list is newest deleted first, not newest computed: an input
+ * deleted after what was computed from it comes earlier in the list and is passed before its
+ * last reference goes, so passes repeat while one frees. */
 static void sweep_zombies(ctl *c) {
   if (c->rec->phase != R_IDLE) return;
   while (sweep_once(c)) {
@@ -736,7 +727,7 @@ static void restore_array(ctl *c, lm_session *s, c_array *a, bool zombie) {
     if (hw != r->repl) {
       if (a->bk && a->bk[k] == r->dead && state == A_READY) { /* its snapshot was lost: take another */
         a->bk[k] = LM_REG_NO_DEVICE;
-        if (plan_shard(c, a, k)) snapshot_shard(c, s, a, k, false);
+        if (plan_shard(c, a, k)) ctl_snapshot_send(c, s, a, k, a->bk[k], false, false);
       }
       continue;
     }
@@ -747,7 +738,7 @@ static void restore_array(ctl *c, lm_session *s, c_array *a, bool zombie) {
     }
     uint32_t dst_local = lm_registry_device(c->reg, a->devs[k])->local_index;
     if (r->draining) { /* the drained worker still holds every shard: straight from it, with a receipt */
-      send_copy(c, s, a, k, r->dead, false, dst_local, r->repl, false, dst_local, true);
+      send_copy(c, s, a, k, r->dead, false, dst_local, r->repl, false, dst_local, true, false);
       r->restored++;
       r->drain_shards++;
       continue;
@@ -760,10 +751,10 @@ static void restore_array(ctl *c, lm_session *s, c_array *a, bool zombie) {
       src_local = lm_registry_device(c->reg, a->devs[j])->local_index;
     }
     if (src != UINT32_MAX) {
-      send_copy(c, s, a, k, src, false, src_local, r->repl, false, dst_local, false);
+      send_copy(c, s, a, k, src, false, src_local, r->repl, false, dst_local, false, false);
       r->restored++;
     } else if (a->bk && a->bk[k] != LM_REG_NO_DEVICE && a->bk[k] != r->repl && worker_usable(c, a->bk[k])) {
-      send_copy(c, s, a, k, a->bk[k], true, 0, r->repl, false, dst_local, false);
+      send_copy(c, s, a, k, a->bk[k], true, 0, r->repl, false, dst_local, false, false);
       r->restored++;
     } else {
       fail_lost(c, s, a, a->devs[k], "it was put or loaded, not computed by a launch that could be replayed");

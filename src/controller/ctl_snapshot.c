@@ -52,6 +52,7 @@ struct ctl_snap {
   uint64_t arrays, bytes;        /* snapshots of launch outputs completed */
   uint64_t rounds;
   bool pressure;                 /* a round is due now (ctl_snap_pressure) */
+  bool sweep;                    /* a settled array dropped its lineage: sweep the zombies once no copy is in flight */
 };
 
 int ctl_snap_init(ctl *c) {
@@ -104,13 +105,15 @@ static bool array_ready(ctl *c, const c_array *a) {
   return a->state == A_PENDING && a->producer && e->seq == a->producer && e->status == 0;
 }
 
+/* Shard k of a has a copy on another worker or a kept snapshot. */
+static bool shard_safe(ctl *c, const c_array *a, uint32_t k) {
+  return ctl_shard_replicated(c, a, k) || (a->bk && a->bk[k] != LM_REG_NO_DEVICE && ctl_worker_usable(c, a->bk[k]));
+}
+
 /* True when some shard of a has neither a copy on another worker nor a kept snapshot. */
 static bool needs_snapshot(ctl *c, const c_array *a) {
-  for (uint32_t k = 0; k < a->sh.ndev; k++) {
-    if (ctl_shard_replicated(c, a, k)) continue;
-    if (a->bk && a->bk[k] != LM_REG_NO_DEVICE && ctl_worker_usable(c, a->bk[k])) continue;
-    return true;
-  }
+  for (uint32_t k = 0; k < a->sh.ndev; k++)
+    if (!shard_safe(c, a, k)) return true;
   return false;
 }
 
@@ -168,14 +171,13 @@ static snap_pend *add_pend(ctl *c) {
 static bool snapshot_array(ctl *c, lm_session *s, c_array *a) {
   bool sent = false;
   for (uint32_t k = 0; k < a->sh.ndev; k++) {
-    if (ctl_shard_replicated(c, a, k)) continue;
-    if (a->bk && a->bk[k] != LM_REG_NO_DEVICE && ctl_worker_usable(c, a->bk[k])) continue;
+    if (shard_safe(c, a, k)) continue;
     uint32_t holder = lm_registry_device(c->reg, a->devs[k])->worker;
     uint32_t buddy = ctl_snapshot_buddy(c, holder);
     if (buddy == UINT32_MAX || !ctl_worker_usable(c, holder)) continue;
     snap_pend *p = add_pend(c);
     if (!p) break;
-    *p = (snap_pend){.tag = ctl_snapshot_send(c, s, a, k, buddy), .session = s->id, .array = a->id,
+    *p = (snap_pend){.tag = ctl_snapshot_send(c, s, a, k, buddy, false, true), .session = s->id, .array = a->id,
                      .device = a->devs[k], .holder = holder, .buddy = buddy, .sent_ms = ctl_now_ms(c)};
     sent = true;
   }
@@ -240,6 +242,15 @@ static void array_settled(ctl *c, uint64_t session, uint64_t array) {
   /* restorable without a replay: what only its replay needed can go */
   ctl_lineage_drop(c, s, a);
   ctl_log_unref(c, a);
+  sn->sweep = true; /* the deleted arrays kept for its replay may go (copies_settled) */
+}
+
+/* Once no copy is in flight (a round ended), the zombies that the settled arrays' lineage kept
+ * may go: one sweep per round, not one per copy. */
+static void copies_settled(ctl *c) {
+  struct ctl_snap *sn = c->snap;
+  if (sn->npend || !sn->sweep) return;
+  sn->sweep = false;
   ctl_zombies_sweep(c);
 }
 
@@ -281,6 +292,7 @@ void ctl_on_snapshot_kept(ctl *c, peer *w, const Lmw__SnapshotKept *m) {
             (unsigned long long)m->array, m->device, wid, m->message);
   }
   if (asked || (a && m->code == 0)) array_settled(c, m->session, m->array);
+  copies_settled(c);
   if (sn->npend == 0 && ((c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) || sn->pressure)) snap_round(c);
 }
 
@@ -297,6 +309,7 @@ void ctl_snap_worker_lost(ctl *c, uint32_t worker) {
     sn->pend[i] = sn->pend[--sn->npend];
     array_settled(c, p.session, p.array);
   }
+  copies_settled(c);
 }
 
 void ctl_snap_tick(ctl *c) {
@@ -313,6 +326,7 @@ void ctl_snap_tick(ctl *c) {
     sn->pend[i] = sn->pend[--sn->npend];
     array_settled(c, p.session, p.array);
   }
+  copies_settled(c);
   if (sn->ncand && c->cfg.snapshot_interval_ms && now - sn->last_ms >= c->cfg.snapshot_interval_ms) snap_round(c);
   else if (sn->ncand && ((c->cfg.snapshot_every && sn->since >= c->cfg.snapshot_every) || sn->pressure))
     snap_round(c); /* deferred */
